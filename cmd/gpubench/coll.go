@@ -1,0 +1,208 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/report"
+)
+
+// collFlags are a collective command's flags: gpubench's own and nccl-tests' short ones.
+type collFlags struct {
+	sizes                string
+	minBytes, maxBytes   string
+	stepBytes            string
+	stepFactor           int
+	iters, warmup, check int
+	average, ngpus, root int
+	dtype, op            string
+	timeout              int
+}
+
+// newCollCmd builds the command for one collective (gpubench allreduce, allgather, ...).
+func newCollCmd(e *env, g *globals, c *coll.Collective) *cobra.Command {
+	f := &collFlags{}
+	cmd := &cobra.Command{
+		Use:   c.Name,
+		Short: fmt.Sprintf("Measure %s bandwidth over a size sweep, as nccl-tests' %s does", c.Name, c.Perf),
+		Example: fmt.Sprintf("  gpubench %s --sizes 8B:8GB\n  gpubench %s -b 8 -e 128M -f 2 -g 8\n  gpubench %s --backend sim --topology pcie-4090x8 --output json",
+			c.Name, c.Name, c.Name),
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return f.run(cmd, e, g, c)
+		},
+	}
+	fl := cmd.Flags()
+	fl.SetNormalizeFunc(normalize)
+	fl.StringVar(&f.sizes, "sizes", "8B:8GB", "size sweep MIN:MAX[:xFACTOR|:+STEP] (B, K, M, G, T are binary units)")
+	fl.StringVarP(&f.minBytes, "minbytes", "b", "32M", "nccl-tests: smallest size (instead of --sizes)")
+	fl.StringVarP(&f.maxBytes, "maxbytes", "e", "32M", "nccl-tests: largest size (instead of --sizes)")
+	fl.StringVarP(&f.stepBytes, "stepbytes", "i", "1M", "nccl-tests: size increment when -f is 1")
+	fl.IntVarP(&f.stepFactor, "stepfactor", "f", 1, "nccl-tests: size multiplier (1 = add -i instead)")
+	fl.IntVarP(&f.iters, "iters", "n", 20, "timed iterations per size")
+	fl.IntVarP(&f.warmup, "warmup", "w", 1, "warm-up iterations per size")
+	fl.IntVarP(&f.check, "check", "c", 1, "check iterations per size (0 turns checking off)")
+	fl.StringVarP(&f.dtype, "dtype", "d", "float", "data type: "+typeNames()+", or all")
+	fl.IntVarP(&f.average, "average", "a", 1, "combine per-process times: 0 rank 0, 1 mean, 2 min, 3 max")
+	fl.IntVarP(&f.ngpus, "ngpus", "g", 0, "number of GPUs to use (default all)")
+	fl.IntVarP(&f.timeout, "timeout", "T", 0, "seconds to wait for the GPUs before reporting a hang (exit 5); 0 waits for ever")
+	complete(cmd, "dtype", append(typeList(), "all"))
+	if c.Reduces {
+		fl.StringVarP(&f.op, "op", "o", "sum", "reduction: sum, prod, max, min, avg, or all")
+		complete(cmd, "op", []string{"sum", "prod", "max", "min", "avg", "all"})
+	}
+	if c.Rooted {
+		fl.IntVarP(&f.root, "root", "r", 0, "root rank, or -1 for every rank in turn")
+	}
+	return cmd
+}
+
+func typeList() []string {
+	var s []string
+	for _, d := range gpu.DTypes {
+		s = append(s, d.String())
+	}
+	return s
+}
+
+func typeNames() string { return strings.Join(typeList(), ", ") }
+
+// options turns the flags into engine options; every error is a usage error.
+func (f *collFlags) options(cmd *cobra.Command, c *coll.Collective, seed uint64) (coll.Options, error) {
+	opt := coll.Options{Coll: c, Root: f.root, NGPUs: f.ngpus, Iters: f.iters, Warmup: f.warmup,
+		Check: f.check, Average: f.average, Seed: seed, Timeout: time.Duration(f.timeout) * time.Second}
+	changed := func(names ...string) bool {
+		for _, n := range names {
+			if cmd.Flags().Changed(n) {
+				return true
+			}
+		}
+		return false
+	}
+	var err error
+	switch {
+	case changed("sizes") && changed("minbytes", "maxbytes", "stepbytes", "stepfactor"):
+		return opt, usageErr("use either --sizes or -b/-e/-f/-i, not both")
+	case changed("minbytes", "maxbytes", "stepbytes", "stepfactor"):
+		w := coll.Sweep{Factor: int64(f.stepFactor)}
+		for _, s := range []struct {
+			flag, value string
+			dst         *int64
+		}{{"-b", f.minBytes, &w.Min}, {"-e", f.maxBytes, &w.Max}, {"-i", f.stepBytes, &w.Step}} {
+			if *s.dst, err = coll.ParseSize(s.value); err != nil {
+				return opt, usageErr("invalid %s %q: %v", s.flag, s.value, err)
+			}
+		}
+		if f.stepFactor < 1 {
+			return opt, usageErr("invalid -f %d: use a whole number of at least 1 (1 steps by -i)", f.stepFactor)
+		}
+		if err := w.Validate(); err != nil {
+			return opt, usageErr("invalid sizes -b %s -e %s: %v", f.minBytes, f.maxBytes, err)
+		}
+		opt.Sweep = w
+	default:
+		if opt.Sweep, err = coll.ParseSizes(f.sizes); err != nil {
+			return opt, usageErr("invalid --sizes %q: %v; use MIN:MAX[:xFACTOR|:+STEP], e.g. 8B:8GB", f.sizes, err)
+		}
+	}
+	switch {
+	case f.iters < 1:
+		return opt, usageErr("invalid -n %d: run at least 1 iteration", f.iters)
+	case f.warmup < 0:
+		return opt, usageErr("invalid -w %d: warm-up iterations cannot be negative", f.warmup)
+	case f.check < 0:
+		return opt, usageErr("invalid -c %d: use 0 (no check) or a number of check iterations", f.check)
+	case f.average < 0 || f.average > 3:
+		return opt, usageErr("invalid -a %d: use 0 (rank 0), 1 (mean), 2 (min) or 3 (max)", f.average)
+	case changed("ngpus") && f.ngpus < 1:
+		return opt, usageErr("invalid -g %d: use at least 1 GPU", f.ngpus)
+	case f.root < -1:
+		return opt, usageErr("invalid -r %d: use a rank, or -1 for every rank", f.root)
+	case f.timeout < 0:
+		return opt, usageErr("invalid -T %d: use seconds, or 0 for no timeout", f.timeout)
+	}
+	if f.dtype == "all" {
+		opt.DTypes = gpu.DTypes
+	} else {
+		d, err := gpu.ParseDType(f.dtype)
+		if err != nil {
+			return opt, usageErr("invalid -d: %v", err)
+		}
+		opt.DTypes = []gpu.DType{d}
+	}
+	if c.Reduces {
+		if f.op == "all" {
+			opt.Ops = gpu.RedOps
+		} else {
+			op, err := gpu.ParseRedOp(f.op)
+			if err != nil {
+				return opt, usageErr("invalid -o: %v", err)
+			}
+			opt.Ops = []gpu.RedOp{op}
+		}
+	}
+	return opt, nil
+}
+
+func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collective) error {
+	if err := g.validate(); err != nil {
+		return err
+	}
+	opt, err := f.options(cmd, c, g.seed)
+	if err != nil {
+		return err
+	}
+	b, dataCap, err := g.open(e)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	n := len(b.Devices())
+	if opt.NGPUs > n {
+		return usageErr("invalid -g %d: only %d GPUs were found", opt.NGPUs, n)
+	}
+	if opt.NGPUs > 0 {
+		n = opt.NGPUs
+	}
+	if c.Rooted && opt.Root >= n {
+		return usageErr("invalid -r %d: %d ranks have roots 0-%d (or -1 for every rank)", opt.Root, n, n-1)
+	}
+	w, err := report.NewCollWriter(g.output, e.stdout)
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	r := &report.CollRun{Version: e.version, Coll: c, Backend: b.Name(), Topology: b.Topology().Name,
+		Opt: opt, PID: e.pid, Start: e.now(), DataCap: dataCap}
+	var writeErr error
+	opt.OnStart = func(s *coll.Summary) {
+		r.Summary = s
+		writeErr = w.Start(r)
+	}
+	opt.OnResult = func(res coll.Result) {
+		if writeErr == nil {
+			writeErr = w.Row(r, res)
+		}
+	}
+	r.Opt = opt
+	s, runErr := coll.Run(cmd.Context(), b, opt)
+	if s != nil && r.Summary != nil {
+		r.Summary = s
+		if err := w.End(r); writeErr == nil {
+			writeErr = err
+		}
+	}
+	switch {
+	case runErr != nil:
+		return runtimeErr(runErr)
+	case writeErr != nil:
+		return runtimeErr(fmt.Errorf("writing results: %w", writeErr))
+	case s.OutOfBounds > 0:
+		return &exitError{code: exitCheck, err: fmt.Errorf("%s: %d results had wrong data (see #wrong)", c.Name, s.OutOfBounds)}
+	}
+	return nil
+}

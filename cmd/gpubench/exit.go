@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/gpubench/gpubench/internal/gpu"
+)
+
+// Exit codes (README, "Exit codes").
+const (
+	exitOK        = 0
+	exitFailure   = 1
+	exitUsage     = 2
+	exitCheck     = 3
+	exitNoGPU     = 4
+	exitHang      = 5
+	exitInterrupt = 130
+)
+
+// env is what a command needs from the outside world; tests replace all of it.
+type env struct {
+	stdout, stderr io.Writer
+	pid            int
+	now            func() time.Time
+	version        string
+}
+
+// exitError carries the exit code a failure maps to. Commands return only exitErrors; any other
+// error comes from cobra's own parsing and is a usage error.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return ""
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageErr(format string, a ...any) error {
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, a...)}
+}
+
+// runtimeErr maps a failure while running to its exit code.
+func runtimeErr(err error) error {
+	var hang *gpu.HangError
+	switch {
+	case errors.Is(err, context.Canceled):
+		return &exitError{code: exitInterrupt, err: fmt.Errorf("interrupted: %w", err)}
+	case errors.As(err, &hang):
+		return &exitError{code: exitHang, err: fmt.Errorf("hang: %w", err)}
+	}
+	return &exitError{code: exitFailure, err: err}
+}
+
+// exitCode prints err (one line, on stderr) and returns the process's exit code.
+func exitCode(stderr io.Writer, err error) int {
+	if err == nil {
+		return exitOK
+	}
+	code := exitUsage
+	var e *exitError
+	if errors.As(err, &e) {
+		code = e.code
+	}
+	if msg := err.Error(); msg != "" {
+		fmt.Fprintln(stderr, "gpubench: "+strings.ReplaceAll(strings.TrimSpace(msg), "\n", " "))
+	}
+	return code
+}

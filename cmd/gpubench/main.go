@@ -1,0 +1,22 @@
+// Command gpubench benchmarks and diagnoses multi-GPU machines: collectives as nccl-tests measures
+// them, on real GPUs or on a simulated machine.
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	e := &env{stdout: os.Stdout, stderr: os.Stderr, pid: os.Getpid(), now: time.Now, version: version}
+	code := run(ctx, e, os.Args[1:])
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/report"
+	"github.com/gpubench/gpubench/internal/sim"
+)
+
+// globals are the flags every command shares.
+type globals struct {
+	backend  string
+	topology string
+	output   string
+	seed     uint64
+	dataCap  string
+	jitter   float64
+	faults   []string
+}
+
+var backends = []string{"auto", "sim"}
+
+func run(ctx context.Context, e *env, args []string) int {
+	root := newRootCmd(e)
+	root.SetArgs(args)
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	return exitCode(e.stderr, root.ExecuteContext(ctx))
+}
+
+func newRootCmd(e *env) *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:   "gpubench",
+		Short: "Benchmark and diagnose multi-GPU machines",
+		Long: "gpubench measures what a multi-GPU machine delivers: every NCCL collective as nccl-tests\n" +
+			"measures it, on the real GPUs or on a simulated machine (--backend sim --topology NAME|FILE).",
+		SilenceErrors: true,
+		SilenceUsage:  true,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.backend, "backend", "auto", "GPU backend: auto (real GPUs when available, else the simulator) or sim")
+	pf.StringVar(&g.topology, "topology", "dgx-h100", "simulated machine: a preset ("+strings.Join(sim.Presets(), ", ")+") or a topology file")
+	pf.StringVar(&g.output, "output", "table", "output format: "+strings.Join(report.Formats, ", "))
+	pf.Uint64Var(&g.seed, "seed", 0, "seed for the input data and the simulator's jitter")
+	pf.StringVar(&g.dataCap, "sim-data-cap", coll.FormatSize(sim.DefaultDataCap), "simulator: device memory backed by host memory; larger runs are timing-only")
+	pf.Float64Var(&g.jitter, "sim-jitter", 0, "simulator: random slow-down of each operation, as a fraction (0 = deterministic)")
+	pf.StringArrayVar(&g.faults, "sim-fault", nil, "simulator: inject a fault: hang=DEVICE[@N], corrupt=DEVICE[@N] or slow-link=PART,PART,FACTOR (repeatable)")
+	complete(root, "backend", backends)
+	complete(root, "topology", sim.Presets())
+	complete(root, "output", report.Formats)
+
+	root.AddCommand(newVersionCmd(e))
+	for _, c := range coll.Collectives {
+		root.AddCommand(newCollCmd(e, g, c))
+	}
+	return root
+}
+
+func complete(cmd *cobra.Command, flag string, values []string) {
+	_ = cmd.RegisterFlagCompletionFunc(flag, func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return values, cobra.ShellCompDirectiveNoFileComp
+	})
+}
+
+// validate checks the shared flags before anything runs.
+func (g *globals) validate() error {
+	if !contains(backends, g.backend) {
+		return usageErr("unknown --backend %q: use %s", g.backend, strings.Join(backends, " or "))
+	}
+	if !contains(report.Formats, g.output) {
+		return usageErr("unknown --output %q: use %s", g.output, strings.Join(report.Formats, ", "))
+	}
+	return nil
+}
+
+// open returns the backend the flags ask for. With no real backend in this build, auto runs the
+// simulator and says so on stderr.
+func (g *globals) open(e *env) (gpu.Backend, int64, error) {
+	if g.backend == "auto" {
+		fmt.Fprintf(e.stderr, "gpubench: no real GPU backend is available yet; using the simulator (--topology %s)\n", g.topology)
+	}
+	capBytes, err := parseCap(g.dataCap)
+	if err != nil {
+		return nil, 0, usageErr("invalid --sim-data-cap %q: %v", g.dataCap, err)
+	}
+	if !(g.jitter >= 0 && g.jitter <= 1) {
+		return nil, 0, usageErr("invalid --sim-jitter %v: use a fraction from 0 to 1", g.jitter)
+	}
+	opt := sim.Options{DataCap: capBytes, Jitter: g.jitter, Seed: g.seed}
+	for _, f := range g.faults {
+		fault, err := sim.ParseFault(f)
+		if err != nil {
+			return nil, 0, usageErr("invalid --sim-fault: %v", err)
+		}
+		opt.Faults = append(opt.Faults, fault)
+	}
+	topo, err := sim.LoadTopology(g.topology)
+	if err != nil {
+		return nil, 0, usageErr("invalid --topology: %v", err)
+	}
+	b, err := sim.New(topo, opt)
+	if err != nil {
+		return nil, 0, usageErr("%v", err)
+	}
+	return b, capBytes, nil
+}
+
+func parseCap(s string) (int64, error) {
+	if s == "0" {
+		return 0, nil
+	}
+	return coll.ParseSize(s)
+}
+
+func contains(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// normalize accepts nccl-tests' long flag names beside gpubench's.
+func normalize(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+	switch name {
+	case "warmup_iters":
+		name = "warmup"
+	case "datatype":
+		name = "dtype"
+	}
+	return pflag.NormalizedName(name)
+}

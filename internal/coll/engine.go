@@ -1,0 +1,459 @@
+package coll
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/gpubench/gpubench/internal/gpu"
+)
+
+// Options describe one benchmark run.
+type Options struct {
+	Coll    *Collective
+	Sweep   Sweep
+	DTypes  []gpu.DType
+	Ops     []gpu.RedOp // ignored by collectives that do not reduce
+	Root    int         // rooted collectives: the root, or -1 for every root in turn
+	NGPUs   int         // ranks to use: the first NGPUs devices; 0 means all
+	Iters   int
+	Warmup  int
+	Check   int // check iterations per size and placement; 0 turns checking off
+	Average int // how per-process times combine: 0 rank 0, 1 mean, 2 min, 3 max
+	Seed    uint64
+	// Timeout bounds every wait for the devices; 0 waits for ever (or until ctx ends).
+	Timeout time.Duration
+	// OnStart, when set, gets the summary's devices, sweep and peak before the first measurement.
+	OnStart func(*Summary)
+	// OnResult, when set, gets every row as soon as it is measured.
+	OnResult func(Result)
+}
+
+// Placement is the outcome of one placement (out-of-place or in-place) of one row.
+type Placement struct {
+	TimeUS float64
+	AlgBW  float64
+	BusBW  float64
+	// Wrong is the number of wrong elements; nil when the result was not checked (checking off,
+	// an in-place result nccl-tests does not check, or a timing-only buffer).
+	Wrong *int64
+	// TimingOnly: the backend held no data for this size (the simulator's data cap).
+	TimingOnly bool
+}
+
+// Result is one row of the table.
+type Result struct {
+	Size       int64
+	Count      int64
+	Type       string
+	Op         string
+	Root       int
+	OutOfPlace Placement
+	InPlace    Placement
+}
+
+// Summary is a whole run.
+type Summary struct {
+	Devices     []gpu.Device // one per rank
+	Sweep       Sweep        // after clamping to device memory
+	ClampedFrom int64        // the requested largest size, when it was reduced; else 0
+	Results     []Result
+	// OutOfBounds counts placements whose check found wrong data, as nccl-tests counts them.
+	OutOfBounds int
+	AvgBusBW    float64 // mean busbw over every printed result, as nccl-tests' footer
+	BestBusBW   float64
+	BestSize    int64
+	BusPeak     float64 // the topology's nominal bus bandwidth for these ranks, GB/s (0: unknown)
+	PeakLimit   string  // the kind of link that sets BusPeak
+	// TimingOnlyFrom is the first size that ran without data (0: none did).
+	TimingOnlyFrom int64
+	// Interrupted: the run stopped early (Ctrl-C); Results holds what was measured.
+	Interrupted bool
+}
+
+// MemoryLimit is the largest size nccl-tests lets a sweep reach on a device with mem bytes:
+// (mem - reserve - 1 GiB) / (3 with checking, 2 without), reserve = min(ceil(mem/16 GiB), 4) GiB.
+func MemoryLimit(mem int64, check bool) int64 {
+	const gib = int64(1) << 30
+	reserve := min((mem+16*gib-1)/(16*gib)*gib, 4*gib)
+	div := int64(2)
+	if check {
+		div = 3
+	}
+	return (mem - reserve - gib) / div
+}
+
+// Combine merges per-process times as nccl-tests' -a does: 0 the first process's, 1 the mean,
+// 2 the minimum, 3 the maximum.
+func Combine(times []float64, mode int) float64 {
+	switch mode {
+	case 0:
+		return times[0]
+	case 2:
+		m := times[0]
+		for _, t := range times {
+			m = math.Min(m, t)
+		}
+		return m
+	case 3:
+		m := times[0]
+		for _, t := range times {
+			m = math.Max(m, t)
+		}
+		return m
+	}
+	sum := 0.0
+	for _, t := range times {
+		sum += t
+	}
+	return sum / float64(len(times))
+}
+
+// StepError says which collective, size and placement a failure happened in.
+type StepError struct {
+	Coll    string
+	Size    int64
+	InPlace bool
+	Err     error
+}
+
+func (e *StepError) Error() string {
+	place := "out-of-place"
+	if e.InPlace {
+		place = "in-place"
+	}
+	return fmt.Sprintf("%s at %d bytes (%s): %v", e.Coll, e.Size, place, e.Err)
+}
+
+func (e *StepError) Unwrap() error { return e.Err }
+
+// Run runs the sweep and returns every result; on Ctrl-C (ctx cancelled) it returns what it has
+// measured with Interrupted set, together with the error.
+func Run(ctx context.Context, b gpu.Backend, opt Options) (*Summary, error) {
+	devs := b.Devices()
+	if opt.NGPUs > 0 {
+		if opt.NGPUs > len(devs) {
+			return nil, fmt.Errorf("%d GPUs requested but only %d were found", opt.NGPUs, len(devs))
+		}
+		devs = devs[:opt.NGPUs]
+	}
+	n := len(devs)
+	if opt.Coll.Rooted && opt.Root >= n {
+		return nil, fmt.Errorf("root %d is out of range for %d ranks (use 0-%d, or -1 for every root)", opt.Root, n, n-1)
+	}
+	s := &Summary{Devices: devs, Sweep: opt.Sweep}
+	minMem := devs[0].MemoryBytes
+	ordinals := make([]int, n)
+	for i, d := range devs {
+		minMem = min(minMem, d.MemoryBytes)
+		ordinals[i] = d.Ordinal
+	}
+	if limit := MemoryLimit(minMem, opt.Check > 0); s.Sweep.Max > limit {
+		if limit < 1 {
+			return nil, fmt.Errorf("devices have %d bytes of memory: too little to run", minMem)
+		}
+		s.ClampedFrom = s.Sweep.Max
+		s.Sweep.Max = limit
+		s.Sweep.Min = min(s.Sweep.Min, limit)
+	}
+	if t := b.Topology(); t != nil {
+		s.BusPeak, s.PeakLimit = t.BusPeak(ordinals)
+	}
+	comm, err := b.NewComm(ordinals)
+	if err != nil {
+		return nil, err
+	}
+	defer comm.Close()
+	if opt.OnStart != nil {
+		opt.OnStart(s)
+	}
+	r := &runner{b: b, comm: comm, opt: opt, n: n, ctx: ctx}
+	ops := []gpu.RedOp{gpu.Sum}
+	if opt.Coll.Reduces {
+		ops = opt.Ops
+	}
+	roots := []int{-1}
+	if opt.Coll.Rooted {
+		roots = []int{opt.Root}
+		if opt.Root < 0 {
+			roots = roots[:0]
+			for i := 0; i < n; i++ {
+				roots = append(roots, i)
+			}
+		}
+	}
+	var busSum float64
+	var cells int
+	for _, dt := range opt.DTypes {
+		for _, op := range ops {
+			for _, root := range roots {
+				a := Args{DType: dt, Op: op, Root: max(root, 0), Ranks: n}
+				if err := r.warmup(s.Sweep, a); err != nil {
+					return r.stop(s, err)
+				}
+				for _, size := range s.Sweep.Sizes() {
+					k := opt.Coll.Counts(size/int64(dt.Size()), dt.Size(), n)
+					res := Result{Size: k.Bytes, Count: k.Param, Type: dt.String(), Op: "none", Root: root}
+					if opt.Coll.Reduces {
+						res.Op = op.String()
+					}
+					r.in, r.red = nil, nil // inputs are made once per row, when a placement checks
+					for _, inPlace := range []bool{false, true} {
+						p, err := r.placement(k, a, inPlace)
+						if err != nil {
+							return r.stop(s, &StepError{Coll: opt.Coll.Name, Size: k.Bytes, InPlace: inPlace, Err: err})
+						}
+						if p.Wrong != nil && *p.Wrong > 0 {
+							s.OutOfBounds++
+						}
+						if p.TimingOnly && s.TimingOnlyFrom == 0 {
+							s.TimingOnlyFrom = k.Bytes
+						}
+						if p.BusBW > s.BestBusBW {
+							s.BestBusBW, s.BestSize = p.BusBW, k.Bytes
+						}
+						busSum += p.BusBW
+						cells++
+						if inPlace {
+							res.InPlace = p
+						} else {
+							res.OutOfPlace = p
+						}
+					}
+					s.Results = append(s.Results, res)
+					if cells > 0 {
+						s.AvgBusBW = busSum / float64(cells)
+					}
+					if opt.OnResult != nil {
+						opt.OnResult(res)
+					}
+				}
+			}
+		}
+	}
+	return s, nil
+}
+
+type runner struct {
+	b    gpu.Backend
+	comm gpu.Comm
+	opt  Options
+	n    int
+	ctx  context.Context
+	in   [][]byte // the row's inputs, one per rank
+	red  []byte   // their reduction, for collectives that reduce
+}
+
+// stop ends a run early: Ctrl-C keeps what was measured.
+func (r *runner) stop(s *Summary, err error) (*Summary, error) {
+	if errors.Is(err, context.Canceled) {
+		s.Interrupted = true
+		return s, err
+	}
+	return nil, err
+}
+
+// sync waits for the devices, within the timeout.
+func (r *runner) sync() error {
+	ctx := r.ctx
+	if r.opt.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.opt.Timeout)
+		defer cancel()
+	}
+	return r.comm.Synchronize(ctx)
+}
+
+// buffers is one placement's device memory.
+type buffers struct {
+	send, recv []gpu.Buffer
+	allocs     []gpu.Buffer
+}
+
+func (r *runner) alloc(k Counts, dt gpu.DType, inPlace bool) (*buffers, error) {
+	elt := int64(dt.Size())
+	bs := &buffers{send: make([]gpu.Buffer, r.n), recv: make([]gpu.Buffer, r.n)}
+	for rank, d := range r.b.Devices()[:r.n] {
+		if inPlace {
+			x, err := r.b.Alloc(d.Ordinal, max(k.Send, k.Recv)*elt)
+			if err != nil {
+				r.free(bs)
+				return nil, err
+			}
+			bs.allocs = append(bs.allocs, x)
+			so, ro := r.opt.Coll.InPlace(k, rank)
+			bs.send[rank], bs.recv[rank] = x.Slice(so*elt, k.Send*elt), x.Slice(ro*elt, k.Recv*elt)
+			continue
+		}
+		for _, p := range []*gpu.Buffer{&bs.send[rank], &bs.recv[rank]} {
+			size := k.Send
+			if p == &bs.recv[rank] {
+				size = k.Recv
+			}
+			x, err := r.b.Alloc(d.Ordinal, size*elt)
+			if err != nil {
+				r.free(bs)
+				return nil, err
+			}
+			bs.allocs = append(bs.allocs, x)
+			*p = x
+		}
+	}
+	return bs, nil
+}
+
+func (r *runner) free(bs *buffers) {
+	for _, x := range bs.allocs {
+		_ = r.b.Free(x)
+	}
+}
+
+func (bs *buffers) hasData() bool {
+	for _, x := range bs.allocs {
+		if !x.HasData() {
+			return false
+		}
+	}
+	return true
+}
+
+// warmup runs the warm-up iterations at every power-of-two multiple of the smallest size, as
+// nccl-tests does.
+func (r *runner) warmup(w Sweep, a Args) error {
+	if r.opt.Warmup == 0 {
+		return nil
+	}
+	for size := w.Min; size <= w.Max; size *= 2 {
+		k := r.opt.Coll.Counts(size/int64(a.DType.Size()), a.DType.Size(), r.n)
+		bs, err := r.alloc(k, a.DType, false)
+		if err != nil {
+			return &StepError{Coll: r.opt.Coll.Name, Size: k.Bytes, Err: fmt.Errorf("warm-up: %w", err)}
+		}
+		for i := 0; i < r.opt.Warmup; i++ {
+			if err = r.opt.Coll.Call(r.comm, bs.send, bs.recv, k, a); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			err = r.sync()
+		}
+		r.free(bs)
+		if err != nil {
+			return &StepError{Coll: r.opt.Coll.Name, Size: k.Bytes, Err: fmt.Errorf("warm-up: %w", err)}
+		}
+		if size > w.Max/2 {
+			break
+		}
+	}
+	return nil
+}
+
+// placement measures one size in one placement, then checks it.
+func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
+	c := r.opt.Coll
+	bs, err := r.alloc(k, a.DType, inPlace)
+	if err != nil {
+		return Placement{}, err
+	}
+	defer r.free(bs)
+	p := Placement{TimingOnly: !bs.hasData()}
+	checking := r.opt.Check > 0 && !p.TimingOnly && !(inPlace && c.InPlaceUnchecked)
+	var before [][]byte
+	if checking {
+		before = r.inputs(k, a, inPlace)
+		if err := r.load(bs, r.in); err != nil {
+			return p, err
+		}
+	}
+	// One untimed collective, then the timed loop.
+	if err := c.Call(r.comm, bs.send, bs.recv, k, a); err != nil {
+		return p, err
+	}
+	if err := r.sync(); err != nil {
+		return p, err
+	}
+	t0 := r.b.Now()
+	for i := 0; i < r.opt.Iters; i++ {
+		if err := c.Call(r.comm, bs.send, bs.recv, k, a); err != nil {
+			return p, err
+		}
+	}
+	if err := r.sync(); err != nil {
+		return p, err
+	}
+	sec := Combine([]float64{(r.b.Now() - t0).Seconds() / float64(r.opt.Iters)}, r.opt.Average)
+	p.TimeUS = sec * 1e6
+	if sec > 0 {
+		p.AlgBW = float64(k.Bytes) / 1e9 / sec
+	}
+	p.BusBW = p.AlgBW * c.Factor(r.n)
+	if !checking {
+		return p, nil
+	}
+	var wrong int64
+	for i := 0; i < r.opt.Check && wrong == 0; i++ {
+		if err := r.load(bs, r.in); err != nil {
+			return p, err
+		}
+		if err := c.Call(r.comm, bs.send, bs.recv, k, a); err != nil {
+			return p, err
+		}
+		if err := r.sync(); err != nil {
+			return p, err
+		}
+		got := make([]byte, k.Recv*int64(a.DType.Size()))
+		for rank := 0; rank < r.n; rank++ {
+			if err := r.b.CopyOut(got, bs.recv[rank]); err != nil {
+				return p, err
+			}
+			want := c.Expected(r.in, r.red, before[rank], rank, k, a)
+			wrong += countWrong(got, want, a.DType, a.Op, c.Reduces)
+		}
+	}
+	p.Wrong = &wrong
+	return p, nil
+}
+
+// inputs makes the row's inputs (once), and returns what each receive buffer holds once they are
+// loaded.
+func (r *runner) inputs(k Counts, a Args, inPlace bool) (before [][]byte) {
+	elt := int64(a.DType.Size())
+	if r.in == nil {
+		r.in = make([][]byte, r.n)
+		for rank := range r.in {
+			r.in[rank] = make([]byte, k.Send*elt)
+			fillInput(r.in[rank], a.DType, r.opt.Coll.Reduces, a.Op, r.n, rank, r.opt.Seed)
+		}
+		if r.opt.Coll.Reduces {
+			r.red = reduced(r.in, a.DType, a.Op)
+		}
+	}
+	before = make([][]byte, r.n)
+	for rank := range before {
+		before[rank] = make([]byte, k.Recv*elt)
+		if inPlace {
+			whole := make([]byte, max(k.Send, k.Recv)*elt)
+			so, ro := r.opt.Coll.InPlace(k, rank)
+			copy(whole[so*elt:], r.in[rank])
+			copy(before[rank], whole[ro*elt:])
+		}
+	}
+	return before
+}
+
+// load zeroes the buffers and copies the inputs in.
+func (r *runner) load(bs *buffers, inputs [][]byte) error {
+	for _, x := range bs.allocs {
+		if err := r.b.Memset(x, 0); err != nil {
+			return err
+		}
+	}
+	for rank, in := range inputs {
+		if err := r.b.CopyIn(bs.send[rank], in); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,102 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Device describes one GPU as a backend presents it.
+type Device struct {
+	Ordinal     int    // the backend's device index (the CUDA ordinal on real GPUs)
+	Name        string // marketing name, e.g. "NVIDIA H100 80GB HBM3"
+	PCIBusID    string // domain:bus:device.function, e.g. "0000:18:00.0"
+	MemoryBytes int64  // total device memory
+	Host        string // host name the device lives on
+}
+
+// Buffer is device memory, or a view into it.
+type Buffer interface {
+	Device() int
+	Len() int64
+	// Slice returns the view [off, off+n) of the buffer.
+	Slice(off, n int64) Buffer
+	// HasData reports whether the buffer holds real data. Simulated buffers past the simulator's
+	// data cap carry timing only; copies to and from them fail with ErrNoData.
+	HasData() bool
+}
+
+// Backend is a set of devices and the operations gpubench needs on them.
+type Backend interface {
+	// Name is the backend's flag value: "sim", or a real one.
+	Name() string
+	Devices() []Device
+	Topology() *Topology
+	// Now is the host clock that benchmarks time with: the wall clock on real GPUs, virtual time
+	// on the simulator.
+	Now() time.Duration
+	Alloc(dev int, n int64) (Buffer, error)
+	Free(b Buffer) error
+	CopyIn(dst Buffer, src []byte) error
+	CopyOut(dst []byte, src Buffer) error
+	Memset(dst Buffer, v byte) error
+	// NewComm makes a communicator with one rank per listed device, in order.
+	NewComm(devices []int) (Comm, error)
+	Close() error
+}
+
+// P2POp is one side of a point-to-point transfer inside a SendRecv group.
+type P2POp struct {
+	Rank, Peer int
+	Send       bool // send Buf to Peer, or receive Buf from Peer
+	Buf        Buffer
+}
+
+// Comm is a communicator over a backend's devices. Every call enqueues the collective on every
+// rank at once (buffer slices are indexed by rank) and returns without waiting; Synchronize waits.
+// Counts are in elements: per rank for AllGather's send and ReduceScatter's receive side, per peer
+// for AllToAll.
+type Comm interface {
+	Size() int
+	AllReduce(send, recv []Buffer, count int64, dt DType, op RedOp) error
+	AllGather(send, recv []Buffer, sendCount int64, dt DType) error
+	ReduceScatter(send, recv []Buffer, recvCount int64, dt DType, op RedOp) error
+	Broadcast(send, recv []Buffer, count int64, dt DType, root int) error
+	Reduce(send, recv []Buffer, count int64, dt DType, op RedOp, root int) error
+	AllToAll(send, recv []Buffer, count int64, dt DType) error
+	// SendRecv runs a group of point-to-point transfers; every send must match a receive.
+	SendRecv(ops []P2POp, count int64, dt DType) error
+	// Synchronize waits until every rank's queued work is done, or ctx ends. A rank that never
+	// finishes makes it return a *HangError once ctx ends.
+	Synchronize(ctx context.Context) error
+	Close() error
+}
+
+// Errors every backend reports in the same way.
+var (
+	ErrNoData      = errors.New("buffer holds no data (timing-only)")
+	ErrOutOfMemory = errors.New("out of device memory")
+	ErrInvalid     = errors.New("invalid argument")
+)
+
+// HangError says which ranks had not finished when a wait was abandoned.
+type HangError struct {
+	Ranks []int
+	Err   error // why the wait ended (the context's error)
+}
+
+func (e *HangError) Error() string {
+	return "ranks " + intList(e.Ranks) + " did not finish: " + e.Err.Error()
+}
+
+func (e *HangError) Unwrap() error { return e.Err }
+
+func intList(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}

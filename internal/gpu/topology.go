@@ -1,0 +1,651 @@
+package gpu
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// TopologyFormat is the value of a topology file's "format" field.
+const TopologyFormat = "gpubench-topology/1"
+
+// Topology describes one or more machines: GPUs, CPUs, switches, NICs and the links between them.
+// It is what the simulator runs on, and what `gpubench topo --output json` records. The file format
+// is documented in docs/topology.md. Parse it with ParseTopology, which also builds the routing
+// graph; a hand-made Topology must go through Validate before use.
+type Topology struct {
+	Format      string   `json:"format"`
+	Name        string   `json:"name"`
+	Description string   `json:"description,omitempty"`
+	P2P         string   `json:"p2p,omitempty"` // "all" (default): same-node GPUs may use P2P; "none"
+	Network     *Network `json:"network,omitempty"`
+	Nodes       []Node   `json:"nodes"`
+
+	gpus  []gpuRef
+	verts map[string]int // "host/id" -> vertex
+	kinds []string       // vertex kind: gpu, cpu, nvswitch, pcie, nic, fabric
+	edges []edge
+	adj   [][]int // vertex -> edge indices
+}
+
+// Network is the fabric that joins the nodes' NICs (non-blocking).
+type Network struct {
+	Kind      string  `json:"kind"` // infiniband, ethernet
+	LatencyUS float64 `json:"latency_us"`
+}
+
+// Node is one machine.
+type Node struct {
+	Hostname string   `json:"hostname"`
+	CPUs     []CPU    `json:"cpus"`
+	GPUs     []GPU    `json:"gpus"`
+	Switches []Switch `json:"switches,omitempty"`
+	NICs     []NIC    `json:"nics,omitempty"`
+	Links    []Link   `json:"links"`
+}
+
+// CPU is a CPU socket (a NUMA node's root complex).
+type CPU struct {
+	ID       string `json:"id"`
+	Name     string `json:"name,omitempty"`
+	NUMANode int    `json:"numa_node"`
+}
+
+// GPU is one device.
+type GPU struct {
+	ID                string  `json:"id"`
+	Name              string  `json:"name"`
+	UUID              string  `json:"uuid,omitempty"`
+	PCIBusID          string  `json:"pci_bus_id"`
+	MemoryBytes       int64   `json:"memory_bytes"`
+	MemoryGBs         float64 `json:"memory_bandwidth_gbs"`
+	ComputeCapability string  `json:"compute_capability"`
+	NUMANode          int     `json:"numa_node"`
+}
+
+// Switch is an NVSwitch fabric (kind "nvswitch"; NVLS when it supports NVLink SHARP) or a PCIe
+// switch (kind "pcie").
+type Switch struct {
+	ID   string `json:"id"`
+	Kind string `json:"kind"`
+	NVLS bool   `json:"nvls,omitempty"`
+}
+
+// NIC is a network adapter on the node's PCIe tree.
+type NIC struct {
+	ID   string  `json:"id"`
+	Kind string  `json:"kind"` // infiniband, ethernet
+	Gbps float64 `json:"gbps"`
+}
+
+// Link joins two of a node's parts. GBs is the bandwidth in each direction in GB/s (1e9 bytes),
+// for all lanes together; for PCIe it may be left out and is then derived from Gen and Width.
+type Link struct {
+	A         string  `json:"a"`
+	B         string  `json:"b"`
+	Kind      string  `json:"kind"` // nvlink, pcie, smp (CPU to CPU)
+	Lanes     int     `json:"lanes,omitempty"`
+	Gen       int     `json:"gen,omitempty"`
+	Width     int     `json:"width,omitempty"`
+	GBs       float64 `json:"gbs,omitempty"`
+	LatencyUS float64 `json:"latency_us,omitempty"`
+}
+
+type gpuRef struct {
+	node, index int // position in Nodes[node].GPUs
+	vert        int
+}
+
+type edge struct {
+	a, b      int
+	kind      string
+	gbs       float64
+	latencyUS float64
+}
+
+// PCIe bandwidth per lane and direction in GB/s after line coding (PCI-SIG): Gen1/2 8b/10b,
+// Gen3+ 128b/130b, Gen6 FLIT.
+var pcieLaneGBs = map[int]float64{1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+
+// Default per-hop latencies (µs) where a link gives none; see docs/model.md.
+var defaultLatencyUS = map[string]float64{"nvlink": 0.5, "pcie": 1.0, "smp": 1.0, "net": 2.0}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]+$`)
+
+// ParseTopology reads and validates a topology file.
+func ParseTopology(data []byte) (*Topology, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var t Topology
+	if err := dec.Decode(&t); err != nil {
+		return nil, fmt.Errorf("not a gpubench topology file: %v", err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("not a gpubench topology file: data after the topology object")
+	}
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+// Validate checks the topology and builds its routing graph.
+func (t *Topology) Validate() error {
+	if t.Format != TopologyFormat {
+		return fmt.Errorf("topology format is %q; want %q", t.Format, TopologyFormat)
+	}
+	if t.Name == "" {
+		return fmt.Errorf("topology has no name")
+	}
+	switch t.P2P {
+	case "":
+		t.P2P = "all"
+	case "all", "none":
+	default:
+		return fmt.Errorf("topology p2p is %q; want \"all\" or \"none\"", t.P2P)
+	}
+	if len(t.Nodes) == 0 {
+		return fmt.Errorf("topology %s has no nodes", t.Name)
+	}
+	if len(t.Nodes) > 1 && t.Network == nil {
+		return fmt.Errorf("topology %s has %d nodes but no network", t.Name, len(t.Nodes))
+	}
+	t.gpus, t.verts, t.kinds, t.edges, t.adj = nil, map[string]int{}, nil, nil, nil
+	addVert := func(host, id, kind string) error {
+		if !idPattern.MatchString(id) {
+			return fmt.Errorf("node %s: bad id %q (use letters, digits and _.:-)", host, id)
+		}
+		key := host + "/" + id
+		if _, dup := t.verts[key]; dup {
+			return fmt.Errorf("node %s: id %q used twice", host, id)
+		}
+		t.verts[key] = len(t.kinds)
+		t.kinds = append(t.kinds, kind)
+		t.adj = append(t.adj, nil)
+		return nil
+	}
+	hosts := map[string]bool{}
+	fabric := -1
+	if t.Network != nil {
+		if t.Network.LatencyUS < 0 || t.Network.LatencyUS > 1e6 {
+			return fmt.Errorf("network latency_us %v is out of range", t.Network.LatencyUS)
+		}
+		fabric = len(t.kinds)
+		t.kinds = append(t.kinds, "fabric")
+		t.adj = append(t.adj, nil)
+	}
+	for ni := range t.Nodes {
+		n := &t.Nodes[ni]
+		if n.Hostname == "" || !idPattern.MatchString(n.Hostname) || hosts[n.Hostname] {
+			return fmt.Errorf("node %d: hostname %q is missing, malformed or used twice", ni, n.Hostname)
+		}
+		hosts[n.Hostname] = true
+		if len(n.GPUs) == 0 {
+			return fmt.Errorf("node %s has no GPUs", n.Hostname)
+		}
+		for _, c := range n.CPUs {
+			if err := addVert(n.Hostname, c.ID, "cpu"); err != nil {
+				return err
+			}
+		}
+		for gi, g := range n.GPUs {
+			if err := addVert(n.Hostname, g.ID, "gpu"); err != nil {
+				return err
+			}
+			if g.MemoryBytes <= 0 || g.MemoryGBs <= 0 || g.Name == "" {
+				return fmt.Errorf("node %s gpu %s: name, memory_bytes and memory_bandwidth_gbs must be set", n.Hostname, g.ID)
+			}
+			t.gpus = append(t.gpus, gpuRef{node: ni, index: gi, vert: len(t.kinds) - 1})
+		}
+		for _, s := range n.Switches {
+			if s.Kind != "nvswitch" && s.Kind != "pcie" {
+				return fmt.Errorf("node %s switch %s: kind %q; want nvswitch or pcie", n.Hostname, s.ID, s.Kind)
+			}
+			if err := addVert(n.Hostname, s.ID, s.Kind); err != nil {
+				return err
+			}
+		}
+		for _, c := range n.NICs {
+			if err := addVert(n.Hostname, c.ID, "nic"); err != nil {
+				return err
+			}
+			if !(c.Gbps > 0 && c.Gbps < 1e6) {
+				return fmt.Errorf("node %s nic %s: gbps %v is out of range", n.Hostname, c.ID, c.Gbps)
+			}
+			if fabric < 0 {
+				continue
+			}
+			t.addEdge(len(t.kinds)-1, fabric, "net", c.Gbps/8, t.Network.LatencyUS)
+		}
+		for li, l := range n.Links {
+			a, okA := t.verts[n.Hostname+"/"+l.A]
+			b, okB := t.verts[n.Hostname+"/"+l.B]
+			if !okA || !okB || a == b {
+				return fmt.Errorf("node %s link %d: %q-%q does not join two known parts", n.Hostname, li, l.A, l.B)
+			}
+			gbs := l.GBs
+			switch l.Kind {
+			case "pcie":
+				if gbs == 0 {
+					per, ok := pcieLaneGBs[l.Gen]
+					if !ok || l.Width <= 0 || l.Width > 32 {
+						return fmt.Errorf("node %s link %s-%s: pcie needs gbs, or gen 1-6 and width 1-32", n.Hostname, l.A, l.B)
+					}
+					gbs = per * float64(l.Width)
+				}
+			case "nvlink", "smp":
+			default:
+				return fmt.Errorf("node %s link %s-%s: kind %q; want nvlink, pcie or smp", n.Hostname, l.A, l.B, l.Kind)
+			}
+			if !(gbs > 0 && gbs < 1e6) {
+				return fmt.Errorf("node %s link %s-%s: gbs %v is out of range", n.Hostname, l.A, l.B, gbs)
+			}
+			lat := l.LatencyUS
+			if lat == 0 {
+				lat = defaultLatencyUS[l.Kind]
+			}
+			if lat < 0 || lat > 1e6 {
+				return fmt.Errorf("node %s link %s-%s: latency_us %v is out of range", n.Hostname, l.A, l.B, lat)
+			}
+			t.addEdge(a, b, l.Kind, gbs, lat)
+		}
+	}
+	// Every GPU must reach every other one.
+	for i := range t.gpus {
+		for j := range t.gpus {
+			if i != j && t.Route(i, j).Hops == nil {
+				return fmt.Errorf("topology %s: no path from %s to %s", t.Name, t.GPUName(i), t.GPUName(j))
+			}
+		}
+	}
+	return nil
+}
+
+func (t *Topology) addEdge(a, b int, kind string, gbs, lat float64) {
+	t.adj[a] = append(t.adj[a], len(t.edges))
+	t.adj[b] = append(t.adj[b], len(t.edges))
+	t.edges = append(t.edges, edge{a: a, b: b, kind: kind, gbs: gbs, latencyUS: lat})
+}
+
+// NumGPUs is the number of GPUs over all nodes; GPUs are numbered in node order.
+func (t *Topology) NumGPUs() int { return len(t.gpus) }
+
+// GPU returns GPU i's description and the node it is on.
+func (t *Topology) GPU(i int) (GPU, *Node) {
+	r := t.gpus[i]
+	return t.Nodes[r.node].GPUs[r.index], &t.Nodes[r.node]
+}
+
+// NodeOf returns the index of the node GPU i is on.
+func (t *Topology) NodeOf(i int) int { return t.gpus[i].node }
+
+// GPUName is "host/id" for GPU i.
+func (t *Topology) GPUName(i int) string {
+	g, n := t.GPU(i)
+	return n.Hostname + "/" + g.ID
+}
+
+// NVLS reports whether GPU i sits on an NVSwitch with NVLink SHARP.
+func (t *Topology) NVLS(i int) bool {
+	_, n := t.GPU(i)
+	for _, ei := range t.adj[t.gpus[i].vert] {
+		e := t.edges[ei]
+		if e.kind != "nvlink" {
+			continue
+		}
+		other := e.a + e.b - t.gpus[i].vert
+		for _, s := range n.Switches {
+			if t.verts[n.Hostname+"/"+s.ID] == other && s.NVLS {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ScaleLink multiplies the bandwidth of the links between parts a and b by f (0 < f <= 1000): a
+// what-if question, or the simulator's slow-link fault. Parts are named "id" on a one-node
+// topology, or "host/id".
+func (t *Topology) ScaleLink(a, b string, f float64) error {
+	if !(f > 0 && f <= 1000) {
+		return fmt.Errorf("link factor %v is out of range (0, 1000]", f)
+	}
+	va, okA := t.vertex(a)
+	vb, okB := t.vertex(b)
+	if !okA || !okB {
+		return fmt.Errorf("no link %s-%s in topology %s: name parts by their id (host/id on several nodes)", a, b, t.Name)
+	}
+	found := false
+	for i := range t.edges {
+		if e := &t.edges[i]; e.a == va && e.b == vb || e.a == vb && e.b == va {
+			e.gbs *= f
+			found = true
+		}
+	}
+	if !found {
+		return fmt.Errorf("no link %s-%s in topology %s", a, b, t.Name)
+	}
+	return nil
+}
+
+func (t *Topology) vertex(name string) (int, bool) {
+	if !strings.Contains(name, "/") && len(t.Nodes) == 1 {
+		name = t.Nodes[0].Hostname + "/" + name
+	}
+	v, ok := t.verts[name]
+	return v, ok
+}
+
+// Hop is one link crossed in one direction.
+type Hop struct {
+	Edge    int
+	Forward bool // from the edge's a side to its b side
+}
+
+// Path is a route between two GPUs.
+type Path struct {
+	Hops      []Hop
+	Type      string // NVL, PIX, PXB, PHB, SYS, SHM (through host memory) or NET, as NCCL names paths
+	LatencyUS float64
+}
+
+// Route returns the path data takes from GPU a to GPU b: NVLink where it joins them, else PCIe
+// (through host memory when P2P is off), and through the nodes' nearest NICs between nodes.
+func (t *Topology) Route(a, b int) Path {
+	va, vb := t.gpus[a].vert, t.gpus[b].vert
+	if t.gpus[a].node != t.gpus[b].node {
+		return t.RouteVia(a, b, t.nearestNIC(va), t.nearestNIC(vb))
+	}
+	if t.P2P == "all" {
+		if h := t.bfs(va, vb, "nvlink"); h != nil {
+			return t.path(h, "NVL")
+		}
+		if h := t.bfs(va, vb, "pcie", "smp"); h != nil {
+			return t.path(h, t.pcieType(h))
+		}
+		return Path{}
+	}
+	cpu := t.nearest(va, "cpu", "pcie")
+	if cpu < 0 {
+		return Path{}
+	}
+	up, down := t.bfs(va, cpu, "pcie"), t.bfs(cpu, vb, "pcie", "smp")
+	if up == nil || down == nil {
+		return Path{}
+	}
+	return t.path(append(up, down...), "SHM")
+}
+
+// RouteVia routes between GPUs on different nodes through the given NIC vertices.
+func (t *Topology) RouteVia(a, b, nicA, nicB int) Path {
+	if nicA < 0 || nicB < 0 {
+		return Path{}
+	}
+	h1 := t.bfs(t.gpus[a].vert, nicA, "pcie", "smp")
+	h2 := t.bfs(nicA, nicB, "net")
+	h3 := t.bfs(nicB, t.gpus[b].vert, "pcie", "smp")
+	if h1 == nil || h2 == nil || h3 == nil {
+		return Path{}
+	}
+	return t.path(append(append(h1, h2...), h3...), "NET")
+}
+
+// NICs returns the NIC vertices of node n, in file order.
+func (t *Topology) NICs(n int) []int {
+	var v []int
+	for _, c := range t.Nodes[n].NICs {
+		v = append(v, t.verts[t.Nodes[n].Hostname+"/"+c.ID])
+	}
+	return v
+}
+
+func (t *Topology) nearestNIC(v int) int { return t.nearest(v, "nic", "pcie", "smp") }
+
+// nearest finds the vertex of the given kind fewest hops from v over the given link kinds.
+func (t *Topology) nearest(v int, kind string, via ...string) int {
+	seen := map[int]bool{v: true}
+	frontier := []int{v}
+	for len(frontier) > 0 {
+		var next []int
+		for _, u := range frontier {
+			for _, ei := range t.adj[u] {
+				e := t.edges[ei]
+				w := e.a + e.b - u
+				if seen[w] || !contains(via, e.kind) {
+					continue
+				}
+				if t.kinds[w] == kind {
+					return w
+				}
+				seen[w] = true
+				if t.kinds[w] != "gpu" && t.kinds[w] != "nic" {
+					next = append(next, w)
+				}
+			}
+		}
+		frontier = next
+	}
+	return -1
+}
+
+// bfs finds a fewest-hop route from u to v over the given link kinds, never passing through a
+// GPU, NIC or CPU... except that CPUs are transit points for pcie and smp links.
+func (t *Topology) bfs(from, to int, via ...string) []Hop {
+	if from == to {
+		return []Hop{}
+	}
+	prev := map[int]Hop{}
+	seen := map[int]bool{from: true}
+	frontier := []int{from}
+	for len(frontier) > 0 {
+		var next []int
+		for _, u := range frontier {
+			for _, ei := range t.adj[u] {
+				e := t.edges[ei]
+				w := e.a + e.b - u
+				if seen[w] || !contains(via, e.kind) {
+					continue
+				}
+				seen[w] = true
+				prev[w] = Hop{Edge: ei, Forward: e.a == u}
+				if w == to {
+					var hops []Hop
+					for x := to; x != from; {
+						h := prev[x]
+						hops = append([]Hop{h}, hops...)
+						if h.Forward {
+							x = t.edges[h.Edge].a
+						} else {
+							x = t.edges[h.Edge].b
+						}
+					}
+					return hops
+				}
+				if k := t.kinds[w]; k != "gpu" && k != "nic" {
+					next = append(next, w)
+				}
+			}
+		}
+		frontier = next
+	}
+	return nil
+}
+
+func (t *Topology) path(h []Hop, typ string) Path {
+	p := Path{Hops: h, Type: typ}
+	for _, x := range h {
+		p.LatencyUS += t.edges[x.Edge].latencyUS
+	}
+	return p
+}
+
+// pcieType names a PCIe path as nvidia-smi and NCCL do.
+func (t *Topology) pcieType(h []Hop) string {
+	cpus, smp := 0, false
+	for _, x := range h {
+		e := t.edges[x.Edge]
+		if e.kind == "smp" {
+			smp = true
+		}
+		if x.Forward && t.kinds[e.b] == "cpu" || !x.Forward && t.kinds[e.a] == "cpu" {
+			cpus++
+		}
+	}
+	switch {
+	case smp:
+		return "SYS"
+	case cpus > 0:
+		return "PHB"
+	case len(h) <= 2:
+		return "PIX"
+	default:
+		return "PXB"
+	}
+}
+
+func contains(s []string, x string) bool {
+	for _, v := range s {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// Flow is traffic along a path, in bytes (or any unit shared by all flows of one question).
+type Flow struct {
+	Path  Path
+	Bytes float64
+}
+
+// LinkLoad returns the time in µs the flows take when they run together and share every link's
+// capacity in each direction, each link derated by eff(kind) (1 for nominal figures).
+func (t *Topology) LinkLoad(flows []Flow, eff func(kind string) float64) float64 {
+	load := map[Hop]float64{}
+	for _, f := range flows {
+		for _, h := range f.Path.Hops {
+			load[h] += f.Bytes
+		}
+	}
+	worst := 0.0
+	for h, bytes := range load {
+		e := t.edges[h.Edge]
+		worst = math.Max(worst, bytes/(1e3*e.gbs*eff(e.kind)))
+	}
+	return worst
+}
+
+// RingFlows returns the flows of the rings NCCL would build through the given GPUs, one unit of
+// data per ring hop. On one node that is one ring in the given order. Across nodes there is one ring
+// per NIC (the fewest any node has): ring k enters each node at the GPU nearest to the node's k-th
+// NIC, visits the node's other GPUs, and leaves from the next-nearest GPU through the same NIC;
+// every other ring runs the other way round inside each node, so that entries and exits spread
+// over the PCIe links as NCCL's channels do.
+func (t *Topology) RingFlows(gpus []int) (flows []Flow, rings int) {
+	var byNode [][]int
+	index := map[int]int{}
+	for _, g := range gpus {
+		n := t.gpus[g].node
+		if _, ok := index[n]; !ok {
+			index[n] = len(byNode)
+			byNode = append(byNode, nil)
+		}
+		byNode[index[n]] = append(byNode[index[n]], g)
+	}
+	hop := func(a, b int, nic func(node int) int) {
+		if a == b {
+			return
+		}
+		p := t.Route(a, b)
+		if na, nb := t.gpus[a].node, t.gpus[b].node; na != nb {
+			p = t.RouteVia(a, b, nic(na), nic(nb))
+		}
+		flows = append(flows, Flow{Path: p, Bytes: 1})
+	}
+	if len(byNode) == 1 {
+		for i, g := range gpus {
+			hop(g, gpus[(i+1)%len(gpus)], nil)
+		}
+		return flows, 1
+	}
+	rings = math.MaxInt
+	for n := range index {
+		rings = min(rings, len(t.NICs(n)))
+	}
+	for k := 0; k < rings; k++ {
+		nic := func(node int) int { return t.NICs(node)[k] }
+		var order []int
+		for _, local := range byNode {
+			local = t.ringThroughNIC(local, nic(t.gpus[local[0]].node))
+			if k%2 == 1 {
+				slices.Reverse(local)
+			}
+			order = append(order, local...)
+		}
+		for i, g := range order {
+			hop(g, order[(i+1)%len(order)], nic)
+		}
+	}
+	return flows, rings
+}
+
+// ringThroughNIC orders one node's GPUs to enter at the GPU nearest the NIC and leave from the
+// next-nearest one.
+func (t *Topology) ringThroughNIC(local []int, nic int) []int {
+	dist := map[int]int{}
+	for _, g := range local {
+		dist[g] = len(t.bfs(nic, t.gpus[g].vert, "pcie", "smp"))
+	}
+	byDist := slices.Clone(local)
+	slices.SortStableFunc(byDist, func(a, b int) int { return dist[a] - dist[b] })
+	if len(byDist) == 1 {
+		return byDist
+	}
+	entry, exit := byDist[0], byDist[1]
+	order := []int{entry}
+	for _, g := range local {
+		if g != entry && g != exit {
+			order = append(order, g)
+		}
+	}
+	return append(order, exit)
+}
+
+// BusPeak is the nominal bus bandwidth (GB/s) of a ring over the given GPUs: the rate at which
+// every GPU can send to the next one at once, on nominal link figures. It is the figure nccl-tests'
+// busbw is measured against, and returns the kind of link that limits it.
+func (t *Topology) BusPeak(gpus []int) (gbs float64, limit string) {
+	if len(gpus) < 2 {
+		return 0, ""
+	}
+	flows, rings := t.RingFlows(gpus)
+	us := t.LinkLoad(flows, func(string) float64 { return 1 })
+	if us == 0 {
+		return 0, ""
+	}
+	return float64(rings) / (us * 1e3), t.bottleneckKind(flows)
+}
+
+func (t *Topology) bottleneckKind(flows []Flow) string {
+	load := map[Hop]float64{}
+	for _, f := range flows {
+		for _, h := range f.Path.Hops {
+			load[h] += f.Bytes
+		}
+	}
+	worst, kind := 0.0, ""
+	for h, b := range load {
+		e := t.edges[h.Edge]
+		if r := b / e.gbs; r > worst || r == worst && strings.Compare(e.kind, kind) < 0 {
+			worst, kind = r, e.kind
+		}
+	}
+	if kind == "net" && t.Network != nil {
+		return t.Network.Kind
+	}
+	return kind
+}

@@ -1,0 +1,420 @@
+// Package report renders gpubench's results: nccl-tests' table, JSON, CSV and Markdown.
+package report
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpubench/gpubench/internal/coll"
+)
+
+// Formats are the values of --output.
+var Formats = []string{"table", "json", "csv", "markdown"}
+
+// CollRun is what a collective run's output says besides its rows.
+type CollRun struct {
+	Version  string
+	Coll     *coll.Collective
+	Backend  string
+	Topology string
+	Opt      coll.Options
+	PID      int
+	Start    time.Time
+	DataCap  int64 // the simulator's data cap, bytes; 0 for a real backend
+	Summary  *coll.Summary
+}
+
+// CollWriter writes a run as it happens: Start once the devices are known, Row per measured size,
+// End with the totals.
+type CollWriter interface {
+	Start(r *CollRun) error
+	Row(r *CollRun, res coll.Result) error
+	End(r *CollRun) error
+}
+
+// NewCollWriter returns the writer for an --output format.
+func NewCollWriter(format string, w io.Writer) (CollWriter, error) {
+	switch format {
+	case "table":
+		return &tableWriter{w: w}, nil
+	case "json":
+		return &jsonWriter{w: w}, nil
+	case "csv":
+		return &csvWriter{w: csv.NewWriter(w)}, nil
+	case "markdown":
+		return &markdownWriter{w: w}, nil
+	}
+	return nil, fmt.Errorf("unknown output format %q: use %s", format, strings.Join(Formats, ", "))
+}
+
+// floatStr formats v to fit width as nccl-tests' getFloatStr does: %.2f, %.1f, %.0f, then
+// exponent forms.
+func floatStr(v float64, width int) string {
+	for _, f := range []string{"%.2f", "%.1f", "%.0f"} {
+		if s := fmt.Sprintf(f, v); len(s) <= width {
+			return s
+		}
+	}
+	if width >= 7 {
+		return fmt.Sprintf("%.1e", v)
+	}
+	return fmt.Sprintf("%.0e", v)
+}
+
+func stepText(w coll.Sweep) string {
+	if w.Factor > 1 {
+		return fmt.Sprintf("%d(factor)", w.Factor)
+	}
+	return fmt.Sprintf("%d(bytes)", w.Step)
+}
+
+// notes are the lines gpubench adds to nccl-tests' header and footer.
+func headerNotes(r *CollRun) []string {
+	s := r.Summary
+	var notes []string
+	if s.ClampedFrom > 0 {
+		notes = append(notes, fmt.Sprintf("Reducing maxBytes to %d due to memory limitation", s.Sweep.Max))
+	}
+	if r.Coll.Factor(len(s.Devices)) == 0 {
+		notes = append(notes, fmt.Sprintf("With %d rank, busbw is 0 by definition (busbw = algbw x %s): read algbw", len(s.Devices), factorText(r.Coll)))
+	}
+	return notes
+}
+
+func factorText(c *coll.Collective) string {
+	switch c.Factor(4) {
+	case 1.5:
+		return "2(n-1)/n"
+	case 0.75:
+		return "(n-1)/n"
+	}
+	return "1"
+}
+
+func footerNotes(r *CollRun) []string {
+	s := r.Summary
+	var notes []string
+	if s.BestBusBW > 0 && s.BusPeak > 0 {
+		notes = append(notes, fmt.Sprintf("Best bus bandwidth   : %.2f GB/s at %d B, %.0f%% of the %.2f GB/s nominal bus peak (%s)",
+			s.BestBusBW, s.BestSize, 100*s.BestBusBW/s.BusPeak, s.BusPeak, s.PeakLimit))
+	}
+	if s.TimingOnlyFrom > 0 {
+		why := "the backend held no data"
+		if r.DataCap > 0 {
+			why = fmt.Sprintf("the simulator backs only %s of device memory with host memory (--sim-data-cap)", coll.FormatSize(r.DataCap))
+		}
+		notes = append(notes, fmt.Sprintf("Timing only          : from %d B on, %s; #wrong is N/A", s.TimingOnlyFrom, why))
+	}
+	if s.Interrupted {
+		notes = append(notes, "Interrupted          : the results above are all that was measured")
+	}
+	return notes
+}
+
+type tableWriter struct{ w io.Writer }
+
+func (t *tableWriter) Start(r *CollRun) error {
+	s, o := r.Summary, r.Opt
+	fmt.Fprintf(t.w, "# gpubench %s: %s (nccl-tests %s layout), backend %s, topology %s\n", r.Version, r.Coll.Name, r.Coll.Perf, r.Backend, r.Topology)
+	fmt.Fprintf(t.w, "# nThread 1 nGpus %d minBytes %d maxBytes %d step: %s warmup iters: %d iters: %d agg iters: 1 validation: %d graph: 0\n",
+		len(s.Devices), s.Sweep.Min, s.Sweep.Max, stepText(s.Sweep), o.Warmup, o.Iters, o.Check)
+	fmt.Fprintf(t.w, "#\n# Using devices\n")
+	for rank, d := range s.Devices {
+		host, _, _ := strings.Cut(d.Host, ".")
+		fmt.Fprintf(t.w, "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s\n", rank, 0, r.PID, host, d.Ordinal, busID(d.PCIBusID), d.Name)
+	}
+	for _, n := range headerNotes(r) {
+		fmt.Fprintf(t.w, "#\n# %s\n", n)
+	}
+	fmt.Fprintf(t.w, "#\n")
+	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "", "", "")
+	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n",
+		"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")
+	_, err := fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n",
+		"(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
+	return err
+}
+
+// busID is the domain:bus:device part of a PCI bus id, as nccl-tests prints it.
+func busID(id string) string {
+	if i := strings.LastIndexByte(id, '.'); i > 0 {
+		return id[:i]
+	}
+	return id
+}
+
+func (t *tableWriter) Row(_ *CollRun, res coll.Result) error {
+	line := fmt.Sprintf("%12d  %12d  %8s  %6s  %6d", res.Size, res.Count, res.Type, res.Op, res.Root)
+	for _, p := range []coll.Placement{res.OutOfPlace, res.InPlace} {
+		wrong := "N/A"
+		if p.Wrong != nil {
+			wrong = strconv.FormatFloat(float64(*p.Wrong), 'g', 6, 64)
+		}
+		line += fmt.Sprintf("  %7s  %6s  %6s  %6s", floatStr(p.TimeUS, 7), floatStr(p.AlgBW, 6), floatStr(p.BusBW, 6), wrong)
+	}
+	_, err := fmt.Fprintln(t.w, line)
+	return err
+}
+
+func (t *tableWriter) End(r *CollRun) error {
+	s := r.Summary
+	ok := "OK"
+	if s.OutOfBounds > 0 {
+		ok = "FAILED"
+	}
+	fmt.Fprintf(t.w, "# Out of bounds values : %d %s\n", s.OutOfBounds, ok)
+	fmt.Fprintf(t.w, "# Avg bus bandwidth    : %g \n", round(s.AvgBusBW, 6))
+	for _, n := range footerNotes(r) {
+		fmt.Fprintf(t.w, "# %s\n", n)
+	}
+	_, err := fmt.Fprintf(t.w, "#\n# Collective test concluded: %s\n#\n", r.Coll.Perf)
+	return err
+}
+
+// round keeps digits significant digits, so that %g prints as nccl-tests' %g would.
+func round(v float64, digits int) float64 {
+	f, _ := strconv.ParseFloat(strconv.FormatFloat(v, 'g', digits, 64), 64)
+	return f
+}
+
+// JSON output: docs/output.md documents every field.
+
+type jsonRun struct {
+	Version     string       `json:"gpubench_version"`
+	Collective  string       `json:"collective"`
+	NCCLTests   string       `json:"nccl_tests_equivalent"`
+	Backend     string       `json:"backend"`
+	Topology    string       `json:"topology"`
+	StartTime   string       `json:"start_time"`
+	Config      jsonConfig   `json:"config"`
+	Devices     []jsonDevice `json:"devices"`
+	Notes       []string     `json:"notes"`
+	Results     []jsonResult `json:"results"`
+	OutOfBounds jsonOOB      `json:"out_of_bounds"`
+	AvgBusBW    float64      `json:"avg_busbw_gbs"`
+	Best        *jsonBest    `json:"best"`
+	BusPeak     *jsonBusPeak `json:"bus_peak"`
+	TimingOnly  *int64       `json:"timing_only_from_bytes"`
+	ZeroBusBW   bool         `json:"busbw_zero_by_definition"`
+	Interrupted bool         `json:"interrupted"`
+}
+
+type jsonConfig struct {
+	Ranks        int      `json:"ranks"`
+	MinBytes     int64    `json:"min_bytes"`
+	MaxBytes     int64    `json:"max_bytes"`
+	RequestedMax int64    `json:"requested_max_bytes"`
+	StepFactor   *int64   `json:"step_factor"`
+	StepBytes    *int64   `json:"step_bytes"`
+	Warmup       int      `json:"warmup_iters"`
+	Iters        int      `json:"iters"`
+	Check        int      `json:"check_iters"`
+	Average      int      `json:"average"`
+	DTypes       []string `json:"dtypes"`
+	Ops          []string `json:"ops"`
+	Root         *int     `json:"root"`
+	Seed         uint64   `json:"seed"`
+	DataCap      *int64   `json:"sim_data_cap_bytes"`
+}
+
+type jsonDevice struct {
+	Rank     int    `json:"rank"`
+	PID      int    `json:"pid"`
+	Host     string `json:"host"`
+	Device   int    `json:"device"`
+	PCIBusID string `json:"pci_bus_id"`
+	Name     string `json:"name"`
+	Memory   int64  `json:"memory_bytes"`
+}
+
+type jsonResult struct {
+	Size       int64         `json:"size_bytes"`
+	Count      int64         `json:"count"`
+	Type       string        `json:"type"`
+	Op         *string       `json:"redop"`
+	Root       *int          `json:"root"`
+	OutOfPlace jsonPlacement `json:"out_of_place"`
+	InPlace    jsonPlacement `json:"in_place"`
+}
+
+type jsonPlacement struct {
+	TimeUS     float64 `json:"time_us"`
+	AlgBW      float64 `json:"algbw_gbs"`
+	BusBW      float64 `json:"busbw_gbs"`
+	Wrong      *int64  `json:"wrong"`
+	TimingOnly bool    `json:"timing_only"`
+}
+
+type jsonOOB struct {
+	Count int  `json:"count"`
+	OK    bool `json:"ok"`
+}
+
+type jsonBest struct {
+	BusBW float64 `json:"busbw_gbs"`
+	Size  int64   `json:"size_bytes"`
+}
+
+type jsonBusPeak struct {
+	GBs          float64  `json:"gbs"`
+	Link         string   `json:"link"`
+	BestFraction *float64 `json:"best_fraction"`
+}
+
+type jsonWriter struct {
+	w    io.Writer
+	rows []coll.Result
+}
+
+func (j *jsonWriter) Start(*CollRun) error { return nil }
+
+func (j *jsonWriter) Row(_ *CollRun, res coll.Result) error {
+	j.rows = append(j.rows, res)
+	return nil
+}
+
+func (j *jsonWriter) End(r *CollRun) error {
+	enc := json.NewEncoder(j.w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(CollJSON(r))
+}
+
+// CollJSON is the JSON document for a run (docs/output.md).
+func CollJSON(r *CollRun) any {
+	s, o := r.Summary, r.Opt
+	doc := jsonRun{
+		Version: r.Version, Collective: r.Coll.Name, NCCLTests: r.Coll.Perf, Backend: r.Backend, Topology: r.Topology,
+		StartTime: r.Start.UTC().Format(time.RFC3339),
+		Config: jsonConfig{
+			Ranks: len(s.Devices), MinBytes: s.Sweep.Min, MaxBytes: s.Sweep.Max, RequestedMax: o.Sweep.Max,
+			Warmup: o.Warmup, Iters: o.Iters, Check: o.Check, Average: o.Average, Seed: o.Seed,
+		},
+		Notes:       append(headerNotes(r), footerNotes(r)...),
+		Results:     []jsonResult{},
+		OutOfBounds: jsonOOB{Count: s.OutOfBounds, OK: s.OutOfBounds == 0},
+		AvgBusBW:    s.AvgBusBW,
+		ZeroBusBW:   r.Coll.Factor(len(s.Devices)) == 0,
+		Interrupted: s.Interrupted,
+	}
+	if s.Sweep.Factor > 1 {
+		doc.Config.StepFactor = &s.Sweep.Factor
+	} else {
+		doc.Config.StepBytes = &s.Sweep.Step
+	}
+	for _, d := range o.DTypes {
+		doc.Config.DTypes = append(doc.Config.DTypes, d.String())
+	}
+	doc.Config.Ops = []string{}
+	if r.Coll.Reduces {
+		for _, op := range o.Ops {
+			doc.Config.Ops = append(doc.Config.Ops, op.String())
+		}
+	}
+	if r.Coll.Rooted {
+		doc.Config.Root = &o.Root
+	}
+	if r.DataCap > 0 {
+		doc.Config.DataCap = &r.DataCap
+	}
+	for rank, d := range s.Devices {
+		doc.Devices = append(doc.Devices, jsonDevice{Rank: rank, PID: r.PID, Host: d.Host, Device: d.Ordinal, PCIBusID: d.PCIBusID, Name: d.Name, Memory: d.MemoryBytes})
+	}
+	for _, res := range s.Results {
+		jr := jsonResult{Size: res.Size, Count: res.Count, Type: res.Type, OutOfPlace: jsonPlace(res.OutOfPlace), InPlace: jsonPlace(res.InPlace)}
+		if r.Coll.Reduces {
+			jr.Op = &res.Op
+		}
+		if r.Coll.Rooted {
+			jr.Root = &res.Root
+		}
+		doc.Results = append(doc.Results, jr)
+	}
+	if s.BestBusBW > 0 {
+		doc.Best = &jsonBest{BusBW: s.BestBusBW, Size: s.BestSize}
+	}
+	if s.BusPeak > 0 {
+		doc.BusPeak = &jsonBusPeak{GBs: s.BusPeak, Link: s.PeakLimit}
+		if s.BestBusBW > 0 {
+			f := s.BestBusBW / s.BusPeak
+			doc.BusPeak.BestFraction = &f
+		}
+	}
+	if s.TimingOnlyFrom > 0 {
+		doc.TimingOnly = &s.TimingOnlyFrom
+	}
+	return doc
+}
+
+func jsonPlace(p coll.Placement) jsonPlacement {
+	return jsonPlacement{TimeUS: p.TimeUS, AlgBW: p.AlgBW, BusBW: p.BusBW, Wrong: p.Wrong, TimingOnly: p.TimingOnly}
+}
+
+var csvHeader = []string{"collective", "size_bytes", "count", "type", "redop", "root",
+	"oop_time_us", "oop_algbw_gbs", "oop_busbw_gbs", "oop_wrong",
+	"ip_time_us", "ip_algbw_gbs", "ip_busbw_gbs", "ip_wrong"}
+
+type csvWriter struct{ w *csv.Writer }
+
+func (c *csvWriter) Start(*CollRun) error {
+	c.w.Write(csvHeader)
+	c.w.Flush()
+	return c.w.Error()
+}
+
+func (c *csvWriter) Row(r *CollRun, res coll.Result) error {
+	rec := []string{r.Coll.Name, strconv.FormatInt(res.Size, 10), strconv.FormatInt(res.Count, 10), res.Type, res.Op, strconv.Itoa(res.Root)}
+	for _, p := range []coll.Placement{res.OutOfPlace, res.InPlace} {
+		wrong := ""
+		if p.Wrong != nil {
+			wrong = strconv.FormatInt(*p.Wrong, 10)
+		}
+		rec = append(rec, num(p.TimeUS), num(p.AlgBW), num(p.BusBW), wrong)
+	}
+	c.w.Write(rec)
+	c.w.Flush()
+	return c.w.Error()
+}
+
+func (c *csvWriter) End(*CollRun) error { return nil }
+
+func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
+
+type markdownWriter struct{ w io.Writer }
+
+func (m *markdownWriter) Start(r *CollRun) error {
+	s := r.Summary
+	fmt.Fprintf(m.w, "**gpubench %s %s** (nccl-tests %s layout) on %d ranks, backend %s, topology %s\n\n", r.Version, r.Coll.Name, r.Coll.Perf, len(s.Devices), r.Backend, r.Topology)
+	for _, n := range headerNotes(r) {
+		fmt.Fprintf(m.w, "> %s\n\n", n)
+	}
+	fmt.Fprintln(m.w, "| size (B) | count | type | redop | root | time (us) | algbw (GB/s) | busbw (GB/s) | #wrong | in-place time (us) | algbw (GB/s) | busbw (GB/s) | #wrong |")
+	_, err := fmt.Fprintln(m.w, "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	return err
+}
+
+func (m *markdownWriter) Row(_ *CollRun, res coll.Result) error {
+	line := fmt.Sprintf("| %d | %d | %s | %s | %d |", res.Size, res.Count, res.Type, res.Op, res.Root)
+	for _, p := range []coll.Placement{res.OutOfPlace, res.InPlace} {
+		wrong := "N/A"
+		if p.Wrong != nil {
+			wrong = strconv.FormatInt(*p.Wrong, 10)
+		}
+		line += fmt.Sprintf(" %s | %s | %s | %s |", floatStr(p.TimeUS, 7), floatStr(p.AlgBW, 6), floatStr(p.BusBW, 6), wrong)
+	}
+	_, err := fmt.Fprintln(m.w, line)
+	return err
+}
+
+func (m *markdownWriter) End(r *CollRun) error {
+	s := r.Summary
+	fmt.Fprintf(m.w, "\nOut of bounds values: %d. Average bus bandwidth: %g GB/s.\n", s.OutOfBounds, round(s.AvgBusBW, 6))
+	for _, n := range footerNotes(r) {
+		fmt.Fprintf(m.w, "\n> %s\n", strings.Join(strings.Fields(n), " "))
+	}
+	return nil
+}

@@ -1,0 +1,248 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gpubench/gpubench/internal/gpu"
+)
+
+// comm is a simulated communicator. Each call does the data movement at once (when every buffer
+// has data) and advances the virtual clocks by the cost model's duration.
+type comm struct {
+	b    *Backend
+	devs []int
+	m    *model
+}
+
+func (c *comm) Size() int    { return len(c.devs) }
+func (c *comm) Close() error { return nil }
+
+func (c *comm) Synchronize(ctx context.Context) error { return c.b.synchronize(ctx, c.devs) }
+
+// args checks that every rank passes a buffer on its own device, of at least the given size.
+func (c *comm) args(op string, sets ...bufSet) error {
+	for _, s := range sets {
+		if len(s.bufs) != len(c.devs) {
+			return fmt.Errorf("sim %s: %d %s buffers for %d ranks: %w", op, len(s.bufs), s.name, len(c.devs), gpu.ErrInvalid)
+		}
+		for r, x := range s.bufs {
+			if s.only >= 0 && r != s.only {
+				continue
+			}
+			if x == nil || x.Device() != c.devs[r] {
+				return fmt.Errorf("sim %s: rank %d's %s buffer is not on its device %d: %w", op, r, s.name, c.devs[r], gpu.ErrInvalid)
+			}
+			if x.Len() < s.bytes {
+				return fmt.Errorf("sim %s: rank %d's %s buffer has %d bytes, needs %d: %w", op, r, s.name, x.Len(), s.bytes, gpu.ErrInvalid)
+			}
+		}
+	}
+	return nil
+}
+
+type bufSet struct {
+	name  string
+	bufs  []gpu.Buffer
+	bytes int64
+	only  int // check only this rank (-1: all)
+}
+
+func all(name string, bufs []gpu.Buffer, bytes int64) bufSet {
+	return bufSet{name: name, bufs: bufs, bytes: bytes, only: -1}
+}
+
+func hasData(sets ...[]gpu.Buffer) bool {
+	for _, s := range sets {
+		for _, x := range s {
+			if x != nil && !x.HasData() {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// run advances the clocks by us, then, when the buffers hold data, moves it and applies corrupt
+// faults to each rank's output.
+func (c *comm) run(us float64, dt gpu.DType, data bool, out []gpu.Buffer, move func()) {
+	corrupt := c.b.launch(c.devs, us)
+	if !data {
+		return
+	}
+	move()
+	for r, bad := range corrupt {
+		if bad && out[r] != nil && out[r].Len() >= int64(dt.Size()) {
+			x := out[r].(*buffer).bytes()
+			x[dt.Size()-1] ^= 0x40
+		}
+	}
+}
+
+func bytesOf(x gpu.Buffer, n int64) []byte { return x.(*buffer).bytes()[:n] }
+
+// reduceAll returns the reduction of the first n bytes of every buffer.
+func reduceAll(bufs []gpu.Buffer, n int64, dt gpu.DType, op gpu.RedOp) []byte {
+	srcs := make([][]byte, len(bufs))
+	for i, x := range bufs {
+		srcs[i] = bytesOf(x, n)
+	}
+	out := make([]byte, n)
+	gpu.ReduceAll(dt, op, out, srcs)
+	return out
+}
+
+func (c *comm) AllReduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op gpu.RedOp) error {
+	n := count * int64(dt.Size())
+	if err := c.args("allreduce", all("send", send, n), all("recv", recv, n)); err != nil {
+		return err
+	}
+	c.run(c.m.collTime(collAllReduce, n).us, dt, hasData(send, recv), recv, func() {
+		res := reduceAll(send, n, dt, op)
+		for _, x := range recv {
+			copy(bytesOf(x, n), res)
+		}
+	})
+	return nil
+}
+
+func (c *comm) AllGather(send, recv []gpu.Buffer, sendCount int64, dt gpu.DType) error {
+	n := sendCount * int64(dt.Size())
+	ranks := int64(len(c.devs))
+	if err := c.args("allgather", all("send", send, n), all("recv", recv, n*ranks)); err != nil {
+		return err
+	}
+	c.run(c.m.collTime(collAllGather, n*ranks).us, dt, hasData(send, recv), recv, func() {
+		chunks := make([][]byte, len(send))
+		for r, x := range send {
+			chunks[r] = append([]byte(nil), bytesOf(x, n)...)
+		}
+		for _, x := range recv {
+			out := bytesOf(x, n*ranks)
+			for r, chunk := range chunks {
+				copy(out[int64(r)*n:], chunk)
+			}
+		}
+	})
+	return nil
+}
+
+func (c *comm) ReduceScatter(send, recv []gpu.Buffer, recvCount int64, dt gpu.DType, op gpu.RedOp) error {
+	n := recvCount * int64(dt.Size())
+	ranks := int64(len(c.devs))
+	if err := c.args("reducescatter", all("send", send, n*ranks), all("recv", recv, n)); err != nil {
+		return err
+	}
+	c.run(c.m.collTime(collReduceScatter, n*ranks).us, dt, hasData(send, recv), recv, func() {
+		res := reduceAll(send, n*ranks, dt, op)
+		for r, x := range recv {
+			copy(bytesOf(x, n), res[int64(r)*n:])
+		}
+	})
+	return nil
+}
+
+func (c *comm) Broadcast(send, recv []gpu.Buffer, count int64, dt gpu.DType, root int) error {
+	n := count * int64(dt.Size())
+	if root < 0 || root >= len(c.devs) {
+		return fmt.Errorf("sim broadcast: root %d of %d ranks: %w", root, len(c.devs), gpu.ErrInvalid)
+	}
+	if err := c.args("broadcast", bufSet{"send", send, n, root}, all("recv", recv, n)); err != nil {
+		return err
+	}
+	c.run(c.m.collTime(collBroadcast, n).us, dt, hasData([]gpu.Buffer{send[root]}, recv), recv, func() {
+		data := append([]byte(nil), bytesOf(send[root], n)...)
+		for _, x := range recv {
+			copy(bytesOf(x, n), data)
+		}
+	})
+	return nil
+}
+
+func (c *comm) Reduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op gpu.RedOp, root int) error {
+	n := count * int64(dt.Size())
+	if root < 0 || root >= len(c.devs) {
+		return fmt.Errorf("sim reduce: root %d of %d ranks: %w", root, len(c.devs), gpu.ErrInvalid)
+	}
+	if err := c.args("reduce", all("send", send, n), bufSet{"recv", recv, n, root}); err != nil {
+		return err
+	}
+	c.run(c.m.collTime(collReduce, n).us, dt, hasData(send, []gpu.Buffer{recv[root]}), recv, func() {
+		copy(bytesOf(recv[root], n), reduceAll(send, n, dt, op))
+	})
+	return nil
+}
+
+func (c *comm) AllToAll(send, recv []gpu.Buffer, count int64, dt gpu.DType) error {
+	n := count * int64(dt.Size())
+	ranks := len(c.devs)
+	if err := c.args("alltoall", all("send", send, n*int64(ranks)), all("recv", recv, n*int64(ranks))); err != nil {
+		return err
+	}
+	var flows []gpu.Flow
+	for i := range ranks {
+		for j := range ranks {
+			if i != j {
+				flows = append(flows, gpu.Flow{Path: c.m.topo.Route(c.devs[i], c.devs[j]), Bytes: float64(n)})
+			}
+		}
+	}
+	c.run(c.m.p2pTime(flows), dt, hasData(send, recv), recv, func() {
+		in := make([][]byte, ranks)
+		for r, x := range send {
+			in[r] = append([]byte(nil), bytesOf(x, n*int64(ranks))...)
+		}
+		for j, x := range recv {
+			out := bytesOf(x, n*int64(ranks))
+			for i := range ranks {
+				copy(out[int64(i)*n:], in[i][int64(j)*n:int64(j+1)*n])
+			}
+		}
+	})
+	return nil
+}
+
+func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
+	n := count * int64(dt.Size())
+	ranks := len(c.devs)
+	type pair struct{ from, to int }
+	sends, recvs := map[pair]gpu.Buffer{}, map[pair]gpu.Buffer{}
+	for _, o := range ops {
+		if o.Rank < 0 || o.Rank >= ranks || o.Peer < 0 || o.Peer >= ranks {
+			return fmt.Errorf("sim sendrecv: rank %d or peer %d outside 0-%d: %w", o.Rank, o.Peer, ranks-1, gpu.ErrInvalid)
+		}
+		if o.Buf == nil || o.Buf.Device() != c.devs[o.Rank] || o.Buf.Len() < n {
+			return fmt.Errorf("sim sendrecv: rank %d's buffer is not %d bytes on its device %d: %w", o.Rank, n, c.devs[o.Rank], gpu.ErrInvalid)
+		}
+		if o.Send {
+			sends[pair{o.Rank, o.Peer}] = o.Buf
+		} else {
+			recvs[pair{o.Peer, o.Rank}] = o.Buf
+		}
+	}
+	if len(sends) != len(recvs) || len(sends) != len(ops)/2 || len(ops)%2 != 0 {
+		return fmt.Errorf("sim sendrecv: every send needs exactly one matching receive: %w", gpu.ErrInvalid)
+	}
+	var flows []gpu.Flow
+	var bufs []gpu.Buffer
+	out := make([]gpu.Buffer, ranks)
+	for p, s := range sends {
+		r, ok := recvs[p]
+		if !ok {
+			return fmt.Errorf("sim sendrecv: rank %d sends to %d, which does not receive from it: %w", p.from, p.to, gpu.ErrInvalid)
+		}
+		flows = append(flows, gpu.Flow{Path: c.m.topo.Route(c.devs[p.from], c.devs[p.to]), Bytes: float64(n)})
+		bufs = append(bufs, s, r)
+		out[p.to] = r
+	}
+	c.run(c.m.p2pTime(flows), dt, hasData(bufs), out, func() {
+		data := map[pair][]byte{}
+		for p, s := range sends {
+			data[p] = append([]byte(nil), bytesOf(s, n)...)
+		}
+		for p, r := range recvs {
+			copy(bytesOf(r, n), data[p])
+		}
+	})
+	return nil
+}

@@ -1,0 +1,260 @@
+// Package sim is gpubench's simulated backend: a machine described by a topology, whose devices
+// are host memory and whose clock is virtual. Collectives really move and reduce data up to a data
+// cap, so results are checked honestly; past the cap they carry timing only. Durations come from
+// the cost model in model.go (docs/model.md).
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/gpubench/gpubench/internal/gpu"
+)
+
+// DefaultDataCap keeps a default run's host memory small (docs/model.md).
+const DefaultDataCap = 16 << 20
+
+// Options tune a simulated backend.
+type Options struct {
+	// DataCap is how many bytes of simulated device memory, over all devices at once, are backed
+	// by host memory. Allocations past it carry timing only.
+	DataCap int64
+	// Jitter, when above 0, stretches every operation by a random fraction of up to about
+	// 3×Jitter (half-normal), drawn from Seed.
+	Jitter float64
+	Seed   uint64
+	Faults []Fault
+}
+
+// Backend is the simulator. It is safe for use by one goroutine at a time.
+type Backend struct {
+	topo    *gpu.Topology
+	opt     Options
+	devices []gpu.Device
+	rng     *rand.Rand
+
+	mu     sync.Mutex
+	hostUS float64   // virtual host clock
+	free   []float64 // per device: when its stream is idle (+Inf: hung)
+	used   []int64   // per device: bytes allocated
+	backed int64     // bytes backed by host memory
+	calls  []int     // per device: collectives run
+}
+
+var _ gpu.Backend = (*Backend)(nil)
+
+// New returns a simulated backend on topology t, which it takes over (slow-link faults change it).
+func New(t *gpu.Topology, opt Options) (*Backend, error) {
+	if opt.DataCap < 0 {
+		return nil, fmt.Errorf("data cap %d is negative", opt.DataCap)
+	}
+	if !(opt.Jitter >= 0 && opt.Jitter <= 1) {
+		return nil, fmt.Errorf("jitter %v is out of range [0, 1]", opt.Jitter)
+	}
+	b := &Backend{topo: t, opt: opt, rng: rand.New(rand.NewPCG(opt.Seed, 0x9e3779b97f4a7c15))}
+	for i := 0; i < t.NumGPUs(); i++ {
+		g, node := t.GPU(i)
+		b.devices = append(b.devices, gpu.Device{Ordinal: i, Name: g.Name, PCIBusID: g.PCIBusID, MemoryBytes: g.MemoryBytes, Host: node.Hostname})
+	}
+	n := len(b.devices)
+	b.free, b.used, b.calls = make([]float64, n), make([]int64, n), make([]int, n)
+	for _, f := range opt.Faults {
+		switch f.Kind {
+		case "slow-link":
+			if err := t.ScaleLink(f.A, f.B, f.Factor); err != nil {
+				return nil, err
+			}
+		default:
+			if f.Device >= n {
+				return nil, fmt.Errorf("fault %s: topology %s has devices 0-%d", f, t.Name, n-1)
+			}
+		}
+	}
+	return b, nil
+}
+
+func (b *Backend) Name() string            { return "sim" }
+func (b *Backend) Devices() []gpu.Device   { return b.devices }
+func (b *Backend) Topology() *gpu.Topology { return b.topo }
+func (b *Backend) Close() error            { return nil }
+func (b *Backend) Now() time.Duration      { return time.Duration(b.hostUS * 1e3) }
+func (b *Backend) DataCap() int64          { return b.opt.DataCap }
+func (b *Backend) validDevice(i int) bool  { return i >= 0 && i < len(b.devices) }
+func (b *Backend) jitter(us float64) float64 {
+	return us * (1 + b.opt.Jitter*math.Abs(b.rng.NormFloat64()))
+}
+
+// buffer is simulated device memory: a host slice when backed, a length otherwise.
+type buffer struct {
+	dev    int
+	data   []byte // nil when timing-only
+	off, n int64
+	root   bool
+}
+
+func (x *buffer) Device() int   { return x.dev }
+func (x *buffer) Len() int64    { return x.n }
+func (x *buffer) HasData() bool { return x.data != nil }
+
+func (x *buffer) Slice(off, n int64) gpu.Buffer {
+	if off < 0 || n < 0 || off+n > x.n {
+		panic(fmt.Sprintf("sim: slice [%d, %d) of a %d-byte buffer", off, off+n, x.n))
+	}
+	return &buffer{dev: x.dev, data: x.data, off: x.off + off, n: n}
+}
+
+func (x *buffer) bytes() []byte { return x.data[x.off : x.off+x.n] }
+
+// Alloc reserves n bytes on device dev, backed by host memory while the data cap allows.
+func (b *Backend) Alloc(dev int, n int64) (gpu.Buffer, error) {
+	if !b.validDevice(dev) || n < 0 {
+		return nil, fmt.Errorf("sim alloc %d bytes on device %d: %w", n, dev, gpu.ErrInvalid)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used[dev]+n > b.devices[dev].MemoryBytes {
+		return nil, fmt.Errorf("sim alloc %d bytes on device %d (%d in use of %d): %w", n, dev, b.used[dev], b.devices[dev].MemoryBytes, gpu.ErrOutOfMemory)
+	}
+	b.used[dev] += n
+	x := &buffer{dev: dev, n: n, root: true}
+	if b.backed+n <= b.opt.DataCap {
+		x.data = make([]byte, n)
+		b.backed += n
+	}
+	return x, nil
+}
+
+// Free releases a buffer from Alloc.
+func (b *Backend) Free(buf gpu.Buffer) error {
+	x, ok := buf.(*buffer)
+	if !ok || !x.root {
+		return fmt.Errorf("sim free: not a buffer from Alloc: %w", gpu.ErrInvalid)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used[x.dev] -= x.n
+	if x.data != nil {
+		b.backed -= x.n
+	}
+	x.data, x.n = nil, 0
+	return nil
+}
+
+func (b *Backend) CopyIn(dst gpu.Buffer, src []byte) error {
+	x, err := b.dataOf(dst, int64(len(src)))
+	if err != nil {
+		return fmt.Errorf("sim copy to device: %w", err)
+	}
+	copy(x, src)
+	return nil
+}
+
+func (b *Backend) CopyOut(dst []byte, src gpu.Buffer) error {
+	x, err := b.dataOf(src, int64(len(dst)))
+	if err != nil {
+		return fmt.Errorf("sim copy from device: %w", err)
+	}
+	copy(dst, x)
+	return nil
+}
+
+func (b *Backend) Memset(dst gpu.Buffer, v byte) error {
+	x, err := b.dataOf(dst, dst.Len())
+	if err != nil {
+		return fmt.Errorf("sim memset: %w", err)
+	}
+	if v == 0 {
+		clear(x)
+		return nil
+	}
+	for i := range x {
+		x[i] = v
+	}
+	return nil
+}
+
+func (b *Backend) dataOf(buf gpu.Buffer, n int64) ([]byte, error) {
+	x, ok := buf.(*buffer)
+	switch {
+	case !ok:
+		return nil, gpu.ErrInvalid
+	case x.data == nil:
+		return nil, gpu.ErrNoData
+	case n > x.n:
+		return nil, fmt.Errorf("%d bytes into a %d-byte buffer: %w", n, x.n, gpu.ErrInvalid)
+	}
+	return x.bytes()[:n], nil
+}
+
+// NewComm makes a communicator with one rank per device.
+func (b *Backend) NewComm(devices []int) (gpu.Comm, error) {
+	seen := map[int]bool{}
+	for _, d := range devices {
+		if !b.validDevice(d) {
+			return nil, fmt.Errorf("sim comm: no device %d: %w", d, gpu.ErrInvalid)
+		}
+		if seen[d] {
+			return nil, fmt.Errorf("sim comm: device %d given twice (one rank per device): %w", d, gpu.ErrInvalid)
+		}
+		seen[d] = true
+	}
+	if len(devices) == 0 {
+		return nil, fmt.Errorf("sim comm: no devices: %w", gpu.ErrInvalid)
+	}
+	return &comm{b: b, devs: append([]int(nil), devices...), m: newModel(b.topo, devices)}, nil
+}
+
+// Synchronize is Comm.Synchronize for the given devices.
+func (b *Backend) synchronize(ctx context.Context, devs []int) error {
+	b.mu.Lock()
+	var hung []int
+	end := b.hostUS
+	for r, d := range devs {
+		if math.IsInf(b.free[d], 1) {
+			hung = append(hung, r)
+		}
+		end = math.Max(end, b.free[d])
+	}
+	if hung == nil {
+		b.hostUS = end
+		b.mu.Unlock()
+		return nil
+	}
+	b.mu.Unlock()
+	<-ctx.Done()
+	return &gpu.HangError{Ranks: hung, Err: ctx.Err()}
+}
+
+// launch advances the clocks for one operation of duration us on the given devices, which start
+// it together, and reports per device whether a corrupt fault hits its result.
+func (b *Backend) launch(devs []int, us float64) (corrupt []bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.hostUS += launchUS * float64(len(devs))
+	start := b.hostUS
+	for _, d := range devs {
+		start = math.Max(start, b.free[d])
+	}
+	end := start + b.jitter(us)
+	corrupt = make([]bool, len(devs))
+	for r, d := range devs {
+		b.free[d] = end
+		for _, f := range b.opt.Faults {
+			if f.Device != d || b.calls[d] < f.After {
+				continue
+			}
+			switch f.Kind {
+			case "hang":
+				b.free[d] = math.Inf(1)
+			case "corrupt":
+				corrupt[r] = true
+			}
+		}
+		b.calls[d]++
+	}
+	return corrupt
+}
