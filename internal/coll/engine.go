@@ -69,8 +69,10 @@ type Summary struct {
 	PeakLimit   string  // the kind of link that sets BusPeak
 	// TimingOnlyFrom is the first size that ran without data (0: none did).
 	TimingOnlyFrom int64
-	// Interrupted: the run stopped early (Ctrl-C); Results holds what was measured.
+	// Interrupted: the run stopped early on Ctrl-C; Results holds what was measured.
 	Interrupted bool
+	// Err is why the run stopped early, if it did.
+	Err error
 }
 
 // MemoryLimit is the largest size nccl-tests lets a sweep reach on a device with mem bytes:
@@ -129,8 +131,8 @@ func (e *StepError) Error() string {
 
 func (e *StepError) Unwrap() error { return e.Err }
 
-// Run runs the sweep and returns every result; on Ctrl-C (ctx cancelled) it returns what it has
-// measured with Interrupted set, together with the error.
+// Run runs the sweep and returns every result. When it stops early (Ctrl-C, a hang, a failure) it
+// returns what it measured together with the error; it returns no summary when it could not start.
 func Run(ctx context.Context, b gpu.Backend, opt Options) (*Summary, error) {
 	devs := b.Devices()
 	if opt.NGPUs > 0 {
@@ -194,6 +196,9 @@ func Run(ctx context.Context, b gpu.Backend, opt Options) (*Summary, error) {
 					return r.stop(s, err)
 				}
 				for _, size := range s.Sweep.Sizes() {
+					if err := ctx.Err(); err != nil {
+						return r.stop(s, err)
+					}
 					k := opt.Coll.Counts(size/int64(dt.Size()), dt.Size(), n)
 					res := Result{Size: k.Bytes, Count: k.Param, Type: dt.String(), Op: "none", Root: root}
 					if opt.Coll.Reduces {
@@ -246,13 +251,11 @@ type runner struct {
 	red  []byte   // their reduction, for collectives that reduce
 }
 
-// stop ends a run early: Ctrl-C keeps what was measured.
+// stop ends a run early, keeping what was measured so that it can still be written out.
 func (r *runner) stop(s *Summary, err error) (*Summary, error) {
-	if errors.Is(err, context.Canceled) {
-		s.Interrupted = true
-		return s, err
-	}
-	return nil, err
+	s.Interrupted = errors.Is(err, context.Canceled)
+	s.Err = err
+	return s, err
 }
 
 // sync waits for the devices, within the timeout.

@@ -93,6 +93,9 @@ func ParseSizes(s string) (Sweep, error) {
 			if w.Step, err = ParseSize(step[1:]); err != nil {
 				return Sweep{}, fmt.Errorf("step %q: %v", step, err)
 			}
+			if w.Step == 0 {
+				return Sweep{}, fmt.Errorf("the step must be at least 1 byte")
+			}
 			w.Factor = 1
 		default:
 			return Sweep{}, fmt.Errorf("step %q must start with x (a factor, e.g. x2) or + (an increment, e.g. +1M)", step)

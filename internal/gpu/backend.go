@@ -88,7 +88,11 @@ type HangError struct {
 }
 
 func (e *HangError) Error() string {
-	return "ranks " + intList(e.Ranks) + " did not finish: " + e.Err.Error()
+	what := "rank "
+	if len(e.Ranks) > 1 {
+		what = "ranks "
+	}
+	return what + intList(e.Ranks) + " did not finish: " + e.Err.Error()
 }
 
 func (e *HangError) Unwrap() error { return e.Err }

@@ -110,8 +110,8 @@ func footerNotes(r *CollRun) []string {
 		}
 		notes = append(notes, fmt.Sprintf("Timing only          : from %d B on, %s; #wrong is N/A", s.TimingOnlyFrom, why))
 	}
-	if s.Interrupted {
-		notes = append(notes, "Interrupted          : the results above are all that was measured")
+	if s.Err != nil {
+		notes = append(notes, "Stopped early        : "+s.Err.Error()+"; the results above are all that was measured")
 	}
 	return notes
 }
@@ -202,6 +202,7 @@ type jsonRun struct {
 	TimingOnly  *int64       `json:"timing_only_from_bytes"`
 	ZeroBusBW   bool         `json:"busbw_zero_by_definition"`
 	Interrupted bool         `json:"interrupted"`
+	Error       *string      `json:"error"`
 }
 
 type jsonConfig struct {
@@ -346,6 +347,10 @@ func CollJSON(r *CollRun) any {
 	}
 	if s.TimingOnlyFrom > 0 {
 		doc.TimingOnly = &s.TimingOnlyFrom
+	}
+	if s.Err != nil {
+		msg := s.Err.Error()
+		doc.Error = &msg
 	}
 	return doc
 }

@@ -64,8 +64,11 @@ func hasData(sets ...[]gpu.Buffer) bool {
 }
 
 // run advances the clocks by us, then, when the buffers hold data, moves it and applies corrupt
-// faults to each rank's output.
-func (c *comm) run(us float64, dt gpu.DType, data bool, out []gpu.Buffer, move func()) {
+// faults to each rank's output. A call that moves no bytes does nothing, as in NCCL.
+func (c *comm) run(bytes int64, us float64, dt gpu.DType, data bool, out []gpu.Buffer, move func()) {
+	if bytes == 0 {
+		return
+	}
 	corrupt := c.b.launch(c.devs, us)
 	if !data {
 		return
@@ -97,7 +100,7 @@ func (c *comm) AllReduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op 
 	if err := c.args("allreduce", all("send", send, n), all("recv", recv, n)); err != nil {
 		return err
 	}
-	c.run(c.m.collTime(collAllReduce, n).us, dt, hasData(send, recv), recv, func() {
+	c.run(n, c.m.collTime(collAllReduce, n).us, dt, hasData(send, recv), recv, func() {
 		res := reduceAll(send, n, dt, op)
 		for _, x := range recv {
 			copy(bytesOf(x, n), res)
@@ -112,7 +115,7 @@ func (c *comm) AllGather(send, recv []gpu.Buffer, sendCount int64, dt gpu.DType)
 	if err := c.args("allgather", all("send", send, n), all("recv", recv, n*ranks)); err != nil {
 		return err
 	}
-	c.run(c.m.collTime(collAllGather, n*ranks).us, dt, hasData(send, recv), recv, func() {
+	c.run(n, c.m.collTime(collAllGather, n*ranks).us, dt, hasData(send, recv), recv, func() {
 		chunks := make([][]byte, len(send))
 		for r, x := range send {
 			chunks[r] = append([]byte(nil), bytesOf(x, n)...)
@@ -133,7 +136,7 @@ func (c *comm) ReduceScatter(send, recv []gpu.Buffer, recvCount int64, dt gpu.DT
 	if err := c.args("reducescatter", all("send", send, n*ranks), all("recv", recv, n)); err != nil {
 		return err
 	}
-	c.run(c.m.collTime(collReduceScatter, n*ranks).us, dt, hasData(send, recv), recv, func() {
+	c.run(n, c.m.collTime(collReduceScatter, n*ranks).us, dt, hasData(send, recv), recv, func() {
 		res := reduceAll(send, n*ranks, dt, op)
 		for r, x := range recv {
 			copy(bytesOf(x, n), res[int64(r)*n:])
@@ -150,7 +153,7 @@ func (c *comm) Broadcast(send, recv []gpu.Buffer, count int64, dt gpu.DType, roo
 	if err := c.args("broadcast", bufSet{"send", send, n, root}, all("recv", recv, n)); err != nil {
 		return err
 	}
-	c.run(c.m.collTime(collBroadcast, n).us, dt, hasData([]gpu.Buffer{send[root]}, recv), recv, func() {
+	c.run(n, c.m.collTime(collBroadcast, n).us, dt, hasData([]gpu.Buffer{send[root]}, recv), recv, func() {
 		data := append([]byte(nil), bytesOf(send[root], n)...)
 		for _, x := range recv {
 			copy(bytesOf(x, n), data)
@@ -167,7 +170,7 @@ func (c *comm) Reduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op gpu
 	if err := c.args("reduce", all("send", send, n), bufSet{"recv", recv, n, root}); err != nil {
 		return err
 	}
-	c.run(c.m.collTime(collReduce, n).us, dt, hasData(send, []gpu.Buffer{recv[root]}), recv, func() {
+	c.run(n, c.m.collTime(collReduce, n).us, dt, hasData(send, []gpu.Buffer{recv[root]}), recv, func() {
 		copy(bytesOf(recv[root], n), reduceAll(send, n, dt, op))
 	})
 	return nil
@@ -187,7 +190,7 @@ func (c *comm) AllToAll(send, recv []gpu.Buffer, count int64, dt gpu.DType) erro
 			}
 		}
 	}
-	c.run(c.m.p2pTime(flows), dt, hasData(send, recv), recv, func() {
+	c.run(n, c.m.p2pTime(flows), dt, hasData(send, recv), recv, func() {
 		in := make([][]byte, ranks)
 		for r, x := range send {
 			in[r] = append([]byte(nil), bytesOf(x, n*int64(ranks))...)
@@ -235,7 +238,7 @@ func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 		bufs = append(bufs, s, r)
 		out[p.to] = r
 	}
-	c.run(c.m.p2pTime(flows), dt, hasData(bufs), out, func() {
+	c.run(n, c.m.p2pTime(flows), dt, hasData(bufs), out, func() {
 		data := map[pair][]byte{}
 		for p, s := range sends {
 			data[p] = append([]byte(nil), bytesOf(s, n)...)

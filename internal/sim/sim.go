@@ -16,7 +16,7 @@ import (
 )
 
 // DefaultDataCap keeps a default run's host memory small (docs/model.md).
-const DefaultDataCap = 16 << 20
+const DefaultDataCap = 8 << 20
 
 // Options tune a simulated backend.
 type Options struct {

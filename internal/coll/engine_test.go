@@ -1,0 +1,252 @@
+package coll_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/sim"
+)
+
+func newSim(t *testing.T, topo string, opt sim.Options) *sim.Backend {
+	t.Helper()
+	tp, err := sim.LoadTopology(topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opt.DataCap == 0 {
+		opt.DataCap = sim.DefaultDataCap
+	}
+	b, err := sim.New(tp, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func sweep(t *testing.T, s string) coll.Sweep {
+	t.Helper()
+	w, err := coll.ParseSizes(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// The size and count columns and the busbw factors, as nccl-tests defines them
+// (shared/reference/nccl-tests.md §3): 8 ranks of float at 1 MiB.
+func TestCountsMatchNCCLTests(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		c           *coll.Collective
+		size, count int64
+		send, recv  int64
+		f1, f2, f8  float64
+	}{
+		{coll.AllReduce, 1048576, 262144, 262144, 262144, 0, 1, 1.75},
+		{coll.AllGather, 1048576, 32768, 32768, 262144, 0, 0.5, 0.875},
+		{coll.ReduceScatter, 1048576, 32768, 262144, 32768, 0, 0.5, 0.875},
+		{coll.AllToAll, 1048576, 32768, 262144, 262144, 0, 0.5, 0.875},
+		{coll.Broadcast, 1048576, 262144, 262144, 262144, 1, 1, 1},
+		{coll.Reduce, 1048576, 262144, 262144, 262144, 1, 1, 1},
+		{coll.SendRecv, 1048576, 262144, 262144, 262144, 1, 1, 1},
+	}
+	for _, c := range cases {
+		k := c.c.Counts(1048576/4, 4, 8)
+		if k.Bytes != c.size || k.Param != c.count || k.Send != c.send || k.Recv != c.recv {
+			t.Errorf("%s: counts %+v; want size %d count %d send %d recv %d", c.c.Name, k, c.size, c.count, c.send, c.recv)
+		}
+		for n, want := range map[int]float64{1: c.f1, 2: c.f2, 8: c.f8} {
+			if got := c.c.Factor(n); got != want {
+				t.Errorf("%s: factor(%d) = %v; want %v", c.c.Name, n, got, want)
+			}
+		}
+	}
+	// Per-rank chunks are rounded down to 16 bytes: 8 bytes over 8 ranks is nothing.
+	if k := coll.AllGather.Counts(2, 4, 8); k.Bytes != 0 || k.Param != 0 {
+		t.Errorf("allgather 8B on 8 ranks: %+v; want 0 bytes", k)
+	}
+	if k := coll.AllGather.Counts(1000/8, 8, 3); k.Param != 40 || k.Bytes != 960 {
+		t.Errorf("allgather 1000B of double on 3 ranks: %+v; want count 40, size 960", k)
+	}
+}
+
+// Every collective, every type and every op, on 1, 2, 3 and 8 ranks: the simulator's results
+// match the exact expectations bit for bit (2 units for floating-point avg).
+func TestEveryCollectiveTypeAndOpIsExact(t *testing.T) {
+	t.Parallel()
+	for _, c := range coll.Collectives {
+		for _, n := range []int{1, 2, 3, 8} {
+			t.Run(c.Name+"/"+string(rune('0'+n)), func(t *testing.T) {
+				t.Parallel()
+				b := newSim(t, "dgx-h100", sim.Options{})
+				s, err := coll.Run(context.Background(), b, coll.Options{
+					Coll: c, Sweep: sweep(t, "8B:8K:x32"), DTypes: gpu.DTypes, Ops: gpu.RedOps,
+					Root: -1, NGPUs: n, Iters: 2, Warmup: 1, Check: 1, Average: 1, Seed: 7,
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				checked := 0
+				for _, r := range s.Results {
+					for _, p := range []coll.Placement{r.OutOfPlace, r.InPlace} {
+						if p.Wrong == nil {
+							continue
+						}
+						checked++
+						if *p.Wrong != 0 {
+							t.Errorf("%s %s %s root %d size %d: %d wrong", c.Name, r.Type, r.Op, r.Root, r.Size, *p.Wrong)
+						}
+					}
+				}
+				if s.OutOfBounds != 0 || checked == 0 {
+					t.Errorf("out of bounds %d, checked %d placements", s.OutOfBounds, checked)
+				}
+			})
+		}
+	}
+}
+
+// A corrupted result is caught: #wrong > 0 and the run counts it out of bounds.
+func TestCorruptFaultIsDetected(t *testing.T) {
+	t.Parallel()
+	for _, c := range coll.Collectives {
+		t.Run(c.Name, func(t *testing.T) {
+			t.Parallel()
+			b := newSim(t, "dgx-h100", sim.Options{Faults: []sim.Fault{{Kind: "corrupt", Device: 2}}})
+			s, err := coll.Run(context.Background(), b, coll.Options{
+				Coll: c, Sweep: sweep(t, "1K:64K:x8"), DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum},
+				Root: 0, Iters: 1, Check: 1, Average: 1,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.OutOfBounds == 0 {
+				t.Fatal("corrupted results were not counted")
+			}
+			for _, r := range s.Results {
+				if w := r.OutOfPlace.Wrong; w == nil || *w == 0 {
+					t.Errorf("size %d: out-of-place #wrong = %v; want > 0", r.Size, w)
+				}
+			}
+		})
+	}
+}
+
+// A device that never finishes is reported, within the timeout, naming the collective, the size
+// and the rank.
+func TestHangIsReportedWithinTimeout(t *testing.T) {
+	t.Parallel()
+	b := newSim(t, "dgx-h100", sim.Options{Faults: []sim.Fault{{Kind: "hang", Device: 3, After: 10}}})
+	var rows int
+	s, err := coll.Run(context.Background(), b, coll.Options{
+		Coll: coll.AllReduce, Sweep: sweep(t, "1K:1M"), DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum},
+		Iters: 4, Warmup: 0, Check: 0, Average: 1, Timeout: 20 * time.Millisecond,
+		OnResult: func(coll.Result) { rows++ },
+	})
+	var hang *gpu.HangError
+	var step *coll.StepError
+	if !errors.As(err, &hang) || !errors.As(err, &step) {
+		t.Fatalf("err = %v; want a hang inside a step", err)
+	}
+	if len(hang.Ranks) != 1 || hang.Ranks[0] != 3 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("hang = %+v; want rank 3 past its deadline", hang)
+	}
+	if !strings.Contains(err.Error(), "allreduce at 2048 bytes") || !strings.Contains(err.Error(), "rank 3 did not finish") {
+		t.Errorf("error %q does not name the collective, size and rank", err)
+	}
+	if s == nil || s.Interrupted || len(s.Results) != rows {
+		t.Errorf("summary %+v; want the %d rows measured before the hang", s, rows)
+	}
+}
+
+// Ctrl-C keeps the rows measured so far.
+func TestInterruptKeepsResults(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b := newSim(t, "dgx-h100", sim.Options{})
+	rows := 0
+	s, err := coll.Run(ctx, b, coll.Options{
+		Coll: coll.AllReduce, Sweep: sweep(t, "8B:1M"), DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum},
+		Iters: 1, Check: 1, Average: 1,
+		OnResult: func(coll.Result) {
+			if rows++; rows == 3 {
+				cancel()
+			}
+		},
+	})
+	if !errors.Is(err, context.Canceled) || s == nil || !s.Interrupted || len(s.Results) != 3 {
+		t.Fatalf("err %v, summary %+v; want 3 rows and an interruption", err, s)
+	}
+}
+
+// nccl-tests' memory limit, and the clamp it leads to on a 24 GB card.
+func TestMemoryLimitClamps(t *testing.T) {
+	t.Parallel()
+	if got := coll.MemoryLimit(85520809984, true); got != 26717366954 {
+		t.Errorf("80 GB limit = %d; want 26717366954", got)
+	}
+	if got := coll.MemoryLimit(25757220864, false); got != 11267997696 {
+		t.Errorf("24 GB limit without checking = %d; want 11267997696", got)
+	}
+	b := newSim(t, "pcie-4090x8", sim.Options{})
+	s, err := coll.Run(context.Background(), b, coll.Options{
+		Coll: coll.AllReduce, Sweep: sweep(t, "4G:8G"), DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum},
+		Iters: 1, Check: 1, Average: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ClampedFrom != 8<<30 || s.Sweep.Max != 7511998464 || len(s.Results) != 1 || s.Results[0].Size != 4<<30 {
+		t.Errorf("clamped from %d to %d with %d rows; want 8GiB -> 7511998464 and only 4GiB measured", s.ClampedFrom, s.Sweep.Max, len(s.Results))
+	}
+}
+
+func TestCombine(t *testing.T) {
+	t.Parallel()
+	times := []float64{3, 1, 2}
+	for mode, want := range []float64{3, 2, 1, 3} {
+		if got := coll.Combine(times, mode); got != want {
+			t.Errorf("Combine(%v, %d) = %v; want %v", times, mode, got, want)
+		}
+	}
+}
+
+// The simulator's time is the engine's: algbw is bytes over the measured time, busbw algbw times
+// the factor, and the average is over every printed cell.
+func TestBandwidthArithmetic(t *testing.T) {
+	t.Parallel()
+	b := newSim(t, "dgx-a100", sim.Options{})
+	s, err := coll.Run(context.Background(), b, coll.Options{
+		Coll: coll.AllReduce, Sweep: sweep(t, "1G:2G"), DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum},
+		Iters: 5, Check: 0, Average: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, r := range s.Results {
+		for _, p := range []coll.Placement{r.OutOfPlace, r.InPlace} {
+			alg := float64(r.Size) / 1e3 / p.TimeUS
+			if d := p.AlgBW - alg; d > 1e-9 || d < -1e-9 || p.BusBW != p.AlgBW*1.75 || p.Wrong != nil {
+				t.Errorf("size %d: %+v; want algbw %v and busbw 1.75x, unchecked", r.Size, p, alg)
+			}
+			sum += p.BusBW
+		}
+	}
+	if s.AvgBusBW != sum/4 {
+		t.Errorf("avg busbw %v; want %v", s.AvgBusBW, sum/4)
+	}
+	// DGX A100 rings run at NCCL's 240 GB/s model figure: at 2 GiB busbw is within 1% of it.
+	if bw := s.Results[1].OutOfPlace.BusBW; bw < 237 || bw > 240 {
+		t.Errorf("dgx-a100 allreduce busbw at 2 GiB = %.1f; want about 240", bw)
+	}
+	if s.BusPeak != 300 || s.PeakLimit != "nvlink" {
+		t.Errorf("bus peak %v %s; want 300 nvlink", s.BusPeak, s.PeakLimit)
+	}
+}
