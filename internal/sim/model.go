@@ -95,7 +95,8 @@ func nvlinkEfficiency(cc float64) float64 {
 // nominal one after line coding (31.5 GB/s).
 const pcieEfficiency = 24.0 / 31.5
 
-// launchUS is the host time to enqueue one collective on one rank (assumption, docs/model.md).
+// launchUS is the host time to enqueue one collective on one rank; each node's host enqueues for
+// its own ranks, in parallel with the other nodes (assumption, docs/model.md).
 const launchUS = 2.0
 
 // model is the cost model for one communicator.

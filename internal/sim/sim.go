@@ -234,7 +234,13 @@ func (b *Backend) synchronize(ctx context.Context, devs []int) error {
 func (b *Backend) launch(devs []int, us float64) (corrupt []bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.hostUS += launchUS * float64(len(devs))
+	perNode := map[int]int{}
+	busiest := 0
+	for _, d := range devs {
+		perNode[b.topo.NodeOf(d)]++
+		busiest = max(busiest, perNode[b.topo.NodeOf(d)])
+	}
+	b.hostUS += launchUS * float64(busiest) // each node's host enqueues for its own GPUs
 	start := b.hostUS
 	for _, d := range devs {
 		start = math.Max(start, b.free[d])

@@ -1,0 +1,262 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// gpubench runs the CLI in-process with a fixed pid, clock and version.
+func gpubench(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	e := &env{stdout: &out, stderr: &errOut, pid: 4242, version: "test",
+		now: func() time.Time { return time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC) }}
+	code = run(context.Background(), e, args)
+	return out.String(), errOut.String(), code
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./cmd/gpubench -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("output differs from %s (run go test ./cmd/gpubench -update after checking the change):\n%s", path, got)
+	}
+}
+
+// A simulated sweep of every collective, byte for byte.
+func TestGoldenEveryCollective(t *testing.T) {
+	for _, c := range []string{"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "sendrecv"} {
+		t.Run(c, func(t *testing.T) {
+			out, errOut, code := gpubench(t, c, "--backend", "sim", "--topology", "dgx-h100", "--sizes", "8B:4MB:x4")
+			if code != 0 || errOut != "" {
+				t.Fatalf("exit %d, stderr %q", code, errOut)
+			}
+			golden(t, c+".golden", out)
+		})
+	}
+}
+
+func TestGoldenOutputFormats(t *testing.T) {
+	for _, format := range []string{"json", "csv", "markdown"} {
+		t.Run(format, func(t *testing.T) {
+			out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--topology", "dgx-h100x2", "--sizes", "1K:256M:x16", "--output", format)
+			if code != 0 || errOut != "" {
+				t.Fatalf("exit %d, stderr %q", code, errOut)
+			}
+			golden(t, "allreduce-dgx-h100x2."+format, out)
+		})
+	}
+}
+
+// JSON numbers are numbers and N/A is null.
+func TestJSONShape(t *testing.T) {
+	out, _, code := gpubench(t, "alltoall", "--backend", "sim", "--sizes", "1K:4M:x16", "--output", "json")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	var doc struct {
+		Config struct {
+			Ranks int `json:"ranks"`
+		} `json:"config"`
+		Devices []struct {
+			Rank int    `json:"rank"`
+			Name string `json:"name"`
+		} `json:"devices"`
+		Results []struct {
+			Size       int64 `json:"size_bytes"`
+			Root       *int  `json:"root"`
+			OutOfPlace struct {
+				BusBW float64 `json:"busbw_gbs"`
+				Wrong *int64  `json:"wrong"`
+			} `json:"out_of_place"`
+			InPlace struct {
+				Wrong *int64 `json:"wrong"`
+			} `json:"in_place"`
+		} `json:"results"`
+		BusPeak struct {
+			GBs          float64 `json:"gbs"`
+			BestFraction float64 `json:"best_fraction"`
+		} `json:"bus_peak"`
+		TimingOnly *int64 `json:"timing_only_from_bytes"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Config.Ranks != 8 || len(doc.Devices) != 8 || doc.Devices[7].Rank != 7 || len(doc.Results) != 4 {
+		t.Fatalf("doc %+v; want 8 ranks, 8 devices and 4 results", doc)
+	}
+	first, last := doc.Results[0], doc.Results[3]
+	if first.Root != nil || first.OutOfPlace.Wrong == nil || *first.OutOfPlace.Wrong != 0 || first.InPlace.Wrong != nil {
+		t.Errorf("first result %+v; want root null, out-of-place checked, in-place (unchecked for alltoall) null", first)
+	}
+	if last.OutOfPlace.Wrong != nil || doc.TimingOnly == nil || *doc.TimingOnly != last.Size {
+		t.Errorf("4 MiB result %+v, timing-only from %v; want it timing-only (past the data cap)", last, doc.TimingOnly)
+	}
+	if doc.BusPeak.GBs != 450 || doc.BusPeak.BestFraction <= 0 || last.OutOfPlace.BusBW <= 0 {
+		t.Errorf("bus peak %+v; want 450 GB/s and a fraction", doc.BusPeak)
+	}
+}
+
+// Bad input: one line on stderr naming the problem, exit 2, nothing on stdout.
+func TestBadInput(t *testing.T) {
+	dir := t.TempDir()
+	malformed := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(malformed, []byte(`{"format": "gpubench-topology/1", "name": "x", "nodes": [`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	noGPU := filepath.Join(dir, "nogpu.json")
+	if err := os.WriteFile(noGPU, []byte(`{"format": "gpubench-topology/1", "name": "x", "nodes": [{"hostname": "h", "cpus": [], "gpus": [], "links": []}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"allreduce", "--sizes", "8GB:8B"}, "larger than the largest"},
+		{[]string{"allreduce", "--sizes", "0:1K"}, "at least 1 byte"},
+		{[]string{"allreduce", "--sizes", "1XB:2GB"}, "unknown unit"},
+		{[]string{"allreduce", "--sizes", "8B:8GB:x1"}, "at least x2"},
+		{[]string{"allreduce", "--sizes", "8B:8GB:x0"}, "at least x2"},
+		{[]string{"allreduce", "--sizes", "8B:8GB:+0"}, "at least 1 byte"},
+		{[]string{"allreduce", "--sizes", "-8:8"}, "not a size"},
+		{[]string{"allreduce", "--sizes", "1E:2E"}, "unknown unit"},
+		{[]string{"allreduce", "--sizes", ""}, "empty size"},
+		{[]string{"allreduce", "--sizes", "8B:8GB:+1B"}, "at most 10000"},
+		{[]string{"allreduce", "-d", "float17"}, "unknown data type"},
+		{[]string{"allreduce", "-o", "sum2"}, "unknown reduction op"},
+		{[]string{"broadcast", "-r", "9"}, "invalid -r 9"},
+		{[]string{"reduce", "-r", "-2"}, "invalid -r -2"},
+		{[]string{"allreduce", "-g", "0"}, "invalid -g 0"},
+		{[]string{"allreduce", "-g", "9"}, "only 8 GPUs"},
+		{[]string{"allreduce", "--topology", "nosuch"}, "unknown topology"},
+		{[]string{"allreduce", "--topology", malformed}, "not a gpubench topology file"},
+		{[]string{"allreduce", "--topology", noGPU}, "has no GPUs"},
+		{[]string{"allreduce", "--topology", filepath.Join(dir, "missing.json")}, "cannot read topology file"},
+		{[]string{"allreduce", "-n", "0"}, "invalid -n 0"},
+		{[]string{"allreduce", "-w", "-1"}, "invalid -w -1"},
+		{[]string{"allreduce", "-c", "-1"}, "invalid -c -1"},
+		{[]string{"allreduce", "-a", "4"}, "invalid -a 4"},
+		{[]string{"allreduce", "-f", "0", "-b", "8"}, "invalid -f 0"},
+		{[]string{"allreduce", "-b", "1Q"}, "invalid -b"},
+		{[]string{"allreduce", "-b", "64M", "-e", "8M"}, "larger than the largest"},
+		{[]string{"allreduce", "--sizes", "8:16", "-b", "8"}, "not both"},
+		{[]string{"allreduce", "-T", "-1"}, "invalid -T -1"},
+		{[]string{"allreduce", "--output", "xml"}, "unknown --output"},
+		{[]string{"allreduce", "--backend", "cuda"}, "unknown --backend"},
+		{[]string{"allreduce", "--sim-data-cap", "lots"}, "invalid --sim-data-cap"},
+		{[]string{"allreduce", "--sim-jitter", "2"}, "invalid --sim-jitter"},
+		{[]string{"allreduce", "--sim-fault", "melt=1"}, "unknown fault"},
+		{[]string{"allreduce", "--sim-fault", "hang=99"}, "devices 0-7"},
+		{[]string{"allreduce", "--sim-fault", "slow-link=gpu0,gpu1,0.5"}, "no link gpu0-gpu1"},
+		{[]string{"allreduce", "--iters", "x"}, "invalid argument"},
+		{[]string{"allreduce", "--nosuchflag"}, "unknown flag"},
+		{[]string{"allreduce", "extra"}, "unknown command"},
+		{[]string{"nosuchcommand"}, "unknown command"},
+		{[]string{"version", "extra"}, "unknown command"},
+		{[]string{"allgather", "-o", "sum"}, "unknown shorthand flag: 'o'"},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			args := append([]string{"--backend", "sim"}, c.args...)
+			out, errOut, code := gpubench(t, args...)
+			if code != 2 || out != "" {
+				t.Errorf("exit %d, stdout %q; want exit 2 and no output", code, out)
+			}
+			if strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, "gpubench: ") || !strings.Contains(errOut, c.want) {
+				t.Errorf("stderr %q; want one line naming %q", errOut, c.want)
+			}
+		})
+	}
+}
+
+// Wrong data exits 3 after printing the table, with #wrong > 0.
+func TestCorruptResultExits3(t *testing.T) {
+	out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--sizes", "1K:4K", "--sim-fault", "corrupt=5")
+	if code != 3 {
+		t.Fatalf("exit %d; want 3 (stderr %q)", code, errOut)
+	}
+	if !strings.Contains(out, "# Out of bounds values : 6 FAILED") || !strings.Contains(errOut, "6 results had wrong data") {
+		t.Errorf("stdout %s\nstderr %s\nwant 6 failed checks (3 sizes, 2 placements)", out, errOut)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) == 13 && (f[8] == "0" || f[12] == "0") {
+			t.Errorf("row %q has a placement with no wrong elements", line)
+		}
+	}
+}
+
+// A hang exits 5 once the timeout passes, naming what did not finish, and keeps the rows so far.
+func TestHangExits5(t *testing.T) {
+	out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--sizes", "1K:64K", "-T", "1", "--sim-fault", "hang=6@50", "-w", "0")
+	if code != 5 {
+		t.Fatalf("exit %d; want 5 (stderr %q)", code, errOut)
+	}
+	// Once rank 6 stops, every collective it is part of stalls on every rank.
+	if !strings.Contains(errOut, "gpubench: hang: allreduce at 2048 bytes (out-of-place): ranks 0,1,2,3,4,5,6,7 did not finish") {
+		t.Errorf("stderr %q; want the collective, size and rank", errOut)
+	}
+	if !strings.Contains(out, "        1024           256") || !strings.Contains(out, "# Stopped early") {
+		t.Errorf("stdout %s\nwant the first rows and a note that the run stopped early", out)
+	}
+}
+
+func TestNotes(t *testing.T) {
+	out, _, _ := gpubench(t, "allreduce", "--backend", "sim", "-g", "1", "--sizes", "1M")
+	if !strings.Contains(out, "# With 1 rank, busbw is 0 by definition (busbw = algbw x 2(n-1)/n): read algbw") {
+		t.Errorf("one rank: no busbw note in\n%s", out)
+	}
+	out, _, _ = gpubench(t, "allreduce", "--backend", "sim", "--topology", "pcie-4090x8", "--sizes", "4G:8G", "-n", "1")
+	if !strings.Contains(out, "#\n# Reducing maxBytes to 7511998464 due to memory limitation\n") || strings.Contains(out, "8589934592") {
+		t.Errorf("24 GB cards: no memory clamp in\n%s", out)
+	}
+	_, errOut, code := gpubench(t, "allreduce", "--sizes", "1K")
+	if code != 0 || !strings.Contains(errOut, "using the simulator") || strings.Count(errOut, "\n") != 1 {
+		t.Errorf("--backend auto: exit %d, stderr %q; want one notice line", code, errOut)
+	}
+}
+
+func TestNCCLTestsFlags(t *testing.T) {
+	out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "-b", "8", "-e", "128M", "-f", "2", "-g", "4", "-n", "5", "-w", "2", "-c", "2", "-d", "half", "-o", "max", "-a", "3")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"nGpus 4 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 2 iters: 5 agg iters: 1 validation: 2", "half     max"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	// -f 1 steps by -i, as nccl-tests does.
+	out, _, _ = gpubench(t, "allreduce", "--backend", "sim", "-b", "8", "-e", "2M", "-n", "1")
+	if !strings.Contains(out, "step: 1048576(bytes)") || !strings.Contains(out, "     1048584 ") || strings.Contains(out, "2097160") {
+		t.Errorf("additive steps missing:\n%s", out)
+	}
+	// nccl-tests' long names are accepted too.
+	if _, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--sizes", "1K", "--warmup_iters", "3", "--datatype", "int8"); code != 0 {
+		t.Errorf("nccl-tests long names: exit %d, %s", code, errOut)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, _, code := gpubench(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "gpubench test (go") {
+		t.Errorf("version: exit %d, %q", code, out)
+	}
+}
