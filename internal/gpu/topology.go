@@ -114,7 +114,10 @@ var pcieLaneGBs = map[int]float64{1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938,
 // Default per-hop latencies (µs) where a link gives none; see docs/model.md.
 var defaultLatencyUS = map[string]float64{"nvlink": 0.5, "pcie": 1.0, "smp": 1.0, "net": 2.0}
 
-var idPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]+$`)
+var (
+	idPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]+$`)
+	ccPattern = regexp.MustCompile(`^[1-9][0-9]?\.[0-9]$`)
+)
 
 // ParseTopology reads and validates a topology file.
 func ParseTopology(data []byte) (*Topology, error) {
@@ -199,6 +202,9 @@ func (t *Topology) Validate() error {
 			if g.MemoryBytes <= 0 || g.MemoryGBs <= 0 || g.Name == "" {
 				return fmt.Errorf("node %s gpu %s: name, memory_bytes and memory_bandwidth_gbs must be set", n.Hostname, g.ID)
 			}
+			if !ccPattern.MatchString(g.ComputeCapability) {
+				return fmt.Errorf("node %s gpu %s: compute_capability %q; want MAJOR.MINOR, e.g. \"9.0\"", n.Hostname, g.ID, g.ComputeCapability)
+			}
 			t.gpus = append(t.gpus, gpuRef{node: ni, index: gi, vert: len(t.kinds) - 1})
 		}
 		for _, s := range n.Switches {
@@ -219,7 +225,11 @@ func (t *Topology) Validate() error {
 			if fabric < 0 {
 				continue
 			}
-			t.addEdge(len(t.kinds)-1, fabric, "net", c.Gbps/8, t.Network.LatencyUS)
+			lat := t.Network.LatencyUS
+			if lat == 0 {
+				lat = defaultLatencyUS["net"]
+			}
+			t.addEdge(len(t.kinds)-1, fabric, "net", c.Gbps/8, lat)
 		}
 		for li, l := range n.Links {
 			a, okA := t.verts[n.Hostname+"/"+l.A]
@@ -433,7 +443,7 @@ func (t *Topology) nearest(v int, kind string, via ...string) int {
 }
 
 // bfs finds a fewest-hop route from u to v over the given link kinds, never passing through a
-// GPU, NIC or CPU... except that CPUs are transit points for pcie and smp links.
+// GPU or a NIC.
 func (t *Topology) bfs(from, to int, via ...string) []Hop {
 	if from == to {
 		return []Hop{}

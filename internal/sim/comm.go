@@ -190,7 +190,7 @@ func (c *comm) AllToAll(send, recv []gpu.Buffer, count int64, dt gpu.DType) erro
 			}
 		}
 	}
-	c.run(n, c.m.p2pTime(flows), dt, hasData(send, recv), recv, func() {
+	c.run(n, c.m.p2pTime(flows, n), dt, hasData(send, recv), recv, func() {
 		in := make([][]byte, ranks)
 		for r, x := range send {
 			in[r] = append([]byte(nil), bytesOf(x, n*int64(ranks))...)
@@ -238,7 +238,7 @@ func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 		bufs = append(bufs, s, r)
 		out[p.to] = r
 	}
-	c.run(n, c.m.p2pTime(flows), dt, hasData(bufs), out, func() {
+	c.run(n, c.m.p2pTime(flows, n), dt, hasData(bufs), out, func() {
 		data := map[pair][]byte{}
 		for p, s := range sends {
 			data[p] = append([]byte(nil), bytesOf(s, n)...)

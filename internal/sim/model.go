@@ -69,6 +69,11 @@ var treeCorrectionFactor = [numProtos][24]float64{
 	{.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9},
 }
 
+// Per-channel bandwidth caps in GB/s, [arch][nodes bucket] (ncclTunerConstantsDefaults).
+var perChMaxRingLL128Bws = [4][3]float64{{20, 20, 20}, {20, 20, 20}, {36.7, 36.7, 36.7}, {40, 40, 40}}
+var perChMaxTreeLL128Bws = [4][3]float64{{20, 20, 20}, {20, 20, 20}, {36.7, 36.7, 29.0}, {55.6, 31.67, 20.0}}
+var perChMaxTreeBws = [4][3]float64{{26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {38.7, 41.4, 36.0}, {70.0, 42.8, 24.0}}
+
 // nvlsEfficiency by architecture index (Volta, Ampere, Hopper, Blackwell).
 var nvlsEfficiency = [4]float64{0, 0, 0.85, 0.74}
 
@@ -86,8 +91,10 @@ func nvlinkEfficiency(cc float64) float64 {
 		return 20.6 / 25
 	case cc >= 8.6:
 		return 12.0 / 14.0625
-	default:
+	case cc >= 7:
 		return 20.0 / 25
+	default:
+		return 18.0 / 20
 	}
 }
 
@@ -113,6 +120,7 @@ type model struct {
 	nvls         bool
 	sameChannels bool
 	rings        int
+	channels     int     // NCCL's ring search channels (see channelCount)
 	ringBus      float64 // ring Simple bus bandwidth, GB/s
 	nvlinkGBs    float64 // a GPU's NVLink bandwidth as NCCL counts it, GB/s per direction
 	memGBs       float64
@@ -156,6 +164,7 @@ func newModel(t *gpu.Topology, devs []int) *model {
 		flows, rings := t.RingFlows(devs)
 		m.rings = rings
 		m.ringBus = float64(rings) / (t.LinkLoad(flows, m.efficiency) * 1e3)
+		m.channels = m.channelCount()
 	}
 	if m.nvls {
 		// A GPU's NVLink bandwidth: what one unit of traffic to its NVSwitch can use.
@@ -163,6 +172,24 @@ func newModel(t *gpu.Topology, devs []int) *model {
 		m.nvlinkGBs = 1 / (t.LinkLoad([]gpu.Flow{{Path: t.Route(devs[0], peer), Bytes: 1}}, m.efficiency) * 1e3)
 	}
 	return m
+}
+
+// channelCount estimates the channels NCCL's ring search finds, which the per-channel caps
+// multiply: one per ring across nodes; on one NVLink node, as many channels of the search table's
+// top speed (60 GB/s from Hopper on, 40 before) as the ring bandwidth holds, doubled as NCCL
+// duplicates fast channels; one channel over PCIe.
+func (m *model) channelCount() int {
+	switch {
+	case m.nodes > 1:
+		return m.rings
+	case m.intraHW == hwNVLink:
+		top := 40.0
+		if m.arch >= 2 {
+			top = 60
+		}
+		return 2 * max(1, int(m.ringBus/top))
+	}
+	return 1
 }
 
 // efficiency derates a link of the given kind to what NCCL's own model assumes it delivers.
@@ -201,6 +228,8 @@ func (m *model) llMax() float64 {
 // where the combination is not available.
 func (m *model) algBw(c collKind, a, p int) float64 {
 	n := float64(m.n)
+	nch := float64(m.channels)
+	bucket := min(m.nodes, 3) - 1
 	switch a {
 	case algoRing:
 		bus := m.ringBus
@@ -211,14 +240,14 @@ func (m *model) algBw(c collKind, a, p int) float64 {
 			if !m.ll128 {
 				return 0
 			}
-			bus *= 0.92
+			bus = math.Min(0.92*bus, nch*perChMaxRingLL128Bws[m.arch][bucket])
 		}
 		return bus * n / float64(m.nsteps(c))
 	case algoTree:
 		if c != collAllReduce {
 			return 0
 		}
-		bus := 0.92 * m.ringBus
+		bus := math.Min(0.92*m.ringBus, nch*perChMaxTreeBws[m.arch][bucket])
 		switch p {
 		case protoLL:
 			bus = math.Min(bus/3.8, m.llMax())
@@ -226,11 +255,11 @@ func (m *model) algBw(c collKind, a, p int) float64 {
 			if !m.ll128 {
 				return 0
 			}
+			f := 120.0 / 128.0
 			if m.nodes == 1 {
-				bus *= 7.0 / 9.0
-			} else {
-				bus *= 120.0 / 128.0
+				f = 7.0 / 9.0
 			}
+			bus = math.Min(bus*f, nch*perChMaxTreeLL128Bws[m.arch][bucket])
 		}
 		return bus * 0.5
 	case algoNVLS:
@@ -330,7 +359,11 @@ func (m *model) collTime(c collKind, nBytes int64) choice {
 			// The ring plateau; NCCL runs two channels per ring on several nodes.
 			if a == algoRing && p == protoSimple && m.nodes > 1 && c == collAllReduce &&
 				float64(nBytes)/float64(2*m.rings*m.n) >= 64 {
-				lat *= 1.4
+				if m.arch >= 1 {
+					lat *= 1.4
+				} else {
+					lat *= 1.9
+				}
 			}
 			t := lat + float64(nBytes)/(1000*bw)
 			if best.us < 0 || t < best.us {
@@ -341,19 +374,21 @@ func (m *model) collTime(c collKind, nBytes int64) choice {
 	return best
 }
 
-// p2pTime predicts point-to-point transfers (send/recv, all-to-all) running together: one ring
-// step's latency, then the flows sharing the links.
-func (m *model) p2pTime(flows []gpu.Flow) float64 {
-	if len(flows) == 0 || flows[0].Bytes == 0 {
+// p2pTime predicts point-to-point transfers (send/recv, all-to-all) running together: NCCL's
+// Ring/Simple base latency plus the longest path's link latencies, then the flows sharing the
+// links. One rank copies locally at memory speed.
+func (m *model) p2pTime(flows []gpu.Flow, bytes int64) float64 {
+	if bytes == 0 {
 		return 0
 	}
-	hw := m.intraHW
-	for _, f := range flows {
-		if f.Path.Type == "NET" {
-			hw = hwNet
-		}
+	if m.n == 1 {
+		return m.collTime(collBroadcast, bytes).us
 	}
-	return baseLat[algoRing][protoSimple] + hwLat[hw][algoRing][protoSimple] + m.topo.LinkLoad(flows, m.efficiency)
+	lat := 0.0
+	for _, f := range flows {
+		lat = math.Max(lat, f.Path.LatencyUS)
+	}
+	return baseLat[algoRing][protoSimple] + lat + m.topo.LinkLoad(flows, m.efficiency)
 }
 
 func log2i(n int) int {

@@ -1,0 +1,196 @@
+package sim_test
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/gpubench/gpubench/internal/sim"
+)
+
+func TestParseFault(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want sim.Fault
+	}{
+		{"hang=3", sim.Fault{Kind: "hang", Device: 3}},
+		{"hang=0", sim.Fault{Kind: "hang", Device: 0}},
+		{"hang=3@100", sim.Fault{Kind: "hang", Device: 3, After: 100}},
+		{"hang=3@0", sim.Fault{Kind: "hang", Device: 3}},
+		{"hang=1048576", sim.Fault{Kind: "hang", Device: 1 << 20}},
+		{"corrupt=0@5", sim.Fault{Kind: "corrupt", Device: 0, After: 5}},
+		{"corrupt=2", sim.Fault{Kind: "corrupt", Device: 2}},
+		{"slow-link=gpu0,nvswitch,0.25", sim.Fault{Kind: "slow-link", A: "gpu0", B: "nvswitch", Factor: 0.25}},
+		{"slow-link=dgx-h100-0/gpu0,dgx-h100-0/nvswitch,1", sim.Fault{Kind: "slow-link", A: "dgx-h100-0/gpu0", B: "dgx-h100-0/nvswitch", Factor: 1}},
+		{"slow-link=pcie0,cpu0,1e-3", sim.Fault{Kind: "slow-link", A: "pcie0", B: "cpu0", Factor: 0.001}},
+		{"slow-link=a,b,.5", sim.Fault{Kind: "slow-link", A: "a", B: "b", Factor: 0.5}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			t.Parallel()
+			got, err := sim.ParseFault(tc.in)
+			if err != nil {
+				t.Fatalf("ParseFault(%q): %v", tc.in, err)
+			}
+			if got != tc.want {
+				t.Errorf("ParseFault(%q) = %+v; want %+v", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseFaultErrors(t *testing.T) {
+	t.Parallel()
+	const usage = "use hang=DEVICE[@N], corrupt=DEVICE[@N] or slow-link=PART,PART,FACTOR"
+	tests := []struct {
+		name string
+		in   string
+		want []string // substrings of the error
+	}{
+		{"empty", "", []string{`bad fault ""`, usage}},
+		{"no '='", "hang", []string{`bad fault "hang"`, usage}},
+		{"no argument", "hang=", []string{`bad fault "hang="`, usage}},
+		{"unknown kind", "crash=3", []string{`unknown fault "crash"`, usage}},
+		{"kind is case-sensitive", "HANG=3", []string{`unknown fault "HANG"`}},
+		{"no kind", "=3", []string{`unknown fault ""`}},
+		{"negative device", "hang=-1", []string{`bad fault "hang=-1"`, `"-1" is not a device number`, usage}},
+		{"device not a number", "corrupt=gpu0", []string{`"gpu0" is not a device number`}},
+		{"device too large", "hang=1048577", []string{`"1048577" is not a device number`}},
+		{"device overflows int", "hang=99999999999999999999", []string{"is not a device number"}},
+		{"space in device", "hang= 3", []string{`" 3" is not a device number`}},
+		{"@-1", "hang=3@-1", []string{`bad fault "hang=3@-1"`, `"-1" is not a count of collectives`, usage}},
+		{"empty count", "corrupt=2@", []string{`"" is not a count of collectives`}},
+		{"count not a number", "corrupt=2@x", []string{`"x" is not a count of collectives`}},
+		{"two @", "hang=3@4@5", []string{`"4@5" is not a count of collectives`}},
+		{"factor 0", "slow-link=gpu0,nvswitch,0", []string{`bad fault "slow-link=gpu0,nvswitch,0"`, `factor "0" must be a number in (0, 1]`}},
+		{"negative factor", "slow-link=gpu0,nvswitch,-0.5", []string{`factor "-0.5" must be a number in (0, 1]`}},
+		{"factor 1.5", "slow-link=gpu0,nvswitch,1.5", []string{`factor "1.5" must be a number in (0, 1]`}},
+		{"factor nan", "slow-link=gpu0,nvswitch,nan", []string{`factor "nan" must be a number in (0, 1]`}},
+		{"factor NaN", "slow-link=gpu0,nvswitch,NaN", []string{`factor "NaN" must be a number`}},
+		{"factor inf", "slow-link=gpu0,nvswitch,inf", []string{`factor "inf" must be a number`}},
+		{"factor not a number", "slow-link=gpu0,nvswitch,half", []string{`factor "half" must be a number`}},
+		{"empty factor", "slow-link=gpu0,nvswitch,", []string{`factor "" must be a number`}},
+		{"two fields", "slow-link=gpu0,0.5", []string{`bad fault "slow-link=gpu0,0.5"`, usage}},
+		{"one field", "slow-link=gpu0", []string{`bad fault "slow-link=gpu0"`, usage}},
+		{"four fields", "slow-link=gpu0,nvswitch,0.5,1", []string{`bad fault "slow-link=gpu0,nvswitch,0.5,1"`, usage}},
+		{"empty first part", "slow-link=,nvswitch,0.5", []string{`bad fault "slow-link=,nvswitch,0.5"`, usage}},
+		{"empty second part", "slow-link=gpu0,,0.5", []string{`bad fault "slow-link=gpu0,,0.5"`, usage}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f, err := sim.ParseFault(tc.in)
+			if err == nil {
+				t.Fatalf("ParseFault(%q) = %+v; want an error", tc.in, f)
+			}
+			if f != (sim.Fault{}) {
+				t.Errorf("ParseFault(%q) returned %+v with its error; want the zero Fault", tc.in, f)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("ParseFault(%q) error %q; want it to contain %q", tc.in, err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestFaultString(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		f    sim.Fault
+		want string
+	}{
+		{sim.Fault{Kind: "hang", Device: 3}, "hang=3"},
+		{sim.Fault{Kind: "hang", Device: 3, After: 100}, "hang=3@100"},
+		{sim.Fault{Kind: "corrupt", Device: 0, After: 5}, "corrupt=0@5"},
+		{sim.Fault{Kind: "corrupt", Device: 7}, "corrupt=7"},
+		{sim.Fault{Kind: "slow-link", A: "gpu0", B: "nvswitch", Factor: 0.25}, "slow-link=gpu0,nvswitch,0.25"},
+		{sim.Fault{Kind: "slow-link", A: "h/gpu0", B: "h/nvswitch", Factor: 1}, "slow-link=h/gpu0,h/nvswitch,1"},
+		{sim.Fault{Kind: "slow-link", A: "a", B: "b", Factor: 0.1}, "slow-link=a,b,0.1"},
+		{sim.Fault{Kind: "slow-link", A: "a", B: "b", Factor: 1e-7}, "slow-link=a,b,1e-07"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.want, func(t *testing.T) {
+			t.Parallel()
+			if got := tc.f.String(); got != tc.want {
+				t.Errorf("%+v.String() = %q; want %q", tc.f, got, tc.want)
+			}
+		})
+	}
+}
+
+// String's output parses back to the same fault, for every fault ParseFault accepts.
+func TestFaultStringRoundTrips(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{
+		"hang=3", "hang=3@100", "hang=0@0", "corrupt=0@5", "corrupt=1048576@2147483647",
+		"hang=+4", "hang=007@08", "hang=-0",
+		"slow-link=gpu0,nvswitch,0.25",
+		"slow-link=dgx-h100-0/gpu0,dgx-h100-0/nvswitch,1",
+		"slow-link=a,b,0.1", "slow-link=a,b,0.30000000000000004", "slow-link=a,b,1e-300",
+		"slow-link=a,b,5e-324", "slow-link=a,b,0x1p-2", "slow-link=a,b,1.0000", "slow-link=a=b,c,0.5",
+		"slow-link=a b,c,0.5",
+	} {
+		t.Run(in, func(t *testing.T) {
+			t.Parallel()
+			f, err := sim.ParseFault(in)
+			if err != nil {
+				t.Fatalf("ParseFault(%q): %v", in, err)
+			}
+			s := f.String()
+			g, err := sim.ParseFault(s)
+			if err != nil {
+				t.Fatalf("ParseFault(%q.String() = %q): %v", in, s, err)
+			}
+			if g != f {
+				t.Errorf("ParseFault(%q) = %+v; ParseFault(String() = %q) = %+v", in, f, s, g)
+			}
+			if s2 := g.String(); s2 != s {
+				t.Errorf("String is not stable: %q then %q", s, s2)
+			}
+		})
+	}
+}
+
+func FuzzParseFault(f *testing.F) {
+	for _, s := range []string{
+		"hang=3", "hang=3@100", "corrupt=0@5", "corrupt=2",
+		"slow-link=gpu0,nvswitch,0.25", "slow-link=dgx-h100-0/gpu0,dgx-h100-0/nvswitch,1",
+		"hang", "crash=3", "hang=-1", "hang=3@-1", "slow-link=gpu0,nvswitch,0",
+		"slow-link=gpu0,nvswitch,1.5", "slow-link=gpu0,nvswitch,nan", "slow-link=gpu0,0.5",
+		"slow-link=a,b,1e-320", "hang=+1@+2",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		fault, err := sim.ParseFault(s)
+		if err != nil {
+			if fault != (sim.Fault{}) {
+				t.Fatalf("ParseFault(%q) returned %+v with error %v", s, fault, err)
+			}
+			return
+		}
+		switch fault.Kind {
+		case "hang", "corrupt":
+			if fault.Device < 0 || fault.After < 0 || fault.A != "" || fault.B != "" || fault.Factor != 0 {
+				t.Fatalf("ParseFault(%q) = %+v", s, fault)
+			}
+		case "slow-link":
+			if fault.A == "" || fault.B == "" || !(fault.Factor > 0 && fault.Factor <= 1) || math.IsNaN(fault.Factor) {
+				t.Fatalf("ParseFault(%q) = %+v", s, fault)
+			}
+		default:
+			t.Fatalf("ParseFault(%q) accepted kind %q", s, fault.Kind)
+		}
+		str := fault.String()
+		again, err := sim.ParseFault(str)
+		if err != nil {
+			t.Fatalf("ParseFault(%q) = %+v, whose String %q does not parse: %v", s, fault, str, err)
+		}
+		if again != fault {
+			t.Fatalf("ParseFault(%q) = %+v; ParseFault(%q) = %+v", s, fault, str, again)
+		}
+	})
+}
