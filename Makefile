@@ -1,0 +1,45 @@
+# gpubench: `make run` builds and runs a real sweep (on the simulator when there is no GPU);
+# `make test` runs every check CI runs.
+
+GO      ?= go
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+BIN     := bin/gpubench
+LDFLAGS := -X main.version=$(VERSION)
+FUZZTIME ?= 10s
+
+.PHONY: all build run test vet fmt-check unit fuzz bench clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/gpubench
+
+# The main job: an all-reduce sweep from 8 B to 8 GiB on every GPU (simulated DGX H100 without one).
+run: build
+	./$(BIN) allreduce --sizes 8B:8GB
+
+test: fmt-check vet unit fuzz
+
+fmt-check:
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+	CGO_ENABLED=0 $(GO) vet ./...
+
+unit:
+	$(GO) test -race -count=1 ./...
+	CGO_ENABLED=0 $(GO) test -count=1 ./...
+
+# A short run of every fuzz target (go test fuzzes one package and one target at a time).
+fuzz:
+	$(GO) test ./internal/coll -run '^$$' -fuzz '^FuzzParseSizes$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/gpu -run '^$$' -fuzz '^FuzzParseTopology$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/sim -run '^$$' -fuzz '^FuzzParseFault$$' -fuzztime $(FUZZTIME)
+
+# CPU seconds and peak memory of the simulated 8B:8GB all-reduce sweep.
+bench:
+	$(GO) test ./cmd/gpubench -run '^$$' -bench '^BenchmarkAllReduceSweep$$' -benchtime 3x
+
+clean:
+	rm -rf bin
