@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"regexp"
 	"slices"
@@ -103,7 +104,8 @@ type gpuRef struct {
 type edge struct {
 	a, b      int
 	kind      string
-	gbs       float64
+	gbs       float64 // nominal, per direction
+	slow      float64 // fraction of gbs the link delivers (SlowLink); 1 when healthy
 	latencyUS float64
 }
 
@@ -113,6 +115,8 @@ var pcieLaneGBs = map[int]float64{1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938,
 
 // Default per-hop latencies (µs) where a link gives none; see docs/model.md.
 var defaultLatencyUS = map[string]float64{"nvlink": 0.5, "pcie": 1.0, "smp": 1.0, "net": 2.0}
+
+var netKinds = map[string]bool{"infiniband": true, "ethernet": true}
 
 var (
 	idPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]+$`)
@@ -127,7 +131,7 @@ func ParseTopology(data []byte) (*Topology, error) {
 	if err := dec.Decode(&t); err != nil {
 		return nil, fmt.Errorf("not a gpubench topology file: %v", err)
 	}
-	if dec.More() {
+	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("not a gpubench topology file: data after the topology object")
 	}
 	if err := t.Validate(); err != nil {
@@ -156,6 +160,9 @@ func (t *Topology) Validate() error {
 	}
 	if len(t.Nodes) > 1 && t.Network == nil {
 		return fmt.Errorf("topology %s has %d nodes but no network", t.Name, len(t.Nodes))
+	}
+	if t.Network != nil && !netKinds[t.Network.Kind] {
+		return fmt.Errorf("network kind %q; want infiniband or ethernet", t.Network.Kind)
 	}
 	t.gpus, t.verts, t.kinds, t.edges, t.adj = nil, map[string]int{}, nil, nil, nil
 	addVert := func(host, id, kind string) error {
@@ -219,6 +226,9 @@ func (t *Topology) Validate() error {
 			if err := addVert(n.Hostname, c.ID, "nic"); err != nil {
 				return err
 			}
+			if !netKinds[c.Kind] {
+				return fmt.Errorf("node %s nic %s: kind %q; want infiniband or ethernet", n.Hostname, c.ID, c.Kind)
+			}
 			if !(c.Gbps > 0 && c.Gbps < 1e6) {
 				return fmt.Errorf("node %s nic %s: gbps %v is out of range", n.Hostname, c.ID, c.Gbps)
 			}
@@ -278,7 +288,7 @@ func (t *Topology) Validate() error {
 func (t *Topology) addEdge(a, b int, kind string, gbs, lat float64) {
 	t.adj[a] = append(t.adj[a], len(t.edges))
 	t.adj[b] = append(t.adj[b], len(t.edges))
-	t.edges = append(t.edges, edge{a: a, b: b, kind: kind, gbs: gbs, latencyUS: lat})
+	t.edges = append(t.edges, edge{a: a, b: b, kind: kind, gbs: gbs, slow: 1, latencyUS: lat})
 }
 
 // NumGPUs is the number of GPUs over all nodes; GPUs are numbered in node order.
@@ -317,12 +327,12 @@ func (t *Topology) NVLS(i int) bool {
 	return false
 }
 
-// ScaleLink multiplies the bandwidth of the links between parts a and b by f (0 < f <= 1000): a
-// what-if question, or the simulator's slow-link fault. Parts are named "id" on a one-node
-// topology, or "host/id".
-func (t *Topology) ScaleLink(a, b string, f float64) error {
-	if !(f > 0 && f <= 1000) {
-		return fmt.Errorf("link factor %v is out of range (0, 1000]", f)
+// SlowLink makes the links between parts a and b deliver only f (0 < f <= 1) of their bandwidth:
+// the simulator's slow-link fault. Nominal figures (BusPeak) keep the link's design value, so the
+// loss shows against them. Parts are named "id" on a one-node topology, or "host/id".
+func (t *Topology) SlowLink(a, b string, f float64) error {
+	if !(f > 0 && f <= 1) {
+		return fmt.Errorf("link factor %v is out of range (0, 1]", f)
 	}
 	va, okA := t.vertex(a)
 	vb, okB := t.vertex(b)
@@ -332,7 +342,7 @@ func (t *Topology) ScaleLink(a, b string, f float64) error {
 	found := false
 	for i := range t.edges {
 		if e := &t.edges[i]; e.a == va && e.b == vb || e.a == vb && e.b == va {
-			e.gbs *= f
+			e.slow *= f
 			found = true
 		}
 	}
@@ -533,20 +543,31 @@ type Flow struct {
 }
 
 // LinkLoad returns the time in µs the flows take when they run together and share every link's
-// capacity in each direction, each link derated by eff(kind) (1 for nominal figures).
+// capacity in each direction, each link derated by eff(kind) and by any slow-link fault.
 func (t *Topology) LinkLoad(flows []Flow, eff func(kind string) float64) float64 {
-	load := map[Hop]float64{}
+	us, _ := t.load(flows, func(e edge) float64 { return e.gbs * e.slow * eff(e.kind) })
+	return us
+}
+
+// load returns the flows' time in µs over links of the given capacities (GB/s), and the kind of
+// the link that sets it.
+func (t *Topology) load(flows []Flow, capacity func(edge) float64) (us float64, kind string) {
+	bytes := map[Hop]float64{}
 	for _, f := range flows {
 		for _, h := range f.Path.Hops {
-			load[h] += f.Bytes
+			bytes[h] += f.Bytes
 		}
 	}
-	worst := 0.0
-	for h, bytes := range load {
+	for h, b := range bytes {
 		e := t.edges[h.Edge]
-		worst = math.Max(worst, bytes/(1e3*e.gbs*eff(e.kind)))
+		if x := b / (1e3 * capacity(e)); x > us || x == us && e.kind < kind {
+			us, kind = x, e.kind
+		}
 	}
-	return worst
+	if kind == "net" && t.Network != nil {
+		kind = t.Network.Kind
+	}
+	return us, kind
 }
 
 // RingFlows returns the flows of the rings NCCL would build through the given GPUs, one unit of
@@ -626,36 +647,16 @@ func (t *Topology) ringThroughNIC(local []int, nic int) []int {
 }
 
 // BusPeak is the nominal bus bandwidth (GB/s) of a ring over the given GPUs: the rate at which
-// every GPU can send to the next one at once, on nominal link figures. It is the figure nccl-tests'
-// busbw is measured against, and returns the kind of link that limits it.
+// every GPU can send to the next one at once, on the links' nominal figures. It is the figure
+// nccl-tests' busbw is measured against; limit is the kind of link that sets it.
 func (t *Topology) BusPeak(gpus []int) (gbs float64, limit string) {
 	if len(gpus) < 2 {
 		return 0, ""
 	}
 	flows, rings := t.RingFlows(gpus)
-	us := t.LinkLoad(flows, func(string) float64 { return 1 })
+	us, limit := t.load(flows, func(e edge) float64 { return e.gbs })
 	if us == 0 {
 		return 0, ""
 	}
-	return float64(rings) / (us * 1e3), t.bottleneckKind(flows)
-}
-
-func (t *Topology) bottleneckKind(flows []Flow) string {
-	load := map[Hop]float64{}
-	for _, f := range flows {
-		for _, h := range f.Path.Hops {
-			load[h] += f.Bytes
-		}
-	}
-	worst, kind := 0.0, ""
-	for h, b := range load {
-		e := t.edges[h.Edge]
-		if r := b / e.gbs; r > worst || r == worst && strings.Compare(e.kind, kind) < 0 {
-			worst, kind = r, e.kind
-		}
-	}
-	if kind == "net" && t.Network != nil {
-		return t.Network.Kind
-	}
-	return kind
+	return float64(rings) / (us * 1e3), limit
 }

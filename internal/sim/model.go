@@ -167,9 +167,12 @@ func newModel(t *gpu.Topology, devs []int) *model {
 		m.channels = m.channelCount()
 	}
 	if m.nvls {
-		// A GPU's NVLink bandwidth: what one unit of traffic to its NVSwitch can use.
-		peer := devs[1]
-		m.nvlinkGBs = 1 / (t.LinkLoad([]gpu.Flow{{Path: t.Route(devs[0], peer), Bytes: 1}}, m.efficiency) * 1e3)
+		// The slowest GPU's NVLink bandwidth: what one unit of traffic between neighbours can use.
+		m.nvlinkGBs = math.Inf(1)
+		for i, d := range devs {
+			flow := gpu.Flow{Path: t.Route(d, devs[(i+1)%len(devs)]), Bytes: 1}
+			m.nvlinkGBs = math.Min(m.nvlinkGBs, 1/(t.LinkLoad([]gpu.Flow{flow}, m.efficiency)*1e3))
+		}
 	}
 	return m
 }

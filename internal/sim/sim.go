@@ -65,7 +65,7 @@ func New(t *gpu.Topology, opt Options) (*Backend, error) {
 	for _, f := range opt.Faults {
 		switch f.Kind {
 		case "slow-link":
-			if err := t.ScaleLink(f.A, f.B, f.Factor); err != nil {
+			if err := t.SlowLink(f.A, f.B, f.Factor); err != nil {
 				return nil, err
 			}
 		default:

@@ -1,0 +1,87 @@
+package gpu_test
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gpubench/gpubench/internal/gpu"
+)
+
+// FuzzParseTopology checks that ParseTopology never panics on any input, and that a topology it
+// accepts is usable: every GPU has a route to every other one, the ring bus peak is a finite
+// non-negative number, and the topology survives a JSON round trip. Seeds: every preset, the
+// files in testdata/fuzz/FuzzParseTopology, and a few broken inputs below.
+func FuzzParseTopology(f *testing.F) {
+	files, err := filepath.Glob(filepath.Join(presetDir, "*.json"))
+	if err != nil || len(files) == 0 {
+		f.Fatalf("no presets in %s: %v", presetDir, err)
+	}
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	minimal, err := json.Marshal(minimalTopology())
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(minimal)
+	for _, s := range []string{
+		"",
+		"{}",
+		"null",
+		`{"format":"gpubench-topology/1"}`,
+		`{"format":"gpubench-topology/1","name":"x","nodes":[{"hostname":"h","gpus":[{"id":"g","name":"n","memory_bytes":1,"memory_bandwidth_gbs":1,"compute_capability":"8.0"}]}]} {}`,
+		`{"format":"gpubench-topology/1","name":"x","p2p":"none","nodes":[{"hostname":"h","gpus":[{"id":"g0","name":"n","memory_bytes":1,"memory_bandwidth_gbs":1,"compute_capability":"8.0"},{"id":"g1","name":"n","memory_bytes":1,"memory_bandwidth_gbs":1,"compute_capability":"8.0"}],"links":[{"a":"g0","b":"g1","kind":"nvlink","gbs":1}]}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		topo, err := gpu.ParseTopology(data)
+		if err != nil {
+			if topo != nil {
+				t.Fatalf("ParseTopology returned a topology with error %v", err)
+			}
+			return
+		}
+		n := topo.NumGPUs()
+		if n < 1 {
+			t.Fatalf("accepted a topology with %d GPUs", n)
+		}
+		for i := 0; i < n; i++ {
+			for j := 0; j < n; j++ {
+				if i == j {
+					continue
+				}
+				p := topo.Route(i, j)
+				if p.Hops == nil {
+					t.Fatalf("Route(%d, %d) has nil Hops in an accepted topology", i, j)
+				}
+				if math.IsNaN(p.LatencyUS) || math.IsInf(p.LatencyUS, 0) || p.LatencyUS < 0 {
+					t.Fatalf("Route(%d, %d).LatencyUS = %v", i, j, p.LatencyUS)
+				}
+			}
+		}
+		gbs, _ := topo.BusPeak(allGPUs(topo))
+		if math.IsNaN(gbs) || math.IsInf(gbs, 0) || gbs < 0 {
+			t.Fatalf("BusPeak(all %d GPUs) = %v; want a finite number >= 0", n, gbs)
+		}
+		out, err := json.Marshal(topo)
+		if err != nil {
+			t.Fatalf("json.Marshal of an accepted topology: %v", err)
+		}
+		again, err := gpu.ParseTopology(out)
+		if err != nil {
+			t.Fatalf("ParseTopology(json.Marshal(accepted topology)): %v\n%s", err, out)
+		}
+		if again.NumGPUs() != n {
+			t.Fatalf("round trip changed NumGPUs from %d to %d", n, again.NumGPUs())
+		}
+	})
+}
