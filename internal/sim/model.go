@@ -98,9 +98,9 @@ func nvlinkEfficiency(cc float64) float64 {
 	}
 }
 
-// pcieEfficiency is NCCL's PCIe figure (width × GT/s / 80: 24 GB/s for Gen4 x16) over the
-// nominal one after line coding (31.5 GB/s).
-const pcieEfficiency = 24.0 / 31.5
+// pcieEfficiency is NCCL's PCIe figure per lane (width × GT/s / 80: 1.5 GB/s for Gen4, 24 GB/s
+// for Gen4 x16) over the nominal one after line coding (1.969 GB/s).
+const pcieEfficiency = 1.5 / 1.969
 
 // launchUS is the host time to enqueue one collective on one rank; each node's host enqueues for
 // its own ranks, in parallel with the other nodes (assumption, docs/model.md).
