@@ -26,7 +26,7 @@ func BenchmarkAllReduceSweep(b *testing.B) {
 			b.Fatalf("exit %d", code)
 		}
 	}
-	b.ReportMetric((cpu() - start).Seconds()/float64(b.N), "cpu-s/op")
+	b.ReportMetric((cpu()-start).Seconds()/float64(b.N), "cpu-s/op")
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	b.ReportMetric(float64(ru.Maxrss)/1024, "peak-rss-MB")
