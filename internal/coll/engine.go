@@ -334,14 +334,7 @@ func (r *runner) warmup(w Sweep, a Args) error {
 		if err != nil {
 			return &StepError{Coll: r.opt.Coll.Name, Size: k.Bytes, Err: fmt.Errorf("warm-up: %w", err)}
 		}
-		for i := 0; i < r.opt.Warmup; i++ {
-			if err = r.opt.Coll.Call(r.comm, bs.send, bs.recv, k, a); err != nil {
-				break
-			}
-		}
-		if err == nil {
-			err = r.sync()
-		}
+		err = r.calls(r.opt.Warmup, bs, k, a)
 		r.free(bs)
 		if err != nil {
 			return &StepError{Coll: r.opt.Coll.Name, Size: k.Bytes, Err: fmt.Errorf("warm-up: %w", err)}
@@ -371,19 +364,11 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 		}
 	}
 	// One untimed collective, then the timed loop.
-	if err := c.Call(r.comm, bs.send, bs.recv, k, a); err != nil {
-		return p, err
-	}
-	if err := r.sync(); err != nil {
+	if err := r.calls(1, bs, k, a); err != nil {
 		return p, err
 	}
 	t0 := r.b.Now()
-	for i := 0; i < r.opt.Iters; i++ {
-		if err := c.Call(r.comm, bs.send, bs.recv, k, a); err != nil {
-			return p, err
-		}
-	}
-	if err := r.sync(); err != nil {
+	if err := r.calls(r.opt.Iters, bs, k, a); err != nil {
 		return p, err
 	}
 	sec := Combine([]float64{(r.b.Now() - t0).Seconds() / float64(r.opt.Iters)}, r.opt.Average)
@@ -400,10 +385,7 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 		if err := r.load(bs, r.in); err != nil {
 			return p, err
 		}
-		if err := c.Call(r.comm, bs.send, bs.recv, k, a); err != nil {
-			return p, err
-		}
-		if err := r.sync(); err != nil {
+		if err := r.calls(1, bs, k, a); err != nil {
 			return p, err
 		}
 		got := make([]byte, k.Recv*int64(a.DType.Size()))
@@ -417,6 +399,16 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 	}
 	p.Wrong = &wrong
 	return p, nil
+}
+
+// calls enqueues the collective n times, then waits for the devices.
+func (r *runner) calls(n int, bs *buffers, k Counts, a Args) error {
+	for i := 0; i < n; i++ {
+		if err := r.opt.Coll.Call(r.comm, bs.send, bs.recv, k, a); err != nil {
+			return err
+		}
+	}
+	return r.sync()
 }
 
 // inputs makes the row's inputs (once), and returns what each receive buffer holds once they are

@@ -427,37 +427,36 @@ func (t *Topology) nearestNIC(v int) int { return t.nearest(v, "nic", "pcie", "s
 
 // nearest finds the vertex of the given kind fewest hops from v over the given link kinds.
 func (t *Topology) nearest(v int, kind string, via ...string) int {
-	seen := map[int]bool{v: true}
-	frontier := []int{v}
-	for len(frontier) > 0 {
-		var next []int
-		for _, u := range frontier {
-			for _, ei := range t.adj[u] {
-				e := t.edges[ei]
-				w := e.a + e.b - u
-				if seen[w] || !contains(via, e.kind) {
-					continue
-				}
-				if t.kinds[w] == kind {
-					return w
-				}
-				seen[w] = true
-				if t.kinds[w] != "gpu" && t.kinds[w] != "nic" {
-					next = append(next, w)
-				}
-			}
-		}
-		frontier = next
-	}
-	return -1
+	w, _ := t.search(v, via, func(w int) bool { return t.kinds[w] == kind })
+	return w
 }
 
-// bfs finds a fewest-hop route from u to v over the given link kinds, never passing through a
-// GPU or a NIC.
+// bfs finds a fewest-hop route from u to v over the given link kinds.
 func (t *Topology) bfs(from, to int, via ...string) []Hop {
 	if from == to {
 		return []Hop{}
 	}
+	w, prev := t.search(from, via, func(w int) bool { return w == to })
+	if w < 0 {
+		return nil
+	}
+	var hops []Hop
+	for x := to; x != from; {
+		h := prev[x]
+		hops = append([]Hop{h}, hops...)
+		if h.Forward {
+			x = t.edges[h.Edge].a
+		} else {
+			x = t.edges[h.Edge].b
+		}
+	}
+	return hops
+}
+
+// search walks breadth-first from a vertex over the given link kinds, never through a GPU or a
+// NIC, until it reaches a vertex that done accepts; it returns that vertex (or -1) and how each
+// vertex seen was reached.
+func (t *Topology) search(from int, via []string, done func(int) bool) (int, map[int]Hop) {
 	prev := map[int]Hop{}
 	seen := map[int]bool{from: true}
 	frontier := []int{from}
@@ -472,18 +471,8 @@ func (t *Topology) bfs(from, to int, via ...string) []Hop {
 				}
 				seen[w] = true
 				prev[w] = Hop{Edge: ei, Forward: e.a == u}
-				if w == to {
-					var hops []Hop
-					for x := to; x != from; {
-						h := prev[x]
-						hops = append([]Hop{h}, hops...)
-						if h.Forward {
-							x = t.edges[h.Edge].a
-						} else {
-							x = t.edges[h.Edge].b
-						}
-					}
-					return hops
+				if done(w) {
+					return w, prev
 				}
 				if k := t.kinds[w]; k != "gpu" && k != "nic" {
 					next = append(next, w)
@@ -492,7 +481,7 @@ func (t *Topology) bfs(from, to int, via ...string) []Hop {
 		}
 		frontier = next
 	}
-	return nil
+	return -1, prev
 }
 
 func (t *Topology) path(h []Hop, typ string) Path {
