@@ -275,33 +275,30 @@ type buffers struct {
 	allocs     []gpu.Buffer
 }
 
+// alloc gives each rank a send and a receive buffer, or, in place, one buffer holding both views.
 func (r *runner) alloc(k Counts, dt gpu.DType, inPlace bool) (*buffers, error) {
 	elt := int64(dt.Size())
 	bs := &buffers{send: make([]gpu.Buffer, r.n), recv: make([]gpu.Buffer, r.n)}
 	for rank, d := range r.b.Devices()[:r.n] {
+		sizes := []int64{k.Send * elt, k.Recv * elt}
 		if inPlace {
-			x, err := r.b.Alloc(d.Ordinal, max(k.Send, k.Recv)*elt)
-			if err != nil {
-				r.free(bs)
-				return nil, err
-			}
-			bs.allocs = append(bs.allocs, x)
-			so, ro := r.opt.Coll.InPlace(k, rank)
-			bs.send[rank], bs.recv[rank] = x.Slice(so*elt, k.Send*elt), x.Slice(ro*elt, k.Recv*elt)
-			continue
+			sizes = []int64{max(k.Send, k.Recv) * elt}
 		}
-		for _, p := range []*gpu.Buffer{&bs.send[rank], &bs.recv[rank]} {
-			size := k.Send
-			if p == &bs.recv[rank] {
-				size = k.Recv
-			}
-			x, err := r.b.Alloc(d.Ordinal, size*elt)
+		var got []gpu.Buffer
+		for _, n := range sizes {
+			x, err := r.b.Alloc(d.Ordinal, n)
 			if err != nil {
 				r.free(bs)
 				return nil, err
 			}
 			bs.allocs = append(bs.allocs, x)
-			*p = x
+			got = append(got, x)
+		}
+		if inPlace {
+			so, ro := r.opt.Coll.InPlace(k, rank)
+			bs.send[rank], bs.recv[rank] = got[0].Slice(so*elt, k.Send*elt), got[0].Slice(ro*elt, k.Recv*elt)
+		} else {
+			bs.send[rank], bs.recv[rank] = got[0], got[1]
 		}
 	}
 	return bs, nil
