@@ -66,6 +66,16 @@ type GPU struct {
 	MemoryGBs         float64 `json:"memory_bandwidth_gbs"`
 	ComputeCapability string  `json:"compute_capability"`
 	NUMANode          int     `json:"numa_node"`
+
+	// What `gpubench topo` records of a real GPU beside its wiring; the simulator shows these
+	// facts but does not use them. Zero and absent mean not recorded.
+	CPUAffinity  string `json:"cpu_affinity,omitempty"`     // CPUs local to the GPU, a Linux CPU list: "0-55,112-167"
+	PCIeGen      int    `json:"pcie_gen,omitempty"`         // PCIe link generation when recorded (idle GPUs lower it)
+	PCIeWidth    int    `json:"pcie_width,omitempty"`       // PCIe link width when recorded
+	PCIeGenMax   int    `json:"pcie_gen_max,omitempty"`     // the highest generation the GPU and its slot allow
+	PCIeWidthMax int    `json:"pcie_width_max,omitempty"`   // the widest link the GPU and its slot allow
+	Persistence  *bool  `json:"persistence_mode,omitempty"` // NVIDIA driver persistence mode
+	MIG          *bool  `json:"mig_mode,omitempty"`         // MIG mode (current)
 }
 
 // Switch is an NVSwitch fabric (kind "nvswitch"; NVLS when it supports NVLink SHARP) or a PCIe
@@ -94,6 +104,9 @@ type Link struct {
 	Width     int     `json:"width,omitempty"`
 	GBs       float64 `json:"gbs,omitempty"`
 	LatencyUS float64 `json:"latency_us,omitempty"`
+	// HostBridge names the PCIe host bridge (root complex) a pcie link into a CPU enters, as Linux
+	// names it ("pci0000:17"). Optional; `gpubench topo` tells PHB from NODE by it.
+	HostBridge string `json:"host_bridge,omitempty"`
 }
 
 type gpuRef struct {
@@ -119,8 +132,9 @@ var defaultLatencyUS = map[string]float64{"nvlink": 0.5, "pcie": 1.0, "smp": 1.0
 var netKinds = map[string]bool{"infiniband": true, "ethernet": true}
 
 var (
-	idPattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]+$`)
-	ccPattern = regexp.MustCompile(`^[1-9][0-9]?\.[0-9]$`)
+	idPattern      = regexp.MustCompile(`^[A-Za-z0-9_.:-]+$`)
+	ccPattern      = regexp.MustCompile(`^[1-9][0-9]?\.[0-9]$`)
+	cpuListPattern = regexp.MustCompile(`^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$`)
 )
 
 // ParseTopology reads and validates a topology file.
@@ -212,6 +226,9 @@ func (t *Topology) Validate() error {
 			if !ccPattern.MatchString(g.ComputeCapability) {
 				return fmt.Errorf("node %s gpu %s: compute_capability %q; want MAJOR.MINOR, e.g. \"9.0\"", n.Hostname, g.ID, g.ComputeCapability)
 			}
+			if err := g.validateFacts(); err != nil {
+				return fmt.Errorf("node %s gpu %s: %v", n.Hostname, g.ID, err)
+			}
 			t.gpus = append(t.gpus, gpuRef{node: ni, index: gi, vert: len(t.kinds) - 1})
 		}
 		for _, s := range n.Switches {
@@ -264,6 +281,9 @@ func (t *Topology) Validate() error {
 			if !(gbs > 0 && gbs < 1e6) {
 				return fmt.Errorf("node %s link %s-%s: gbs %v is out of range", n.Hostname, l.A, l.B, gbs)
 			}
+			if l.HostBridge != "" && (l.Kind != "pcie" || t.kinds[a] != "cpu" && t.kinds[b] != "cpu" || !idPattern.MatchString(l.HostBridge)) {
+				return fmt.Errorf("node %s link %s-%s: host_bridge %q needs a pcie link to a CPU and a name of letters, digits and _.:-", n.Hostname, l.A, l.B, l.HostBridge)
+			}
 			lat := l.LatencyUS
 			if lat == 0 {
 				lat = defaultLatencyUS[l.Kind]
@@ -280,6 +300,22 @@ func (t *Topology) Validate() error {
 			if i != j && t.Route(i, j).Hops == nil {
 				return fmt.Errorf("topology %s: no path from %s to %s", t.Name, t.GPUName(i), t.GPUName(j))
 			}
+		}
+	}
+	return nil
+}
+
+// validateFacts checks the optional facts `gpubench topo` records.
+func (g GPU) validateFacts() error {
+	if g.CPUAffinity != "" && !cpuListPattern.MatchString(g.CPUAffinity) {
+		return fmt.Errorf("cpu_affinity %q; want a CPU list such as \"0-55,112-167\"", g.CPUAffinity)
+	}
+	for _, f := range []struct {
+		name     string
+		v, limit int
+	}{{"pcie_gen", g.PCIeGen, 6}, {"pcie_gen_max", g.PCIeGenMax, 6}, {"pcie_width", g.PCIeWidth, 32}, {"pcie_width_max", g.PCIeWidthMax, 32}} {
+		if f.v < 0 || f.v > f.limit {
+			return fmt.Errorf("%s %d is out of range 1-%d", f.name, f.v, f.limit)
 		}
 	}
 	return nil

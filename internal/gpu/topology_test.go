@@ -417,6 +417,13 @@ func TestValidateAcceptsMinimal(t *testing.T) {
 			secondNode(t)
 			t.Network = &gpu.Network{Kind: "infiniband"}
 		}, 4, "PIX", 1 + 1 + 2 + 2 + 1 + 1}, // the default 2 µs a network hop
+		{"facts recorded by gpubench topo", func(t *gpu.Topology) {
+			on, off := true, false
+			g := &t.Nodes[0].GPUs[0]
+			g.CPUAffinity, g.PCIeGen, g.PCIeWidth, g.PCIeGenMax, g.PCIeWidthMax = "0-55,112-167", 1, 16, 4, 16
+			g.Persistence, g.MIG = &on, &off
+			t.Nodes[0].Links[2].HostBridge = "pci0000:17"
+		}, 2, "PIX", 0},
 		{"one GPU, no links", func(t *gpu.Topology) {
 			t.Nodes[0].GPUs = t.Nodes[0].GPUs[:1]
 			t.Nodes[0].Links = nil
@@ -504,6 +511,17 @@ func TestValidateRejects(t *testing.T) {
 		{"negative gbs", func(t *gpu.Topology) { t.Nodes[0].Links[1].GBs = -5 }, "link gpu1-sw: gbs -5 is out of range"},
 		{"huge gbs", func(t *gpu.Topology) { t.Nodes[0].Links[1].GBs = 1e7 }, "gbs 1e+07 is out of range"},
 		{"negative latency", func(t *gpu.Topology) { t.Nodes[0].Links[1].LatencyUS = -1 }, "link gpu1-sw: latency_us -1 is out of range"},
+		{"malformed cpu_affinity", func(t *gpu.Topology) { t.Nodes[0].GPUs[0].CPUAffinity = "0-3;8" }, `node host0 gpu gpu0: cpu_affinity "0-3;8"; want a CPU list`},
+		{"pcie_gen 7", func(t *gpu.Topology) { t.Nodes[0].GPUs[1].PCIeGen = 7 }, "node host0 gpu gpu1: pcie_gen 7 is out of range 1-6"},
+		{"negative pcie_gen_max", func(t *gpu.Topology) { t.Nodes[0].GPUs[0].PCIeGenMax = -1 }, "pcie_gen_max -1 is out of range"},
+		{"pcie_width 64", func(t *gpu.Topology) { t.Nodes[0].GPUs[0].PCIeWidth = 64 }, "pcie_width 64 is out of range 1-32"},
+		{"pcie_width_max 33", func(t *gpu.Topology) { t.Nodes[0].GPUs[0].PCIeWidthMax = 33 }, "pcie_width_max 33 is out of range"},
+		{"host_bridge off a CPU link", func(t *gpu.Topology) { t.Nodes[0].Links[0].HostBridge = "pci0000:17" }, `node host0 link gpu0-sw: host_bridge "pci0000:17" needs a pcie link to a CPU`},
+		{"malformed host_bridge", func(t *gpu.Topology) { t.Nodes[0].Links[2].HostBridge = "pci 17" }, `link sw-cpu0: host_bridge "pci 17" needs`},
+		{"host_bridge on an smp link", func(t *gpu.Topology) {
+			t.Nodes[0].CPUs = append(t.Nodes[0].CPUs, gpu.CPU{ID: "cpu1"})
+			t.Nodes[0].Links = append(t.Nodes[0].Links, gpu.Link{A: "cpu0", B: "cpu1", Kind: "smp", GBs: 64, HostBridge: "pci0000:00"})
+		}, `link cpu0-cpu1: host_bridge "pci0000:00" needs a pcie link`},
 		{"GPU with no path to another", func(t *gpu.Topology) { t.Nodes[0].Links = t.Nodes[0].Links[1:] }, "topology mini: no path from host0/gpu0 to host0/gpu1"},
 		{"GPUs without links", func(t *gpu.Topology) { t.Nodes[0].Links = nil }, "no path from host0/gpu0 to host0/gpu1"},
 		{"p2p none without a CPU", func(t *gpu.Topology) {
