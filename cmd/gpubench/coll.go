@@ -150,14 +150,17 @@ func (f *collFlags) options(cmd *cobra.Command, c *coll.Collective, seed uint64)
 }
 
 func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collective) error {
-	if err := g.validate(); err != nil {
+	if err := g.validate("auto", "sim"); err != nil {
 		return err
 	}
 	opt, err := f.options(cmd, c, g.seed)
 	if err != nil {
 		return err
 	}
-	b, dataCap, err := g.open(e)
+	if g.backend == "auto" {
+		fmt.Fprintf(e.stderr, "gpubench: collectives on real GPUs need the NCCL binding, which this build does not have yet; using the simulator (--topology %s)\n", g.topology)
+	}
+	b, dataCap, err := g.openSim()
 	if err != nil {
 		return err
 	}

@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/gpubench/gpubench/internal/coll"
-	"github.com/gpubench/gpubench/internal/gpu"
 	"github.com/gpubench/gpubench/internal/report"
 	"github.com/gpubench/gpubench/internal/sim"
 )
@@ -23,9 +21,8 @@ type globals struct {
 	dataCap  string
 	jitter   float64
 	faults   []string
+	cudaLib  string
 }
-
-var backends = []string{"auto", "sim"}
 
 func run(ctx context.Context, e *env, args []string) int {
 	root := newRootCmd(e)
@@ -47,18 +44,19 @@ func newRootCmd(e *env) *cobra.Command {
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.backend, "backend", "auto", "GPU backend: auto (real GPUs when available, else the simulator) or sim")
+	pf.StringVar(&g.backend, "backend", "auto", "GPU backend: auto (real GPUs when available, else the simulator), cuda (p2p) or sim")
+	pf.StringVar(&g.cudaLib, "cuda-lib", "", "path of libcudart to load (default: $GPUBENCH_CUDART, then the usual sonames and folders)")
 	pf.StringVar(&g.topology, "topology", "dgx-h100", "simulated machine: a preset ("+strings.Join(sim.Presets(), ", ")+") or a topology file")
 	pf.StringVar(&g.output, "output", "table", "output format: "+strings.Join(report.Formats, ", "))
 	pf.Uint64Var(&g.seed, "seed", 0, "seed for the input data and the simulator's jitter")
 	pf.StringVar(&g.dataCap, "sim-data-cap", coll.FormatSize(sim.DefaultDataCap), "simulator: device memory backed by host memory; larger runs are timing-only")
 	pf.Float64Var(&g.jitter, "sim-jitter", 0, "simulator: random slow-down of each operation, as a fraction (0 = deterministic)")
 	pf.StringArrayVar(&g.faults, "sim-fault", nil, "simulator: inject a fault: hang=DEVICE[@N], corrupt=DEVICE[@N] or slow-link=PART,PART,FACTOR (repeatable)")
-	complete(root, "backend", backends)
+	complete(root, "backend", []string{"auto", "cuda", "sim"})
 	complete(root, "topology", sim.Presets())
 	complete(root, "output", report.Formats)
 
-	root.AddCommand(newVersionCmd(e))
+	root.AddCommand(newVersionCmd(e), newP2PCmd(e, g))
 	for _, c := range coll.Collectives {
 		root.AddCommand(newCollCmd(e, g, c))
 	}
@@ -71,10 +69,11 @@ func complete(cmd *cobra.Command, flag string, values []string) {
 	})
 }
 
-// validate checks the shared flags before anything runs.
-func (g *globals) validate() error {
+// validate checks the shared flags before anything runs; backends are the --backend values the
+// command offers.
+func (g *globals) validate(backends ...string) error {
 	if !contains(backends, g.backend) {
-		return usageErr("unknown --backend %q: use %s", g.backend, strings.Join(backends, " or "))
+		return usageErr("unknown --backend %q for this command: use %s", g.backend, strings.Join(backends, " or "))
 	}
 	if !contains(report.Formats, g.output) {
 		return usageErr("unknown --output %q: use %s", g.output, strings.Join(report.Formats, ", "))
@@ -82,12 +81,8 @@ func (g *globals) validate() error {
 	return nil
 }
 
-// open returns the backend the flags ask for. With no real backend in this build, auto runs the
-// simulator and says so on stderr.
-func (g *globals) open(e *env) (gpu.Backend, int64, error) {
-	if g.backend == "auto" {
-		fmt.Fprintf(e.stderr, "gpubench: no real GPU backend is available yet; using the simulator (--topology %s)\n", g.topology)
-	}
+// openSim returns the simulated backend the flags describe, and its data cap.
+func (g *globals) openSim() (*sim.Backend, int64, error) {
 	capBytes, err := parseCap(g.dataCap)
 	if err != nil {
 		return nil, 0, usageErr("invalid --sim-data-cap %q: %v", g.dataCap, err)

@@ -425,8 +425,15 @@ func (t *Topology) Route(a, b int) Path {
 		}
 		return Path{}
 	}
+	return t.StagedRoute(a, b)
+}
+
+// StagedRoute is the path of a copy between two GPUs of one node staged through host memory: up
+// to the first GPU's nearest CPU, then down to the second GPU.
+func (t *Topology) StagedRoute(a, b int) Path {
+	va, vb := t.gpus[a].vert, t.gpus[b].vert
 	cpu := t.nearest(va, "cpu", "pcie")
-	if cpu < 0 {
+	if cpu < 0 || t.gpus[a].node != t.gpus[b].node {
 		return Path{}
 	}
 	up, down := t.bfs(va, cpu, "pcie"), t.bfs(cpu, vb, "pcie", "smp")
@@ -434,6 +441,20 @@ func (t *Topology) Route(a, b int) Path {
 		return Path{}
 	}
 	return t.path(append(up, down...), "SHM")
+}
+
+// HostPath is the path between GPU g and pinned memory on its nearest CPU socket, towards the GPU
+// (toGPU) or away from it.
+func (t *Topology) HostPath(g int, toGPU bool) Path {
+	v := t.gpus[g].vert
+	cpu := t.nearest(v, "cpu", "pcie")
+	if cpu < 0 {
+		return Path{}
+	}
+	if toGPU {
+		return t.path(t.bfs(cpu, v, "pcie"), "PHB")
+	}
+	return t.path(t.bfs(v, cpu, "pcie"), "PHB")
 }
 
 // RouteVia routes between GPUs on different nodes through the given NIC vertices.
@@ -560,6 +581,13 @@ func contains(s []string, x string) bool {
 	}
 	return false
 }
+
+// LinkGBs is the bandwidth edge e delivers in each direction: its nominal figure, less any
+// slow-link fault.
+func (t *Topology) LinkGBs(e int) float64 { return t.edges[e].gbs * t.edges[e].slow }
+
+// LinkKind is edge e's kind: nvlink, pcie, smp or net.
+func (t *Topology) LinkKind(e int) string { return t.edges[e].kind }
 
 // Flow is traffic along a path, in bytes (or any unit shared by all flows of one question).
 type Flow struct {

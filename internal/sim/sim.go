@@ -38,14 +38,18 @@ type Backend struct {
 	rng     *rand.Rand
 
 	mu     sync.Mutex
-	hostUS float64   // virtual host clock
-	free   []float64 // per device: when its stream is idle (+Inf: hung)
-	used   []int64   // per device: bytes allocated
-	backed int64     // bytes backed by host memory
-	calls  []int     // per device: collectives run
+	hostUS float64         // virtual host clock
+	free   []float64       // per device: when its stream is idle (+Inf: hung)
+	used   []int64         // per device: bytes allocated
+	backed int64           // bytes backed by host memory
+	calls  []int           // per device: collectives run
+	peers  map[[2]int]bool // (dev, peer) pairs with peer access enabled
 }
 
-var _ gpu.Backend = (*Backend)(nil)
+var (
+	_ gpu.Backend = (*Backend)(nil)
+	_ gpu.Copier  = (*Backend)(nil)
+)
 
 // New returns a simulated backend on topology t, which it takes over (slow-link faults change it).
 func New(t *gpu.Topology, opt Options) (*Backend, error) {
@@ -62,6 +66,7 @@ func New(t *gpu.Topology, opt Options) (*Backend, error) {
 	}
 	n := len(b.devices)
 	b.free, b.used, b.calls = make([]float64, n), make([]int64, n), make([]int, n)
+	b.peers = map[[2]int]bool{}
 	for _, f := range opt.Faults {
 		switch f.Kind {
 		case "slow-link":
@@ -120,12 +125,16 @@ func (b *Backend) Alloc(dev int, n int64) (gpu.Buffer, error) {
 		return nil, fmt.Errorf("sim alloc %d bytes on device %d (%d in use of %d): %w", n, dev, b.used[dev], b.devices[dev].MemoryBytes, gpu.ErrOutOfMemory)
 	}
 	b.used[dev] += n
-	x := &buffer{dev: dev, n: n, root: true}
-	if b.backed+n <= b.opt.DataCap {
-		x.data = make([]byte, n)
-		b.backed += n
+	return b.back(&buffer{dev: dev, n: n, root: true}), nil
+}
+
+// back gives a new buffer host memory while the data cap allows. Call it with b.mu held.
+func (b *Backend) back(x *buffer) *buffer {
+	if b.backed+x.n <= b.opt.DataCap {
+		x.data = make([]byte, x.n)
+		b.backed += x.n
 	}
-	return x, nil
+	return x
 }
 
 // Free releases a buffer from Alloc.
@@ -136,7 +145,9 @@ func (b *Backend) Free(buf gpu.Buffer) error {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.used[x.dev] -= x.n
+	if x.dev != gpu.HostDevice {
+		b.used[x.dev] -= x.n
+	}
 	if x.data != nil {
 		b.backed -= x.n
 	}

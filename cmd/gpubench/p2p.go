@@ -1,0 +1,150 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/cuda"
+	"github.com/gpubench/gpubench/internal/p2p"
+	"github.com/gpubench/gpubench/internal/report"
+)
+
+type p2pFlags struct {
+	size            string
+	samples, repeat int
+	devices, pairs  string
+	sweep           string
+	noVerify        bool
+	timeout         int
+}
+
+func newP2PCmd(e *env, g *globals) *cobra.Command {
+	f := &p2pFlags{}
+	cmd := &cobra.Command{
+		Use:   "p2p",
+		Short: "Measure GPU-to-GPU and host copies: access, bandwidth both ways and latency, P2P on and off",
+		Long: "p2p answers whether GPU i reaches GPU j directly, how fast, both ways, and with what latency, as\n" +
+			"p2pBandwidthLatencyTest and nvbandwidth do: the peer-access matrix, unidirectional and\n" +
+			"bidirectional bandwidth and latency with P2P disabled and enabled, host-to-device,\n" +
+			"device-to-host and device-local copy bandwidth. Copies that run together start together,\n" +
+			"every copy's data is checked afterwards, and GB means 1e9 bytes.",
+		Example: "  gpubench p2p\n  gpubench p2p --devices 0-3 --size 256MiB\n  gpubench p2p --pairs 0-1 --sweep 4K:1G\n  gpubench p2p --backend sim --topology pcie-4090x8",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return f.run(cmd, e, g)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.size, "size", "512MiB", "bytes per copy (B, K, M, G are binary units)")
+	fl.IntVar(&f.samples, "samples", 3, "timed samples per measurement; the median is reported")
+	fl.IntVar(&f.repeat, "repeat", 16, "copies per sample, back to back")
+	fl.StringVar(&f.devices, "devices", "", "devices to measure, e.g. 0,2 or 0-3 (default all)")
+	fl.StringVar(&f.pairs, "pairs", "", "only these pairs in the matrices, e.g. 0-1,2-3")
+	fl.StringVar(&f.sweep, "sweep", "", "with one --pairs pair: also measure it over a size sweep MIN:MAX[:xFACTOR|:+STEP]")
+	fl.BoolVar(&f.noVerify, "no-verify", false, "skip checking the copied data")
+	fl.IntVarP(&f.timeout, "timeout", "T", 60, "seconds to wait for a measurement before reporting a hang (exit 5)")
+	return cmd
+}
+
+func (f *p2pFlags) run(cmd *cobra.Command, e *env, g *globals) error {
+	if err := g.validate("auto", "cuda", "sim"); err != nil {
+		return err
+	}
+	opt := p2p.Options{Samples: f.samples, Repeat: f.repeat, Verify: !f.noVerify, Timeout: time.Duration(f.timeout) * time.Second}
+	var err error
+	if opt.Size, err = coll.ParseSize(f.size); err != nil {
+		return usageErr("invalid --size %q: %v", f.size, err)
+	}
+	switch {
+	case opt.Size < p2p.LatencyBytes:
+		return usageErr("invalid --size %d: use at least %d bytes", opt.Size, p2p.LatencyBytes)
+	case f.samples < 1:
+		return usageErr("invalid --samples %d: take at least 1 sample", f.samples)
+	case f.repeat < 1:
+		return usageErr("invalid --repeat %d: copy at least once per sample", f.repeat)
+	case f.timeout < 1:
+		return usageErr("invalid --timeout %d: give at least 1 second", f.timeout)
+	}
+	if f.sweep != "" {
+		w, err := coll.ParseSizes(f.sweep)
+		if err != nil {
+			return usageErr("invalid --sweep %q: %v", f.sweep, err)
+		}
+		opt.Sweep = w.Sizes()
+		if opt.Sweep[0] < p2p.LatencyBytes {
+			return usageErr("invalid --sweep %q: sizes start at %d bytes", f.sweep, p2p.LatencyBytes)
+		}
+	}
+	b, topology, err := g.openP2P(e)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	n := len(b.Devices())
+	if f.devices != "" {
+		if opt.Devices, err = p2p.ParseDevices(f.devices, n); err != nil {
+			return usageErr("invalid --devices %q: %v", f.devices, err)
+		}
+	}
+	if f.pairs != "" {
+		if opt.Pairs, err = p2p.ParsePairs(f.pairs, n); err != nil {
+			return usageErr("invalid --pairs %q: %v", f.pairs, err)
+		}
+		for _, p := range opt.Pairs {
+			if opt.Devices != nil && (!slices.Contains(opt.Devices, p.A) || !slices.Contains(opt.Devices, p.B)) {
+				return usageErr("invalid --pairs %q: pair %s is not among --devices %s", f.pairs, p, f.devices)
+			}
+		}
+	}
+	if opt.Sweep != nil && len(opt.Pairs) != 1 {
+		return usageErr("--sweep measures one pair: give exactly one with --pairs, e.g. --pairs 0-1")
+	}
+	if !contains(report.Formats, g.output) {
+		return usageErr("unknown --output %q: use table, json, csv or markdown", g.output)
+	}
+	start := e.now()
+	res, err := p2p.Run(cmd.Context(), b, opt)
+	switch {
+	case errors.Is(err, p2p.ErrTooBig):
+		return usageErr("invalid --size: %v; use a smaller --size", err)
+	case err != nil:
+		return runtimeErr(err)
+	}
+	r := &report.P2PRun{Version: e.version, Backend: b.Name(), Topology: topology, Opt: opt, Start: start, Result: res}
+	if err := report.WriteP2P(e.stdout, g.output, r); err != nil {
+		return runtimeErr(fmt.Errorf("writing results: %w", err))
+	}
+	if res.Mismatched > 0 {
+		return &exitError{code: exitCheck, err: fmt.Errorf("p2p: %d copies delivered wrong data (cells marked !)", res.Mismatched)}
+	}
+	return nil
+}
+
+// openP2P returns the backend for p2p: the CUDA runtime for cuda, the simulator for sim, and for
+// auto the CUDA runtime when it loads and has devices, else the simulator with a notice.
+func (g *globals) openP2P(e *env) (p2p.Backend, string, error) {
+	if g.backend != "sim" {
+		b, err := cuda.Open(g.cudaLib)
+		if err == nil {
+			return b, "", nil
+		}
+		if g.backend == "cuda" {
+			return nil, "", &exitError{code: exitNoGPU, err: fmt.Errorf("no usable GPU: %w", err)}
+		}
+		why := err.Error()
+		if errors.Is(err, cuda.ErrNotFound) {
+			why = "no CUDA runtime library found"
+		}
+		fmt.Fprintf(e.stderr, "gpubench: %s; using the simulator (--topology %s)\n", why, g.topology)
+	}
+	b, _, err := g.openSim()
+	if err != nil {
+		return nil, "", err
+	}
+	return b, b.Topology().Name, nil
+}

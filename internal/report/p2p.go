@@ -1,0 +1,390 @@
+package report
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpubench/gpubench/internal/p2p"
+)
+
+// P2PRun is a p2p run and what its output says besides the results.
+type P2PRun struct {
+	Version  string
+	Backend  string
+	Topology string // empty on real GPUs
+	Opt      p2p.Options
+	Start    time.Time
+	Result   *p2p.Result
+}
+
+// WriteP2P writes a p2p run in an --output format.
+func WriteP2P(w io.Writer, format string, r *P2PRun) error {
+	switch format {
+	case "table":
+		return p2pTable(w, r)
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(p2pJSON(r))
+	case "csv":
+		return p2pCSV(w, r)
+	case "markdown":
+		return p2pMarkdown(w, r)
+	}
+	return fmt.Errorf("unknown output format %q: use %s", format, strings.Join(Formats, ", "))
+}
+
+func p2pTable(w io.Writer, r *P2PRun) error {
+	res, o := r.Result, r.Opt
+	where := "backend " + r.Backend
+	if r.Topology != "" {
+		where += ", topology " + r.Topology
+	}
+	check := "data verified"
+	if !o.Verify {
+		check = "data not verified"
+	}
+	fmt.Fprintf(w, "# gpubench %s: p2p, %s\n", r.Version, where)
+	fmt.Fprintf(w, "# size %d B, %d copies per sample, median of %d samples, %s; latency: %d-byte copies x %d; GB = 1e9 bytes\n",
+		o.Size, o.Repeat, o.Samples, check, p2p.LatencyBytes, p2p.LatencyRepeat)
+	fmt.Fprintln(w, "[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]")
+	for _, d := range res.Devices {
+		dom, bus := pciParts(d.PCIBusID)
+		fmt.Fprintf(w, "Device: %d, %s, pciBusID: %x, pciDeviceID: %x, pciDomainID:%x\n", d.Ordinal, d.Name, bus, 0, dom)
+	}
+	for i, a := range res.Devices {
+		for j, b := range res.Devices {
+			if i != j {
+				can := "CANNOT"
+				if res.Access[i][j].Info.Access {
+					can = "CAN"
+				}
+				fmt.Fprintf(w, "Device=%d %s Access Peer Device=%d\n", a.Ordinal, can, b.Ordinal)
+			}
+		}
+	}
+	fmt.Fprintln(w, "P2P Connectivity Matrix")
+	header(w, res, "     D\\D", "%6d")
+	for i, a := range res.Devices {
+		fmt.Fprintf(w, "%6d\t", a.Ordinal)
+		for j := range res.Devices {
+			v := 0
+			if i == j || res.Access[i][j].Info.Access {
+				v = 1
+			}
+			fmt.Fprintf(w, "%6d", v)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w, "P2P Attributes (performance rank, lower is better / native atomics)")
+	header(w, res, "   D\\D", "%7d")
+	for i, a := range res.Devices {
+		fmt.Fprintf(w, "%6d", a.Ordinal)
+		for j := range res.Devices {
+			cell := "-"
+			if acc := res.Access[i][j]; i != j && acc.Info.Access {
+				cell = fmt.Sprintf("%d/%s", acc.Info.PerfRank, yesNo(acc.Info.NativeAtomics))
+			}
+			fmt.Fprintf(w, " %6s", cell)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintln(w, "Peer Access Enable Status")
+	for i, a := range res.Devices {
+		for j, b := range res.Devices {
+			if acc := res.Access[i][j]; i != j && acc.Info.Access {
+				fmt.Fprintf(w, "%6d -> %d: %s\n", a.Ordinal, b.Ordinal, acc.Enable)
+			}
+		}
+	}
+	for _, m := range res.Matrices {
+		fmt.Fprintln(w, m.Title)
+		header(w, res, "   D\\D", "%6d ")
+		for i, a := range res.Devices {
+			fmt.Fprintf(w, "%6d ", a.Ordinal)
+			for _, c := range m.Cells[i] {
+				fmt.Fprintf(w, "%6s ", cellText(c, "%6.02f"))
+			}
+			fmt.Fprintln(w)
+		}
+		for _, note := range naNotes(res, m) {
+			fmt.Fprintf(w, "   %s\n", note)
+		}
+	}
+	fmt.Fprintln(w, "Host and Local Copy Bandwidth (GB/s; pinned host memory; Bidir = both directions together; Local = one copy's bytes)")
+	fmt.Fprintf(w, "%6s %8s %8s %8s %8s\n", "GPU", "H2D", "D2H", "Bidir", "Local")
+	for i, h := range res.Host {
+		fmt.Fprintf(w, "%6d %8s %8s %8s %8s\n", res.Devices[i].Ordinal, cellText(h.H2D, "%.2f"), cellText(h.D2H, "%.2f"), cellText(h.Bidir, "%.2f"), cellText(h.Local, "%.2f"))
+	}
+	if res.SweepPair != nil {
+		mode := "P2P=Disabled"
+		if len(res.Sweep) > 0 && res.Sweep[0].P2P {
+			mode = "P2P=Enabled"
+		}
+		fmt.Fprintf(w, "Size Sweep, GPU %d <-> GPU %d, %s (GB/s)\n", res.SweepPair.A, res.SweepPair.B, mode)
+		fmt.Fprintf(w, "%12s %8s %8s\n", "Size (B)", "Uni", "Bidir")
+		for _, s := range res.Sweep {
+			fmt.Fprintf(w, "%12d %8s %8s\n", s.Size, cellText(s.Uni, "%.2f"), cellText(s.Bidir, "%.2f"))
+		}
+	}
+	_, err := fmt.Fprintf(w, "Data check: %d copies verified, %d mismatched, %d not checked\n", res.Verified, res.Mismatched, res.Unverified)
+	return err
+}
+
+func header(w io.Writer, res *p2p.Result, first, col string) {
+	fmt.Fprint(w, first)
+	for _, d := range res.Devices {
+		fmt.Fprintf(w, col, d.Ordinal)
+	}
+	fmt.Fprintln(w)
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "y"
+	}
+	return "n"
+}
+
+// cellText is a cell's value, "N/A", or the value marked "!" when its data did not match.
+func cellText(c p2p.Cell, format string) string {
+	if c.Value == nil {
+		return "N/A"
+	}
+	s := fmt.Sprintf(format, *c.Value)
+	if c.Bad {
+		s += "!"
+	}
+	return s
+}
+
+// naNotes groups a matrix's N/A cells by reason, e.g. "N/A 0->1, 0->2: no P2P access ...".
+func naNotes(res *p2p.Result, m p2p.Matrix) []string {
+	byReason := map[string][]string{}
+	for i, row := range m.Cells {
+		for j, c := range row {
+			if c.Value == nil {
+				byReason[c.NA] = append(byReason[c.NA], fmt.Sprintf("%d->%d", res.Devices[i].Ordinal, res.Devices[j].Ordinal))
+			}
+		}
+	}
+	var notes []string
+	for reason, cells := range byReason {
+		notes = append(notes, fmt.Sprintf("N/A %s: %s", strings.Join(cells, ", "), reason))
+	}
+	sort.Strings(notes)
+	for i, row := range m.Cells {
+		for j, c := range row {
+			if c.Bad {
+				notes = append(notes, fmt.Sprintf("! %d->%d: the copied data did not match", res.Devices[i].Ordinal, res.Devices[j].Ordinal))
+			}
+		}
+	}
+	return notes
+}
+
+func pciParts(id string) (domain, bus uint64) {
+	parts := strings.Split(id, ":")
+	if len(parts) >= 2 {
+		domain, _ = strconv.ParseUint(parts[0], 16, 32)
+		bus, _ = strconv.ParseUint(parts[1], 16, 32)
+	}
+	return domain, bus
+}
+
+type jsonP2P struct {
+	Version    string                `json:"gpubench_version"`
+	Command    string                `json:"command"`
+	Backend    string                `json:"backend"`
+	Topology   *string               `json:"topology"`
+	StartTime  string                `json:"start_time"`
+	Config     jsonP2PConfig         `json:"config"`
+	Devices    []jsonDevice          `json:"devices"`
+	Access     [][]*jsonAccess       `json:"access"`
+	Matrices   map[string]jsonMatrix `json:"matrices"`
+	Host       []jsonHost            `json:"host"`
+	Sweep      *jsonSweep            `json:"sweep"`
+	Verified   int                   `json:"verified"`
+	Mismatched int                   `json:"mismatched"`
+	Unverified int                   `json:"unverified"`
+}
+
+type jsonP2PConfig struct {
+	Size          int64    `json:"size_bytes"`
+	Repeat        int      `json:"repeat"`
+	Samples       int      `json:"samples"`
+	Verify        bool     `json:"verify"`
+	LatencyBytes  int      `json:"latency_bytes"`
+	LatencyRepeat int      `json:"latency_repeat"`
+	Pairs         [][2]int `json:"pairs"`
+	Sweep         []int64  `json:"sweep_sizes"`
+}
+
+type jsonAccess struct {
+	Access        bool    `json:"access"`
+	PerfRank      *int    `json:"perf_rank"`
+	NativeAtomics *bool   `json:"native_atomics"`
+	Enable        *string `json:"enable"`
+}
+
+type jsonMatrix struct {
+	Title  string       `json:"title"`
+	Unit   string       `json:"unit"`
+	Values [][]*float64 `json:"values"`
+	NA     [][]*string  `json:"na_reasons"`
+	Bad    [][]bool     `json:"data_mismatch"`
+}
+
+type jsonHost struct {
+	Device int      `json:"device"`
+	H2D    *float64 `json:"h2d_gbs"`
+	D2H    *float64 `json:"d2h_gbs"`
+	Bidir  *float64 `json:"bidir_gbs"`
+	Local  *float64 `json:"local_gbs"`
+}
+
+type jsonSweep struct {
+	Pair [2]int         `json:"pair"`
+	P2P  bool           `json:"p2p"`
+	Rows []jsonSweepRow `json:"rows"`
+}
+
+type jsonSweepRow struct {
+	Size  int64    `json:"size_bytes"`
+	Uni   *float64 `json:"uni_gbs"`
+	Bidir *float64 `json:"bidir_gbs"`
+}
+
+func p2pJSON(r *P2PRun) jsonP2P {
+	res, o := r.Result, r.Opt
+	doc := jsonP2P{Version: r.Version, Command: "p2p", Backend: r.Backend, StartTime: r.Start.UTC().Format(time.RFC3339),
+		Config: jsonP2PConfig{Size: o.Size, Repeat: o.Repeat, Samples: o.Samples, Verify: o.Verify,
+			LatencyBytes: p2p.LatencyBytes, LatencyRepeat: p2p.LatencyRepeat, Sweep: o.Sweep},
+		Matrices: map[string]jsonMatrix{}, Host: []jsonHost{},
+		Verified: res.Verified, Mismatched: res.Mismatched, Unverified: res.Unverified}
+	if r.Topology != "" {
+		doc.Topology = &r.Topology
+	}
+	for _, p := range o.Pairs {
+		doc.Config.Pairs = append(doc.Config.Pairs, [2]int{p.A, p.B})
+	}
+	for i, d := range res.Devices {
+		doc.Devices = append(doc.Devices, jsonDevice{Rank: i, Host: d.Host, Device: d.Ordinal, PCIBusID: d.PCIBusID, Name: d.Name, Memory: d.MemoryBytes})
+		row := make([]*jsonAccess, len(res.Devices))
+		for j := range res.Devices {
+			if i == j {
+				continue
+			}
+			acc := res.Access[i][j]
+			ja := &jsonAccess{Access: acc.Info.Access}
+			if acc.Info.Access {
+				rank, atomics := acc.Info.PerfRank, acc.Info.NativeAtomics
+				ja.PerfRank, ja.NativeAtomics = &rank, &atomics
+			}
+			if acc.Enable != "" {
+				e := acc.Enable
+				ja.Enable = &e
+			}
+			row[j] = ja
+		}
+		doc.Access = append(doc.Access, row)
+	}
+	for _, m := range res.Matrices {
+		jm := jsonMatrix{Title: m.Title, Unit: m.Unit}
+		for _, row := range m.Cells {
+			var vals []*float64
+			var na []*string
+			var bad []bool
+			for _, c := range row {
+				vals = append(vals, c.Value)
+				bad = append(bad, c.Bad)
+				if c.Value == nil {
+					s := c.NA
+					na = append(na, &s)
+				} else {
+					na = append(na, nil)
+				}
+			}
+			jm.Values, jm.NA, jm.Bad = append(jm.Values, vals), append(jm.NA, na), append(jm.Bad, bad)
+		}
+		doc.Matrices[m.Key] = jm
+	}
+	for i, h := range res.Host {
+		doc.Host = append(doc.Host, jsonHost{Device: res.Devices[i].Ordinal, H2D: h.H2D.Value, D2H: h.D2H.Value, Bidir: h.Bidir.Value, Local: h.Local.Value})
+	}
+	if res.SweepPair != nil {
+		s := &jsonSweep{Pair: [2]int{res.SweepPair.A, res.SweepPair.B}}
+		for _, row := range res.Sweep {
+			s.P2P = row.P2P
+			s.Rows = append(s.Rows, jsonSweepRow{Size: row.Size, Uni: row.Uni.Value, Bidir: row.Bidir.Value})
+		}
+		doc.Sweep = s
+	}
+	return doc
+}
+
+func p2pCSV(w io.Writer, r *P2PRun) error {
+	res := r.Result
+	c := csv.NewWriter(w)
+	c.Write([]string{"measure", "row", "column", "value", "unit", "na_reason"})
+	num := func(v *float64) string {
+		if v == nil {
+			return ""
+		}
+		return strconv.FormatFloat(*v, 'f', -1, 64)
+	}
+	for _, m := range res.Matrices {
+		for i, row := range m.Cells {
+			for j, cell := range row {
+				c.Write([]string{m.Key, strconv.Itoa(res.Devices[i].Ordinal), strconv.Itoa(res.Devices[j].Ordinal), num(cell.Value), m.Unit, cell.NA})
+			}
+		}
+	}
+	for i, h := range res.Host {
+		d := strconv.Itoa(res.Devices[i].Ordinal)
+		for _, x := range []struct {
+			name string
+			cell p2p.Cell
+		}{{"h2d", h.H2D}, {"d2h", h.D2H}, {"host_bidir", h.Bidir}, {"local", h.Local}} {
+			c.Write([]string{x.name, d, "", num(x.cell.Value), "GB/s", x.cell.NA})
+		}
+	}
+	for _, s := range res.Sweep {
+		size := strconv.FormatInt(s.Size, 10)
+		c.Write([]string{"sweep_uni_" + size, strconv.Itoa(res.SweepPair.A), strconv.Itoa(res.SweepPair.B), num(s.Uni.Value), "GB/s", ""})
+		c.Write([]string{"sweep_bidir_" + size, strconv.Itoa(res.SweepPair.A), strconv.Itoa(res.SweepPair.B), num(s.Bidir.Value), "GB/s", ""})
+	}
+	c.Flush()
+	return c.Error()
+}
+
+func p2pMarkdown(w io.Writer, r *P2PRun) error {
+	res := r.Result
+	fmt.Fprintf(w, "**gpubench %s p2p** on %d devices, backend %s\n", r.Version, len(res.Devices), r.Backend)
+	for _, m := range res.Matrices {
+		fmt.Fprintf(w, "\n%s\n\n| D\\D |", m.Title)
+		for _, d := range res.Devices {
+			fmt.Fprintf(w, " %d |", d.Ordinal)
+		}
+		fmt.Fprintf(w, "\n|---|%s\n", strings.Repeat("---:|", len(res.Devices)))
+		for i, row := range m.Cells {
+			fmt.Fprintf(w, "| %d |", res.Devices[i].Ordinal)
+			for _, c := range row {
+				fmt.Fprintf(w, " %s |", cellText(c, "%.2f"))
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	fmt.Fprintf(w, "\n| GPU | H2D (GB/s) | D2H (GB/s) | Bidir (GB/s) | Local (GB/s) |\n|---:|---:|---:|---:|---:|\n")
+	for i, h := range res.Host {
+		fmt.Fprintf(w, "| %d | %s | %s | %s | %s |\n", res.Devices[i].Ordinal, cellText(h.H2D, "%.2f"), cellText(h.D2H, "%.2f"), cellText(h.Bidir, "%.2f"), cellText(h.Local, "%.2f"))
+	}
+	_, err := fmt.Fprintf(w, "\nData check: %d copies verified, %d mismatched, %d not checked.\n", res.Verified, res.Mismatched, res.Unverified)
+	return err
+}

@@ -1,0 +1,253 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/gpubench/gpubench/internal/gpu"
+)
+
+// The copy model behind TimedCopies (docs/model.md, "Copies"). Figures come from published
+// p2pBandwidthLatencyTest and nvbandwidth runs (shared reference p2p-tools.md §6-7).
+const (
+	// copyPCIeEfficiency: copy engines reach about 80% of a PCIe link's nominal rate (RTX A6000
+	// P2P 21.8-26.4 GB/s on Gen4 x16; RTX 4090 H2D 23.9-26.4; H100 H2D 55-57 on Gen5 x16).
+	copyPCIeEfficiency = 0.8
+	// stagedEfficiency: a copy staged through host memory (P2P disabled) reaches about 73% of that
+	// again (8x H100: 36.3-38.1 GB/s P2P=Disabled over Gen5 x16).
+	stagedEfficiency = 0.73
+	// localCopyEfficiency: a copy inside one GPU reads and writes its memory at about 75% of the
+	// nominal bandwidth (8x H100 diagonal 2474-2578 GB/s counting read and write, of 3350).
+	localCopyEfficiency = 0.75
+	// Latencies of one small copy, µs: a local copy (RTX 5090 diagonal 2.07 µs), and the extra
+	// cost of staging through host memory (RTX 5090: 13-14.5 µs disabled vs 0.4 enabled).
+	localCopyUS  = 2.0
+	stagedCopyUS = 12.0
+)
+
+// PeerInfo reports P2P as the topology allows it: GPUs of one node, with "p2p": "all", have access;
+// NVLink pairs rank 0 and have native atomics, PCIe pairs rank by how far apart they are.
+func (b *Backend) PeerInfo(dev, peer int) (gpu.PeerInfo, error) {
+	if !b.validDevice(dev) || !b.validDevice(peer) || dev == peer {
+		return gpu.PeerInfo{}, fmt.Errorf("sim peer info %d-%d: %w", dev, peer, gpu.ErrInvalid)
+	}
+	if b.topo.P2P != "all" || b.topo.NodeOf(dev) != b.topo.NodeOf(peer) {
+		return gpu.PeerInfo{}, nil
+	}
+	switch b.topo.Route(dev, peer).Type {
+	case "NVL":
+		return gpu.PeerInfo{Access: true, PerfRank: 0, NativeAtomics: true}, nil
+	case "PIX":
+		return gpu.PeerInfo{Access: true, PerfRank: 1}, nil
+	case "PXB":
+		return gpu.PeerInfo{Access: true, PerfRank: 2}, nil
+	case "PHB":
+		return gpu.PeerInfo{Access: true, PerfRank: 3}, nil
+	}
+	return gpu.PeerInfo{}, nil // across sockets: no P2P, as on most systems
+}
+
+func (b *Backend) EnablePeer(dev, peer int) error {
+	info, err := b.PeerInfo(dev, peer)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case !info.Access:
+		return fmt.Errorf("sim enable peer %d->%d: %w", dev, peer, gpu.ErrPeerUnsupported)
+	case b.peers[[2]int{dev, peer}]:
+		return fmt.Errorf("sim enable peer %d->%d: %w", dev, peer, gpu.ErrPeerEnabled)
+	}
+	b.peers[[2]int{dev, peer}] = true
+	return nil
+}
+
+func (b *Backend) DisablePeer(dev, peer int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.peers[[2]int{dev, peer}] {
+		return fmt.Errorf("sim disable peer %d->%d: %w", dev, peer, gpu.ErrPeerNotEnabled)
+	}
+	delete(b.peers, [2]int{dev, peer})
+	return nil
+}
+
+func (b *Backend) AllocHost(n int64) (gpu.Buffer, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("sim host alloc %d bytes: %w", n, gpu.ErrInvalid)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.back(&buffer{dev: gpu.HostDevice, n: n, root: true}), nil
+}
+
+func (b *Backend) FreeMemory(dev int) (int64, error) {
+	if !b.validDevice(dev) {
+		return 0, fmt.Errorf("sim: no device %d: %w", dev, gpu.ErrInvalid)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.devices[dev].MemoryBytes - b.used[dev], nil
+}
+
+// resource is what copies share: a link in one direction, or a device's memory.
+type resource struct {
+	hop gpu.Hop
+	mem int // device+1 for memory, 0 for a link
+}
+
+// TimedCopies models the copies running together: each takes its repeats' latency plus the time
+// the busiest resource on its way needs for everything that crosses it. Copies into a device with
+// a corrupt fault get a flipped bit; copies touching a hung device never finish.
+func (b *Backend) TimedCopies(ctx context.Context, copies []gpu.Copy) ([]time.Duration, error) {
+	type plan struct {
+		uses  []resource
+		latUS float64
+		bytes float64
+	}
+	plans := make([]plan, len(copies))
+	load := map[resource]float64{}
+	capacity := map[resource]float64{}
+	for i, c := range copies {
+		src, dst, ok := bufPair(c)
+		if !ok || c.Repeat < 1 || !b.validDevice(c.Issuer) || dst.n < src.n {
+			return nil, fmt.Errorf("sim copy %d: bad buffers, issuer %d or repeat %d: %w", i, c.Issuer, c.Repeat, gpu.ErrInvalid)
+		}
+		p := plan{bytes: float64(src.n) * float64(c.Repeat)}
+		cc := b.computeCapability(src.dev, dst.dev)
+		addPath := func(path gpu.Path, eff float64) {
+			for _, h := range path.Hops {
+				r := resource{hop: h}
+				p.uses = append(p.uses, r)
+				capacity[r] = b.topo.LinkGBs(h.Edge) * eff * copyEfficiency(b.topo.LinkKind(h.Edge), cc)
+			}
+			p.latUS += path.LatencyUS
+		}
+		switch {
+		case src.dev == gpu.HostDevice && dst.dev == gpu.HostDevice:
+			return nil, fmt.Errorf("sim copy %d: host to host: %w", i, gpu.ErrInvalid)
+		case src.dev == gpu.HostDevice:
+			addPath(b.topo.HostPath(dst.dev, true), 1)
+		case dst.dev == gpu.HostDevice:
+			addPath(b.topo.HostPath(src.dev, false), 1)
+		case src.dev == dst.dev:
+			r := resource{mem: src.dev + 1}
+			g, _ := b.topo.GPU(src.dev)
+			p.uses, p.latUS = append(p.uses, r), localCopyUS
+			capacity[r] = g.MemoryGBs * localCopyEfficiency / 2 // every byte is read and written
+		case b.direct(src.dev, dst.dev):
+			addPath(b.topo.Route(src.dev, dst.dev), 1)
+		default:
+			path := b.topo.StagedRoute(src.dev, dst.dev)
+			if b.topo.NodeOf(src.dev) != b.topo.NodeOf(dst.dev) {
+				path = b.topo.Route(src.dev, dst.dev)
+			}
+			addPath(path, stagedEfficiency)
+			p.latUS += stagedCopyUS
+		}
+		for _, r := range p.uses {
+			load[r] += p.bytes
+		}
+		p.latUS *= float64(c.Repeat)
+		plans[i] = p
+	}
+	out := make([]time.Duration, len(copies))
+	longest := 0.0
+	for i, p := range plans {
+		us := p.latUS
+		for _, r := range p.uses {
+			us = math.Max(us, p.latUS+load[r]/(1e3*capacity[r]))
+		}
+		out[i] = time.Duration(b.jitter(us) * 1e3)
+		longest = math.Max(longest, float64(out[i]))
+	}
+	if hung := b.hungIn(copies); hung != nil {
+		<-ctx.Done()
+		return nil, &gpu.HangError{Ranks: hung, Err: ctx.Err()}
+	}
+	b.mu.Lock()
+	b.hostUS += longest / 1e3
+	b.mu.Unlock()
+	for _, c := range copies {
+		src, dst, _ := bufPair(c)
+		if src.data == nil || dst.data == nil {
+			continue
+		}
+		copy(dst.bytes(), src.bytes())
+		if b.corrupts(dst.dev) && dst.n > 0 {
+			dst.bytes()[0] ^= 0x40
+		}
+	}
+	return out, nil
+}
+
+func bufPair(c gpu.Copy) (src, dst *buffer, ok bool) {
+	src, ok1 := c.Src.(*buffer)
+	dst, ok2 := c.Dst.(*buffer)
+	return src, dst, ok1 && ok2
+}
+
+// direct reports whether a copy between two GPUs goes peer to peer: access is enabled either way.
+func (b *Backend) direct(a, c int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.peers[[2]int{a, c}] || b.peers[[2]int{c, a}]
+}
+
+// copyEfficiency derates a link for copy engines: NVLink as NCCL models it (8x H100 P2P writes
+// reach 371-377 GB/s of 450), PCIe as measured copies reach it.
+func copyEfficiency(kind string, cc float64) float64 {
+	switch kind {
+	case "nvlink":
+		return nvlinkEfficiency(cc)
+	case "pcie":
+		return copyPCIeEfficiency
+	}
+	return 1
+}
+
+// computeCapability is the lowest compute capability among the GPUs given (host memory ignored).
+func (b *Backend) computeCapability(devs ...int) float64 {
+	cc := math.Inf(1)
+	for _, d := range devs {
+		if d == gpu.HostDevice {
+			continue
+		}
+		g, _ := b.topo.GPU(d)
+		v, _ := strconv.ParseFloat(g.ComputeCapability, 64)
+		cc = math.Min(cc, v)
+	}
+	return cc
+}
+
+// hungIn lists the devices with an active hang fault that the copies touch.
+func (b *Backend) hungIn(copies []gpu.Copy) []int {
+	var hung []int
+	for _, f := range b.opt.Faults {
+		if f.Kind != "hang" {
+			continue
+		}
+		for _, c := range copies {
+			src, dst, _ := bufPair(c)
+			if src.dev == f.Device || dst.dev == f.Device || c.Issuer == f.Device {
+				hung = append(hung, f.Device)
+				break
+			}
+		}
+	}
+	return hung
+}
+
+func (b *Backend) corrupts(dev int) bool {
+	for _, f := range b.opt.Faults {
+		if f.Kind == "corrupt" && f.Device == dev {
+			return true
+		}
+	}
+	return false
+}
