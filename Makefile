@@ -7,7 +7,7 @@ BIN     := bin/gpubench
 LDFLAGS := -X main.version=$(VERSION)
 FUZZTIME ?= 10s
 
-.PHONY: all build run test vet fmt-check unit fuzz bench clean
+.PHONY: all build run test vet fmt-check unit cgocheck standin-check fuzz bench gpu-check clean
 
 all: build
 
@@ -18,7 +18,7 @@ build:
 run: build
 	./$(BIN) allreduce --sizes 8B:8GB
 
-test: fmt-check vet unit fuzz
+test: fmt-check vet standin-check unit cgocheck fuzz
 
 fmt-check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
@@ -31,15 +31,28 @@ unit:
 	$(GO) test -race -count=1 ./...
 	CGO_ENABLED=0 $(GO) test -count=1 ./...
 
+# The cgo binding under the strictest pointer checks.
+cgocheck:
+	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./internal/cuda/...
+
+# The stand-in CUDA runtime's own C tests (plain and under the address and UB sanitizers).
+standin-check:
+	$(MAKE) -C csrc check
+
 # A short run of every fuzz target (go test fuzzes one package and one target at a time).
 fuzz:
 	$(GO) test ./internal/coll -run '^$$' -fuzz '^FuzzParseSizes$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/gpu -run '^$$' -fuzz '^FuzzParseTopology$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/sim -run '^$$' -fuzz '^FuzzParseFault$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/p2p -run '^$$' -fuzz '^FuzzParsePairs$$' -fuzztime $(FUZZTIME)
 
 # CPU seconds and peak memory of the simulated 8B:8GB all-reduce sweep.
 bench:
 	$(GO) test ./cmd/gpubench -run '^$$' -bench '^BenchmarkAllReduceSweep$$' -benchtime 3x
+
+# On a machine with a GPU: the real path end to end, every output written under OUT.
+gpu-check:
+	scripts/gpu-check.sh $(or $(OUT),gpu-check-out)
 
 clean:
 	rm -rf bin

@@ -138,7 +138,7 @@ func (g *globals) openP2P(e *env) (p2p.Backend, string, error) {
 		}
 		why := err.Error()
 		if errors.Is(err, cuda.ErrNotFound) {
-			why = "no CUDA runtime library found"
+			why = cuda.ErrNotFound.Error() // the list of paths tried is for --backend cuda
 		}
 		fmt.Fprintf(e.stderr, "gpubench: %s; using the simulator (--topology %s)\n", why, g.topology)
 	}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The GPU check: builds gpubench and runs its real path on this machine's GPUs, writing every
+# output (and how long each step took) into the folder given as the only argument. It fails when
+# anything fails, including a test that would otherwise skip for want of a GPU.
+#   scripts/gpu-check.sh OUT_DIR
+set -euo pipefail
+out=${1:?usage: scripts/gpu-check.sh OUT_DIR}
+cd "$(dirname "$0")/.."
+mkdir -p "$out"
+export PATH="/usr/local/go/bin:$PATH"
+
+step() { # step NAME COMMAND...: run, keep stdout and stderr, note the time and status
+  local name=$1; shift
+  local t0=$SECONDS rc=0
+  "$@" >"$out/$name.out" 2>"$out/$name.err" || rc=$?
+  echo "$name: exit $rc in $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
+  return $rc
+}
+
+: >"$out/summary.txt"
+{ date -u +%FT%TZ; uname -a; nvidia-smi --query-gpu=name,driver_version,memory.total,pci.bus_id --format=csv 2>&1 || true; } >"$out/machine.txt"
+step build go build -trimpath -o "$out/gpubench" ./cmd/gpubench
+bin=$out/gpubench
+status=0
+step version "$bin" version || status=1
+step p2p "$bin" p2p --backend cuda || status=1
+step p2p-json "$bin" p2p --backend cuda --output json --size 64MiB || status=1
+if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+  step p2p-sweep "$bin" p2p --backend cuda --pairs 0-1 --sweep 4K:1G:x4 --size 64MiB || status=1
+fi
+step copy-reference python3 scripts/copy_bw_reference.py || status=1
+if [ -x scripts/gpu-check-topo.sh ]; then step topo scripts/gpu-check-topo.sh "$out" "$bin" || status=1; fi
+GPUBENCH_REQUIRE_GPU=1 step tests go test -count=1 -run 'RealGPU|GPU' -v ./... || status=1
+exit $status
