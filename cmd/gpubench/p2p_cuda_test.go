@@ -21,7 +21,7 @@ func TestP2PCUDABackend(t *testing.T) {
 	if code != 0 || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
-	for _, want := range []string{"p2p, backend cuda\n", "Device: 1, gpubench stand-in device 1, pciBusID: 11", "Device=0 CAN Access Peer Device=1", "0 mismatched, 0 not checked"} {
+	for _, want := range []string{"p2p, backend cuda\n# CUDA driver 12.4, runtime 12.4, " + lib + "\n", "Device: 1, gpubench stand-in device 1, pciBusID: 11", "Device=0 CAN Access Peer Device=1", "0 mismatched, 0 not checked"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

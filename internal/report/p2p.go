@@ -18,6 +18,7 @@ type P2PRun struct {
 	Version  string
 	Backend  string
 	Topology string // empty on real GPUs
+	Runtime  string // on real GPUs: the CUDA driver and runtime versions and the library loaded
 	Opt      p2p.Options
 	Start    time.Time
 	Result   *p2p.Result
@@ -51,6 +52,9 @@ func p2pTable(w io.Writer, r *P2PRun) error {
 		check = "data not verified"
 	}
 	fmt.Fprintf(w, "# gpubench %s: p2p, %s\n", r.Version, where)
+	if r.Runtime != "" {
+		fmt.Fprintf(w, "# %s\n", r.Runtime)
+	}
 	fmt.Fprintf(w, "# size %d B, %d copies per sample, median of %d samples, %s; latency: %d-byte copies x %d; GB = 1e9 bytes\n",
 		o.Size, o.Repeat, o.Samples, check, p2p.LatencyBytes, p2p.LatencyRepeat)
 	fmt.Fprintln(w, "[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]")
@@ -203,6 +207,7 @@ type jsonP2P struct {
 	Command    string                `json:"command"`
 	Backend    string                `json:"backend"`
 	Topology   *string               `json:"topology"`
+	Runtime    *string               `json:"runtime"`
 	StartTime  string                `json:"start_time"`
 	Config     jsonP2PConfig         `json:"config"`
 	Devices    []jsonDevice          `json:"devices"`
@@ -270,6 +275,9 @@ func p2pJSON(r *P2PRun) jsonP2P {
 		Verified: res.Verified, Mismatched: res.Mismatched, Unverified: res.Unverified}
 	if r.Topology != "" {
 		doc.Topology = &r.Topology
+	}
+	if r.Runtime != "" {
+		doc.Runtime = &r.Runtime
 	}
 	for _, p := range o.Pairs {
 		doc.Config.Pairs = append(doc.Config.Pairs, [2]int{p.A, p.B})
