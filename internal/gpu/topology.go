@@ -127,7 +127,7 @@ type edge struct {
 var pcieLaneGBs = map[int]float64{1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 
 // Default per-hop latencies (µs) where a link gives none; see docs/model.md.
-var defaultLatencyUS = map[string]float64{"nvlink": 0.5, "pcie": 1.0, "smp": 1.0, "net": 2.0}
+var defaultLatencyUS = map[string]float64{"nvlink": 0.5, "pcie": 0.25, "smp": 0.5, "net": 2.0}
 
 var netKinds = map[string]bool{"infiniband": true, "ethernet": true}
 

@@ -181,16 +181,16 @@ func TestRoute(t *testing.T) {
 		{"dgx-h100", 0, 1, "NVL", 2, 1},
 		{"dgx-a100", 3, 4, "NVL", 2, 1},
 		{"hgx-h200", 7, 0, "NVL", 2, 1},
-		{"pcie-l40sx4", 0, 1, "PIX", 2, 2}, // through their shared PCIe switch
-		{"pcie-l40sx4", 2, 3, "PIX", 2, 2},
-		{"pcie-l40sx4", 0, 2, "PHB", 4, 4}, // through the CPU's root complex
-		{"pcie-l40sx4", 3, 1, "PHB", 4, 4},
-		{"pcie-4090x8", 0, 1, "SHM", 4, 4}, // P2P off: up to cpu0 and back down
-		{"pcie-4090x8", 0, 2, "SHM", 4, 4},
-		{"pcie-4090x8", 0, 5, "SHM", 5, 5}, // across the SMP link
-		{"pcie-4090x8", 7, 0, "SHM", 5, 5},
-		{"dgx-h100x2", 0, 8, "NET", 6, 8}, // gpu -> pcie -> nic -> fabric -> nic -> pcie -> gpu
-		{"dgx-h100x2", 15, 3, "NET", 6, 8},
+		{"pcie-l40sx4", 0, 1, "PIX", 2, 0.5}, // through their shared PCIe switch, 0.25 µs a hop
+		{"pcie-l40sx4", 2, 3, "PIX", 2, 0.5},
+		{"pcie-l40sx4", 0, 2, "PHB", 4, 1}, // through the CPU's root complex
+		{"pcie-l40sx4", 3, 1, "PHB", 4, 1},
+		{"pcie-4090x8", 0, 1, "SHM", 4, 1}, // P2P off: up to cpu0 and back down
+		{"pcie-4090x8", 0, 2, "SHM", 4, 1},
+		{"pcie-4090x8", 0, 5, "SHM", 5, 1.5}, // across the SMP link (0.5 µs)
+		{"pcie-4090x8", 7, 0, "SHM", 5, 1.5},
+		{"dgx-h100x2", 0, 8, "NET", 6, 5}, // gpu -> pcie -> nic -> fabric -> nic -> pcie -> gpu: 4 x 0.25 + 2 x 2
+		{"dgx-h100x2", 15, 3, "NET", 6, 5},
 		{"dgx-h100x2", 8, 9, "NVL", 2, 1}, // within the second node
 		{"dgx-h100x2", 0, 7, "NVL", 2, 1},
 	}
@@ -408,7 +408,7 @@ func TestValidateAcceptsMinimal(t *testing.T) {
 		{"two nodes with a network", func(t *gpu.Topology) {
 			secondNode(t)
 			t.Network = &gpu.Network{Kind: "ethernet", LatencyUS: 3}
-		}, 4, "PIX", 1 + 1 + 3 + 3 + 1 + 1},
+		}, 4, "PIX", 0.25 + 0.25 + 3 + 3 + 0.25 + 0.25}, // 0.25 µs a PCIe hop
 		{"nvlink pair", func(t *gpu.Topology) {
 			t.Nodes[0].Links = append(t.Nodes[0].Links, gpu.Link{A: "gpu0", B: "gpu1", Kind: "nvlink", GBs: 100})
 		}, 2, "NVL", 0},
@@ -416,7 +416,7 @@ func TestValidateAcceptsMinimal(t *testing.T) {
 		{"network without latency", func(t *gpu.Topology) {
 			secondNode(t)
 			t.Network = &gpu.Network{Kind: "infiniband"}
-		}, 4, "PIX", 1 + 1 + 2 + 2 + 1 + 1}, // the default 2 µs a network hop
+		}, 4, "PIX", 0.25 + 0.25 + 2 + 2 + 0.25 + 0.25}, // the default 2 µs a network hop
 		{"facts recorded by gpubench topo", func(t *gpu.Topology) {
 			on, off := true, false
 			g := &t.Nodes[0].GPUs[0]

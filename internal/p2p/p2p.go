@@ -158,6 +158,7 @@ func (r *runner) run() error {
 	for _, enabled := range []bool{false, true} {
 		if enabled {
 			r.enableAll()
+			defer r.disableAll()
 		}
 		for _, m := range []func(bool) (Matrix, error){r.uni, r.bidir, r.latency} {
 			mat, err := m(enabled)
@@ -166,15 +167,15 @@ func (r *runner) run() error {
 			}
 			r.res.Matrices = append(r.res.Matrices, mat)
 		}
-		if enabled && len(r.opt.Sweep) > 0 {
-			if err := r.sweep(); err != nil {
-				return err
-			}
-		}
 	}
-	r.disableAll()
 	slices.SortStableFunc(r.res.Matrices, func(a, b Matrix) int { return order[a.Key] - order[b.Key] })
-	return r.hostCopies()
+	if err := r.hostCopies(); err != nil {
+		return err
+	}
+	if len(r.opt.Sweep) > 0 {
+		return r.sweep()
+	}
+	return nil
 }
 
 // order is p2pBandwidthLatencyTest's order of matrices.
@@ -395,7 +396,8 @@ func (r *runner) hostCopies() error {
 	return nil
 }
 
-// sweep measures the one pair at every size of the sweep, with P2P enabled where it could be.
+// sweep measures the one pair at every size of the sweep, with P2P enabled where it could be. It
+// runs last: it replaces the buffers with ones of each size.
 func (r *runner) sweep() error {
 	p := r.opt.Pairs[0]
 	r.res.SweepPair = &p
@@ -403,7 +405,6 @@ func (r *runner) sweep() error {
 	if i < 0 || j < 0 {
 		return fmt.Errorf("sweep pair %s is not among the devices measured: %w", p, gpu.ErrInvalid)
 	}
-	defer func() { _ = r.alloc(r.opt.Size) }()
 	for _, size := range r.opt.Sweep {
 		if err := r.alloc(size); err != nil {
 			return err
@@ -411,14 +412,10 @@ func (r *runner) sweep() error {
 		a, c := p.A, p.B
 		row := SweepRow{Size: size, P2P: r.enabled(i, j) && r.enabled(j, i)}
 		var err error
-		saved := r.opt.Size
-		r.opt.Size = size
-		row.Uni, err = r.bandwidth([]gpu.Copy{{Src: r.src[a], Dst: r.dst[c], Issuer: a}}, 1)
-		if err == nil {
-			row.Bidir, err = r.bandwidth([]gpu.Copy{{Src: r.src[a], Dst: r.dst[c], Issuer: a}, {Src: r.src[c], Dst: r.dst[a], Issuer: c}}, 1)
+		if row.Uni, err = r.bandwidth([]gpu.Copy{{Src: r.src[a], Dst: r.dst[c], Issuer: a}}, 1); err != nil {
+			return err
 		}
-		r.opt.Size = saved
-		if err != nil {
+		if row.Bidir, err = r.bandwidth([]gpu.Copy{{Src: r.src[a], Dst: r.dst[c], Issuer: a}, {Src: r.src[c], Dst: r.dst[a], Issuer: c}}, 1); err != nil {
 			return err
 		}
 		r.res.Sweep = append(r.res.Sweep, row)

@@ -13,8 +13,9 @@ import (
 // The copy model behind TimedCopies (docs/model.md, "Copies"). Figures come from published
 // p2pBandwidthLatencyTest and nvbandwidth runs (shared reference p2p-tools.md §6-7).
 const (
-	// copyPCIeEfficiency: copy engines reach about 80% of a PCIe link's nominal rate (RTX A6000
-	// P2P 21.8-26.4 GB/s on Gen4 x16; RTX 4090 H2D 23.9-26.4; H100 H2D 55-57 on Gen5 x16).
+	// copyPCIeEfficiency: copy engines reach about 80% of a PCIe Gen4 link's nominal rate (RTX
+	// A6000 P2P 21.8-26.4 GB/s on Gen4 x16; RTX 4090 H2D 23.9-26.4). Gen5 hosts have shown more
+	// (H100 H2D 55-57 GB/s of 63, about 0.9), so the simulator errs low there.
 	copyPCIeEfficiency = 0.8
 	// stagedEfficiency: a copy staged through host memory (P2P disabled) reaches about 73% of that
 	// again (8x H100: 36.3-38.1 GB/s P2P=Disabled over Gen5 x16).
@@ -22,10 +23,11 @@ const (
 	// localCopyEfficiency: a copy inside one GPU reads and writes its memory at about 75% of the
 	// nominal bandwidth (8x H100 diagonal 2474-2578 GB/s counting read and write, of 3350).
 	localCopyEfficiency = 0.75
-	// Latencies of one small copy, µs: a local copy (RTX 5090 diagonal 2.07 µs), and the extra
-	// cost of staging through host memory (RTX 5090: 13-14.5 µs disabled vs 0.4 enabled).
+	// Latencies of one small copy, µs: a local copy (RTX 5090 diagonal 2.07 µs), and a copy
+	// staged through host memory (RTX 5090 P2P=Disabled 13-14.5 µs). A direct copy's latency is
+	// its path's link latencies (RTX 5090 P2P=Enabled 0.37-0.44 µs over PCIe).
 	localCopyUS  = 2.0
-	stagedCopyUS = 12.0
+	stagedCopyUS = 13.5
 )
 
 // PeerInfo reports P2P as the topology allows it: GPUs of one node, with "p2p": "all", have access;
@@ -103,7 +105,8 @@ type resource struct {
 
 // TimedCopies models the copies running together: each takes its repeats' latency plus the time
 // the busiest resource on its way needs for everything that crosses it. Copies into a device with
-// a corrupt fault get a flipped bit; copies touching a hung device never finish.
+// a corrupt fault get a flipped bit, and copies touching a hung device never finish, from the
+// first copy on (a fault's @N counts collectives only).
 func (b *Backend) TimedCopies(ctx context.Context, copies []gpu.Copy) ([]time.Duration, error) {
 	type plan struct {
 		uses  []resource
@@ -124,7 +127,11 @@ func (b *Backend) TimedCopies(ctx context.Context, copies []gpu.Copy) ([]time.Du
 			for _, h := range path.Hops {
 				r := resource{hop: h}
 				p.uses = append(p.uses, r)
-				capacity[r] = b.topo.LinkGBs(h.Edge) * eff * copyEfficiency(b.topo.LinkKind(h.Edge), cc)
+				c := b.topo.LinkGBs(h.Edge) * eff * copyEfficiency(b.topo.LinkKind(h.Edge), cc)
+				if old, ok := capacity[r]; ok {
+					c = math.Min(c, old) // copies that see the link differently: the slower view
+				}
+				capacity[r] = c
 			}
 			p.latUS += path.LatencyUS
 		}
@@ -148,7 +155,7 @@ func (b *Backend) TimedCopies(ctx context.Context, copies []gpu.Copy) ([]time.Du
 				path = b.topo.Route(src.dev, dst.dev)
 			}
 			addPath(path, stagedEfficiency)
-			p.latUS += stagedCopyUS
+			p.latUS = stagedCopyUS
 		}
 		for _, r := range p.uses {
 			load[r] += p.bytes
