@@ -25,6 +25,13 @@ type Options struct {
 	Seed    uint64
 	// Timeout bounds every wait for the devices; 0 waits for ever (or until ctx ends).
 	Timeout time.Duration
+	// Graph, when above 0, captures the timed loop as a graph and times that many launches of it
+	// (nccl-tests' -G); the backend's Comm must be a gpu.GraphComm.
+	Graph int
+	// Blocking is nccl-tests' -z: 0 lets the timed calls queue up; 1 and 2 wait after each call
+	// (1 adds a barrier, the same thing in one process); 3 waits after each iteration of the
+	// loop, which in one process is the same as 1.
+	Blocking int
 	// OnStart, when set, gets the summary's devices, sweep and peak before the first measurement.
 	OnStart func(*Summary)
 	// OnResult, when set, gets every row as soon as it is measured.
@@ -364,11 +371,11 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 	if err := r.calls(1, bs, k, a); err != nil {
 		return p, err
 	}
-	t0 := r.b.Now()
-	if err := r.calls(r.opt.Iters, bs, k, a); err != nil {
+	elapsed, err := r.timedLoop(bs, k, a)
+	if err != nil {
 		return p, err
 	}
-	sec := Combine([]float64{(r.b.Now() - t0).Seconds() / float64(r.opt.Iters)}, r.opt.Average)
+	sec := Combine([]float64{elapsed}, r.opt.Average)
 	p.TimeUS = sec * 1e6
 	if sec > 0 {
 		p.AlgBW = float64(k.Bytes) / 1e9 / sec
@@ -396,6 +403,51 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 	}
 	p.Wrong = &wrong
 	return p, nil
+}
+
+// timedLoop runs the timed iterations and returns the seconds per collective, on the backend's
+// host clock from before the first launch to after the last completion, as nccl-tests times it.
+func (r *runner) timedLoop(bs *buffers, k Counts, a Args) (float64, error) {
+	iters := r.opt.Iters
+	if r.opt.Graph > 0 {
+		gc, ok := r.comm.(gpu.GraphComm)
+		if !ok {
+			return 0, fmt.Errorf("graph mode (-G): the %s backend cannot capture graphs", r.b.Name())
+		}
+		if err := gc.BeginCapture(); err != nil {
+			return 0, err
+		}
+		var err error
+		for i := 0; i < iters && err == nil; i++ {
+			err = r.opt.Coll.Call(r.comm, bs.send, bs.recv, k, a)
+		}
+		g, endErr := gc.EndCapture()
+		if err != nil || endErr != nil {
+			return 0, errors.Join(err, endErr)
+		}
+		defer g.Destroy()
+		t0 := r.b.Now()
+		for i := 0; i < r.opt.Graph; i++ {
+			if err := g.Launch(); err != nil {
+				return 0, err
+			}
+		}
+		if err := r.sync(); err != nil {
+			return 0, err
+		}
+		return (r.b.Now() - t0).Seconds() / float64(iters*r.opt.Graph), nil
+	}
+	t0 := r.b.Now()
+	if r.opt.Blocking > 0 {
+		for i := 0; i < iters; i++ {
+			if err := r.calls(1, bs, k, a); err != nil {
+				return 0, err
+			}
+		}
+	} else if err := r.calls(iters, bs, k, a); err != nil {
+		return 0, err
+	}
+	return (r.b.Now() - t0).Seconds() / float64(iters), nil
 }
 
 // calls enqueues the collective n times, then waits for the devices.

@@ -250,3 +250,29 @@ func TestBandwidthArithmetic(t *testing.T) {
 		t.Errorf("bus peak %v %s; want 300 nvlink", s.BusPeak, s.PeakLimit)
 	}
 }
+
+// Graph mode replays a captured loop: the simulator charges one host launch per graph instead of
+// one per call, so small collectives get faster, and the data is still right. Blocking mode waits
+// after every call, so the launch cost and the collective no longer overlap.
+func TestGraphAndBlockingModes(t *testing.T) {
+	t.Parallel()
+	run := func(graph, blocking int) *coll.Summary {
+		b := newSim(t, "dgx-h100", sim.Options{})
+		s, err := coll.Run(context.Background(), b, coll.Options{
+			Coll: coll.AllReduce, Sweep: sweep(t, "1K:1K"), DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum},
+			Iters: 10, Check: 1, Average: 1, Graph: graph, Blocking: blocking,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	plain, graph, blocking := run(0, 0), run(5, 0), run(0, 1)
+	p, g, z := plain.Results[0].OutOfPlace, graph.Results[0].OutOfPlace, blocking.Results[0].OutOfPlace
+	if !(g.TimeUS < p.TimeUS) || !(z.TimeUS > p.TimeUS) {
+		t.Errorf("time per call: plain %.2f, graph %.2f, blocking %.2f µs; want graph < plain < blocking", p.TimeUS, g.TimeUS, z.TimeUS)
+	}
+	if g.Wrong == nil || *g.Wrong != 0 || graph.OutOfBounds != 0 {
+		t.Errorf("graph mode broke the check: %+v", g)
+	}
+}

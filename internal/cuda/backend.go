@@ -88,6 +88,16 @@ func (x *buffer) Slice(off, n int64) gpu.Buffer {
 	return &buffer{dev: x.dev, ptr: unsafe.Add(x.ptr, off), n: n}
 }
 
+// Pointer returns the device address a buffer from this backend starts at, and its device, for
+// the NCCL binding.
+func Pointer(b gpu.Buffer) (unsafe.Pointer, int, error) {
+	x, err := asBuffer(b)
+	if err != nil {
+		return nil, 0, err
+	}
+	return x.ptr, x.dev, nil
+}
+
 func asBuffer(b gpu.Buffer) (*buffer, error) {
 	x, ok := b.(*buffer)
 	if !ok {

@@ -61,6 +61,9 @@ func check(fn string, rc C.int) error {
 	return &Error{Func: fn, Code: int(rc), Name: C.GoString(C.gb_error_name(rc)), Msg: C.GoString(C.gb_error_string(rc))}
 }
 
+// CodeError is the error for a cudaError_t that another binding (NCCL's) got from the runtime.
+func CodeError(fn string, code int) error { return check(fn, C.int(code)) }
+
 // ErrNotFound wraps the failure to load any libcudart.
 var ErrNotFound = errors.New("no CUDA runtime library could be loaded")
 
@@ -73,15 +76,22 @@ var loaded struct {
 // GPUBENCH_CUDART), the sonames of CUDA 13, 12 and 11, CUDA_HOME and the usual install folders,
 // then the folders of the CUDA runtime Python wheels.
 func Candidates(explicit string) []string {
-	var c []string
+	return LibraryCandidates(explicit, "GPUBENCH_CUDART", []string{"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"},
+		[]string{"nvidia/cu13/lib", "nvidia/cuda_runtime/lib"})
+}
+
+// LibraryCandidates lists the paths to try for a library: explicit if given, else the path in
+// the environment variable env, else the sonames themselves (for the dynamic linker's own search)
+// followed by every existing file of those names in CUDA_HOME, the usual CUDA folders and the
+// given folders of Python wheels under the usual site-packages.
+func LibraryCandidates(explicit, env string, sonames, wheelDirs []string) []string {
 	if explicit != "" {
 		return []string{explicit}
 	}
-	if env := os.Getenv("GPUBENCH_CUDART"); env != "" {
-		return []string{env}
+	if p := os.Getenv(env); p != "" {
+		return []string{p}
 	}
-	names := []string{"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"}
-	c = append(c, names...)
+	c := append([]string(nil), sonames...)
 	var dirs []string
 	if home := os.Getenv("CUDA_HOME"); home != "" {
 		dirs = append(dirs, filepath.Join(home, "lib64"), filepath.Join(home, "lib"))
@@ -104,10 +114,12 @@ func Candidates(explicit string) []string {
 		sites = append(sites, m...)
 	}
 	for _, s := range sites {
-		dirs = append(dirs, filepath.Join(s, "nvidia/cu13/lib"), filepath.Join(s, "nvidia/cuda_runtime/lib"))
+		for _, w := range wheelDirs {
+			dirs = append(dirs, filepath.Join(s, w))
+		}
 	}
 	for _, d := range dirs {
-		for _, n := range names {
+		for _, n := range sonames {
 			p := filepath.Join(d, n)
 			if _, err := os.Stat(p); err == nil {
 				c = append(c, p)

@@ -74,6 +74,27 @@ type Comm interface {
 	Close() error
 }
 
+// GraphComm is a Comm that can record its calls as a graph and replay them (CUDA graphs, as
+// nccl-tests' -G uses them).
+type GraphComm interface {
+	Comm
+	// BeginCapture starts recording: calls until EndCapture are recorded, not run.
+	BeginCapture() error
+	EndCapture() (Graph, error)
+}
+
+// Graph is a recorded sequence of calls.
+type Graph interface {
+	// Launch enqueues the whole graph once on every rank.
+	Launch() error
+	Destroy() error
+}
+
+// TypeChecker is a Backend that supports only some types and ops (an older NCCL).
+type TypeChecker interface {
+	CheckTypes(dts []DType, ops []RedOp) error
+}
+
 // Errors every backend reports in the same way.
 var (
 	ErrNoData      = errors.New("buffer holds no data (timing-only)")

@@ -10,15 +10,53 @@ import (
 // comm is a simulated communicator. Each call does the data movement at once (when every buffer
 // has data) and advances the virtual clocks by the cost model's duration.
 type comm struct {
-	b    *Backend
-	devs []int
-	m    *model
+	b        *Backend
+	devs     []int
+	m        *model
+	recorded *[]func() // non-nil while capturing a graph
 }
+
+var _ gpu.GraphComm = (*comm)(nil)
 
 func (c *comm) Size() int    { return len(c.devs) }
 func (c *comm) Close() error { return nil }
 
 func (c *comm) Synchronize(ctx context.Context) error { return c.b.synchronize(ctx, c.devs) }
+
+// BeginCapture starts recording calls instead of running them.
+func (c *comm) BeginCapture() error {
+	if c.recorded != nil {
+		return fmt.Errorf("sim: already capturing: %w", gpu.ErrInvalid)
+	}
+	c.recorded = &[]func(){}
+	return nil
+}
+
+// EndCapture returns the recorded calls as a graph.
+func (c *comm) EndCapture() (gpu.Graph, error) {
+	if c.recorded == nil {
+		return nil, fmt.Errorf("sim: not capturing: %w", gpu.ErrInvalid)
+	}
+	g := &graph{c: c, calls: *c.recorded}
+	c.recorded = nil
+	return g, nil
+}
+
+// graph replays recorded calls; a launch costs the host one call's launch, whatever it holds.
+type graph struct {
+	c     *comm
+	calls []func()
+}
+
+func (g *graph) Launch() error {
+	g.c.b.hostLaunch(g.c.devs)
+	for _, call := range g.calls {
+		call()
+	}
+	return nil
+}
+
+func (g *graph) Destroy() error { return nil }
 
 // args checks that every rank passes a buffer on its own device, of at least the given size.
 func (c *comm) args(op string, sets ...bufSet) error {
@@ -69,7 +107,16 @@ func (c *comm) run(bytes int64, us float64, dt gpu.DType, data bool, out []gpu.B
 	if bytes == 0 {
 		return
 	}
-	corrupt := c.b.launch(c.devs, us)
+	if c.recorded != nil {
+		*c.recorded = append(*c.recorded, func() { c.exec(us, dt, data, out, move, false) })
+		return
+	}
+	c.exec(us, dt, data, out, move, true)
+}
+
+// exec does one call: host launch cost (unless a graph launch already paid it), clocks, data.
+func (c *comm) exec(us float64, dt gpu.DType, data bool, out []gpu.Buffer, move func(), launchCost bool) {
+	corrupt := c.b.launch(c.devs, us, launchCost)
 	if !data {
 		return
 	}

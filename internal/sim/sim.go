@@ -240,9 +240,9 @@ func (b *Backend) synchronize(ctx context.Context, devs []int) error {
 	return &gpu.HangError{Ranks: hung, Err: ctx.Err()}
 }
 
-// launch advances the clocks for one operation of duration us on the given devices, which start
-// it together, and reports per device whether a corrupt fault hits its result.
-func (b *Backend) launch(devs []int, us float64) (corrupt []bool) {
+// hostLaunch advances the host clock by the cost of enqueueing one call on the given devices:
+// each node's host enqueues for its own GPUs, in parallel with the other nodes.
+func (b *Backend) hostLaunch(devs []int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	perNode := map[int]int{}
@@ -251,7 +251,18 @@ func (b *Backend) launch(devs []int, us float64) (corrupt []bool) {
 		perNode[b.topo.NodeOf(d)]++
 		busiest = max(busiest, perNode[b.topo.NodeOf(d)])
 	}
-	b.hostUS += launchUS * float64(busiest) // each node's host enqueues for its own GPUs
+	b.hostUS += launchUS * float64(busiest)
+}
+
+// launch advances the clocks for one operation of duration us on the given devices, which start
+// it together, and reports per device whether a corrupt fault hits its result. The host pays the
+// launch cost when hostCost is set (calls in a graph share their graph's).
+func (b *Backend) launch(devs []int, us float64, hostCost bool) (corrupt []bool) {
+	if hostCost {
+		b.hostLaunch(devs)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	start := b.hostUS
 	for _, d := range devs {
 		start = math.Max(start, b.free[d])
