@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -8,7 +9,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/cuda"
 	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/nccl"
 	"github.com/gpubench/gpubench/internal/report"
 )
 
@@ -22,6 +25,7 @@ type collFlags struct {
 	average, ngpus, root int
 	dtype, op            string
 	timeout              int
+	graph, blocking      int
 }
 
 // newCollCmd builds the command for one collective (gpubench allreduce, allgather, ...).
@@ -51,6 +55,8 @@ func newCollCmd(e *env, g *globals, c *coll.Collective) *cobra.Command {
 	fl.IntVarP(&f.average, "average", "a", 1, "combine per-process times: 0 rank 0, 1 mean, 2 min, 3 max")
 	fl.IntVarP(&f.ngpus, "ngpus", "g", 0, "number of GPUs to use (default all)")
 	fl.IntVarP(&f.timeout, "timeout", "T", 0, "seconds to wait for the GPUs before reporting a hang (exit 5); 0 waits for ever")
+	fl.IntVarP(&f.graph, "graph", "G", 0, "capture the timed loop as a graph and time this many launches of it (0: no graph)")
+	fl.IntVarP(&f.blocking, "blocking", "z", 0, "0: queue the timed calls; 1, 2: wait after each call; 3: wait after each iteration")
 	complete(cmd, "dtype", append(typeList(), "all"))
 	if c.Reduces {
 		fl.StringVarP(&f.op, "op", "o", "sum", "reduction: sum, prod, max, min, avg, or all")
@@ -71,6 +77,34 @@ func typeList() []string {
 }
 
 func typeNames() string { return strings.Join(typeList(), ", ") }
+
+// openColl returns the backend for collectives: NCCL on the real GPUs for cuda, the simulator for
+// sim, and for auto the real GPUs when the CUDA runtime and NCCL load, else the simulator with a
+// notice. The data cap is the simulator's (0 on real GPUs).
+func (g *globals) openColl(e *env) (gpu.Backend, int64, error) {
+	if g.backend != "sim" {
+		cb, err := cuda.Open(g.cudaLib)
+		var b *nccl.Backend
+		if err == nil {
+			b, err = nccl.Open(cb, g.ncclLib)
+		}
+		if err == nil {
+			return b, 0, nil
+		}
+		if g.backend == "cuda" {
+			return nil, 0, &exitError{code: exitNoGPU, err: fmt.Errorf("no usable GPU: %w", err)}
+		}
+		why := err.Error()
+		switch {
+		case errors.Is(err, cuda.ErrNotFound):
+			why = cuda.ErrNotFound.Error()
+		case errors.Is(err, nccl.ErrNotFound):
+			why = nccl.ErrNotFound.Error()
+		}
+		fmt.Fprintf(e.stderr, "gpubench: %s; using the simulator (--topology %s)\n", why, g.topology)
+	}
+	return g.openSim()
+}
 
 // options turns the flags into engine options; every error is a usage error.
 func (f *collFlags) options(cmd *cobra.Command, c *coll.Collective, seed uint64) (coll.Options, error) {
@@ -125,6 +159,14 @@ func (f *collFlags) options(cmd *cobra.Command, c *coll.Collective, seed uint64)
 		return opt, usageErr("invalid -r %d: use a rank, or -1 for every rank", f.root)
 	case f.timeout < 0:
 		return opt, usageErr("invalid -T %d: use seconds, or 0 for no timeout", f.timeout)
+	case f.graph < 0:
+		return opt, usageErr("invalid -G %d: use a number of graph launches, or 0 for none", f.graph)
+	case f.blocking < 0 || f.blocking > 3:
+		return opt, usageErr("invalid -z %d: use 0, 1, 2 or 3", f.blocking)
+	}
+	opt.Graph, opt.Blocking = f.graph, f.blocking
+	if opt.Graph > 0 && opt.Blocking == 3 {
+		opt.Blocking = 0 // as nccl-tests: -z 3 does not combine with -G
 	}
 	if f.dtype == "all" {
 		opt.DTypes = gpu.DTypes
@@ -150,21 +192,23 @@ func (f *collFlags) options(cmd *cobra.Command, c *coll.Collective, seed uint64)
 }
 
 func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collective) error {
-	if err := g.validate("auto", "sim"); err != nil {
+	if err := g.validate("auto", "cuda", "sim"); err != nil {
 		return err
 	}
 	opt, err := f.options(cmd, c, g.seed)
 	if err != nil {
 		return err
 	}
-	if g.backend == "auto" {
-		fmt.Fprintf(e.stderr, "gpubench: collectives on real GPUs need the NCCL binding, which this build does not have yet; using the simulator (--topology %s)\n", g.topology)
-	}
-	b, dataCap, err := g.openSim()
+	b, dataCap, err := g.openColl(e)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
+	if tc, ok := b.(gpu.TypeChecker); ok {
+		if err := tc.CheckTypes(opt.DTypes, opt.Ops); err != nil {
+			return usageErr("%v", err)
+		}
+	}
 	n := len(b.Devices())
 	if opt.NGPUs > n {
 		return usageErr("invalid -g %d: only %d GPUs were found", opt.NGPUs, n)
@@ -179,8 +223,15 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	r := &report.CollRun{Version: e.version, Coll: c, Backend: b.Name(), Topology: b.Topology().Name,
+	topology := ""
+	if t := b.Topology(); t != nil {
+		topology = t.Name
+	}
+	r := &report.CollRun{Version: e.version, Coll: c, Backend: b.Name(), Topology: topology,
 		Opt: opt, PID: e.pid, Start: e.now(), DataCap: dataCap}
+	if nb, ok := b.(*nccl.Backend); ok {
+		r.Runtime = fmt.Sprintf("CUDA driver %s, runtime %s, NCCL %s (%s)", cudaVersion(nb.Driver), cudaVersion(nb.Runtime), nccl.VersionString(nb.Version), nb.NCCLPath)
+	}
 	var writeErr error
 	opt.OnStart = func(s *coll.Summary) {
 		r.Summary = s

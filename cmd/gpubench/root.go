@@ -22,6 +22,7 @@ type globals struct {
 	jitter   float64
 	faults   []string
 	cudaLib  string
+	ncclLib  string
 }
 
 func run(ctx context.Context, e *env, args []string) int {
@@ -44,8 +45,9 @@ func newRootCmd(e *env) *cobra.Command {
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
 	pf := root.PersistentFlags()
-	pf.StringVar(&g.backend, "backend", "auto", "GPU backend: auto (real GPUs when available, else the simulator), cuda (p2p) or sim")
+	pf.StringVar(&g.backend, "backend", "auto", "GPU backend: auto (real GPUs when available, else the simulator), cuda or sim")
 	pf.StringVar(&g.cudaLib, "cuda-lib", "", "path of libcudart to load (default: $GPUBENCH_CUDART, then the usual sonames and folders)")
+	pf.StringVar(&g.ncclLib, "nccl-lib", "", "path of libnccl to load (default: $GPUBENCH_NCCL, then libnccl.so.2 and the usual folders)")
 	pf.StringVar(&g.topology, "topology", "dgx-h100", "simulated machine: a preset ("+strings.Join(sim.Presets(), ", ")+") or a topology file")
 	pf.StringVar(&g.output, "output", "table", "output format: "+strings.Join(report.Formats, ", "))
 	pf.Uint64Var(&g.seed, "seed", 0, "seed for the input data and the simulator's jitter")

@@ -159,7 +159,20 @@ func Run(ctx context.Context, b gpu.Backend, opt Options) (*Summary, error) {
 		minMem = min(minMem, d.MemoryBytes)
 		ordinals[i] = d.Ordinal
 	}
-	if limit := MemoryLimit(minMem, opt.Check > 0); s.Sweep.Max > limit {
+	limit := MemoryLimit(minMem, opt.Check > 0)
+	if fm, ok := b.(interface{ FreeMemory(int) (int64, error) }); ok {
+		// What is free now may be less than nccl-tests' share of the total.
+		div := int64(2)
+		if opt.Check > 0 {
+			div = 3
+		}
+		for _, d := range devs {
+			if free, err := fm.FreeMemory(d.Ordinal); err == nil {
+				limit = min(limit, free/div)
+			}
+		}
+	}
+	if s.Sweep.Max > limit {
 		if limit < 1 {
 			return nil, fmt.Errorf("devices have %d bytes of memory: too little to run", minMem)
 		}

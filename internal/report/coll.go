@@ -21,7 +21,8 @@ type CollRun struct {
 	Version  string
 	Coll     *coll.Collective
 	Backend  string
-	Topology string
+	Topology string // the simulated machine; empty on real GPUs
+	Runtime  string // on real GPUs: the CUDA and NCCL versions and the libraries loaded
 	Opt      coll.Options
 	PID      int
 	Start    time.Time
@@ -73,6 +74,13 @@ func stepText(w coll.Sweep) string {
 	return fmt.Sprintf("%d(bytes)", w.Step)
 }
 
+// blockingLines are nccl-tests' header lines for -z.
+var blockingLines = map[int]string{
+	1: "# Blocking Enabled: wait and barrier after each inner iteration (-m) ",
+	2: "# Blocking Enabled: wait after each inner iteration (-m), no barrier ",
+	3: "# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier ",
+}
+
 // notes are the lines gpubench adds to nccl-tests' header and footer.
 func headerNotes(r *CollRun) []string {
 	s := r.Summary
@@ -120,9 +128,19 @@ type tableWriter struct{ w io.Writer }
 
 func (t *tableWriter) Start(r *CollRun) error {
 	s, o := r.Summary, r.Opt
-	fmt.Fprintf(t.w, "# gpubench %s: %s (nccl-tests %s layout), backend %s, topology %s\n", r.Version, r.Coll.Name, r.Coll.Perf, r.Backend, r.Topology)
-	fmt.Fprintf(t.w, "# nThread 1 nGpus %d minBytes %d maxBytes %d step: %s warmup iters: %d iters: %d agg iters: 1 validation: %d graph: 0\n",
-		len(s.Devices), s.Sweep.Min, s.Sweep.Max, stepText(s.Sweep), o.Warmup, o.Iters, o.Check)
+	where := "backend " + r.Backend
+	if r.Topology != "" {
+		where += ", topology " + r.Topology
+	}
+	fmt.Fprintf(t.w, "# gpubench %s: %s (nccl-tests %s layout), %s\n", r.Version, r.Coll.Name, r.Coll.Perf, where)
+	if r.Runtime != "" {
+		fmt.Fprintf(t.w, "# %s\n", r.Runtime)
+	}
+	fmt.Fprintf(t.w, "# nThread 1 nGpus %d minBytes %d maxBytes %d step: %s warmup iters: %d iters: %d agg iters: 1 validation: %d graph: %d\n",
+		len(s.Devices), s.Sweep.Min, s.Sweep.Max, stepText(s.Sweep), o.Warmup, o.Iters, o.Check, o.Graph)
+	if line, ok := blockingLines[o.Blocking]; ok {
+		fmt.Fprintln(t.w, line)
+	}
 	fmt.Fprintf(t.w, "#\n# Using devices\n")
 	for rank, d := range s.Devices {
 		host, _, _ := strings.Cut(d.Host, ".")
@@ -189,7 +207,8 @@ type jsonRun struct {
 	Collective  string       `json:"collective"`
 	NCCLTests   string       `json:"nccl_tests_equivalent"`
 	Backend     string       `json:"backend"`
-	Topology    string       `json:"topology"`
+	Topology    *string      `json:"topology"`
+	Runtime     *string      `json:"runtime"`
 	StartTime   string       `json:"start_time"`
 	Config      jsonConfig   `json:"config"`
 	Devices     []jsonDevice `json:"devices"`
@@ -216,6 +235,8 @@ type jsonConfig struct {
 	Iters        int      `json:"iters"`
 	Check        int      `json:"check_iters"`
 	Average      int      `json:"average"`
+	Graph        int      `json:"graph_launches"`
+	Blocking     int      `json:"blocking"`
 	DTypes       []string `json:"dtypes"`
 	Ops          []string `json:"ops"`
 	Root         *int     `json:"root"`
@@ -289,11 +310,12 @@ func (j *jsonWriter) End(r *CollRun) error {
 func CollJSON(r *CollRun) any {
 	s, o := r.Summary, r.Opt
 	doc := jsonRun{
-		Version: r.Version, Collective: r.Coll.Name, NCCLTests: r.Coll.Perf, Backend: r.Backend, Topology: r.Topology,
+		Version: r.Version, Collective: r.Coll.Name, NCCLTests: r.Coll.Perf, Backend: r.Backend,
 		StartTime: r.Start.UTC().Format(time.RFC3339),
 		Config: jsonConfig{
 			Ranks: len(s.Devices), MinBytes: s.Sweep.Min, MaxBytes: s.Sweep.Max, RequestedMax: o.Sweep.Max,
 			Warmup: o.Warmup, Iters: o.Iters, Check: o.Check, Average: o.Average, Seed: o.Seed,
+			Graph: o.Graph, Blocking: o.Blocking,
 		},
 		Notes:       append(headerNotes(r), footerNotes(r)...),
 		Results:     []jsonResult{},
@@ -301,6 +323,12 @@ func CollJSON(r *CollRun) any {
 		AvgBusBW:    s.AvgBusBW,
 		ZeroBusBW:   r.Coll.Factor(len(s.Devices)) == 0,
 		Interrupted: s.Interrupted,
+	}
+	if r.Topology != "" {
+		doc.Topology = &r.Topology
+	}
+	if r.Runtime != "" {
+		doc.Runtime = &r.Runtime
 	}
 	if s.Sweep.Factor > 1 {
 		doc.Config.StepFactor = &s.Sweep.Factor
@@ -393,7 +421,11 @@ type markdownWriter struct{ w io.Writer }
 
 func (m *markdownWriter) Start(r *CollRun) error {
 	s := r.Summary
-	fmt.Fprintf(m.w, "**gpubench %s %s** (nccl-tests %s layout) on %d ranks, backend %s, topology %s\n\n", r.Version, r.Coll.Name, r.Coll.Perf, len(s.Devices), r.Backend, r.Topology)
+	fmt.Fprintf(m.w, "**gpubench %s %s** (nccl-tests %s layout) on %d ranks, backend %s", r.Version, r.Coll.Name, r.Coll.Perf, len(s.Devices), r.Backend)
+	if r.Topology != "" {
+		fmt.Fprintf(m.w, ", topology %s", r.Topology)
+	}
+	fmt.Fprint(m.w, "\n\n")
 	for _, n := range headerNotes(r) {
 		fmt.Fprintf(m.w, "> %s\n\n", n)
 	}

@@ -1,0 +1,391 @@
+//go:build cgo
+
+// Package nccl binds NCCL (libnccl.so.2) through dlopen and a small C shim, on top of the CUDA
+// runtime binding: it turns a cuda.Backend into one whose communicators run every collective on
+// the real GPUs. With internal/cuda it is the only place gpubench uses cgo and unsafe.
+package nccl
+
+/*
+#cgo LDFLAGS: -ldl
+#include <stdlib.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/gpubench/gpubench/internal/cuda"
+	"github.com/gpubench/gpubench/internal/gpu"
+)
+
+// Error is a failed NCCL call: the function, the ncclResult_t, its name, NCCL's message and the
+// text of ncclGetLastError.
+type Error struct {
+	Func string
+	Code int
+	Name string
+	Msg  string
+	Last string
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("%s: %s (%d): %s", e.Func, e.Name, e.Code, e.Msg)
+	if e.Last != "" {
+		s += ": " + e.Last
+	}
+	return s
+}
+
+var resultNames = []string{"ncclSuccess", "ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError",
+	"ncclInvalidArgument", "ncclInvalidUsage", "ncclRemoteError", "ncclInProgress", "ncclTimeout"}
+
+func check(fn string, rc C.int) error {
+	switch {
+	case rc == 0:
+		return nil
+	case rc < 0:
+		return cuda.CodeError(fn, int(-rc))
+	}
+	name := fmt.Sprintf("ncclResult(%d)", int(rc))
+	if int(rc) < len(resultNames) {
+		name = resultNames[rc]
+	}
+	return &Error{Func: fn, Code: int(rc), Name: name, Msg: C.GoString(C.gn_nccl_error_string(rc)),
+		Last: strings.TrimSpace(C.GoString(C.gn_last_error()))}
+}
+
+// ErrNotFound wraps the failure to load any libnccl.
+var ErrNotFound = errors.New("no NCCL library could be loaded")
+
+var loaded struct {
+	sync.Mutex
+	path string
+}
+
+// Candidates lists where gpubench looks for libnccl: the explicit path (flag or GPUBENCH_NCCL),
+// the soname, then the usual CUDA folders and the NCCL Python wheel's nvidia/nccl/lib.
+func Candidates(explicit string) []string {
+	return cuda.LibraryCandidates(explicit, "GPUBENCH_NCCL", []string{"libnccl.so.2"}, []string{"nvidia/nccl/lib"})
+}
+
+// Backend is the real GPUs with NCCL: the CUDA backend, whose communicators are NCCL's.
+type Backend struct {
+	*cuda.Backend
+	NCCLPath string
+	Version  int // as ncclGetVersion reports it
+}
+
+var (
+	_ gpu.Backend     = (*Backend)(nil)
+	_ gpu.TypeChecker = (*Backend)(nil)
+)
+
+// Open loads NCCL for the given CUDA backend (whose libcudart NCCL's streams come from).
+func Open(cb *cuda.Backend, explicit string) (*Backend, error) {
+	loaded.Lock()
+	defer loaded.Unlock()
+	if loaded.path == "" {
+		var tried []string
+		buf := (*C.char)(C.malloc(1024))
+		defer C.free(unsafe.Pointer(buf))
+		crt := C.CString(cb.Path)
+		defer C.free(unsafe.Pointer(crt))
+		for _, p := range Candidates(explicit) {
+			cp := C.CString(p)
+			ok := C.gn_load(cp, crt, buf, 1024)
+			C.free(unsafe.Pointer(cp))
+			if ok == 1 {
+				loaded.path = p
+				break
+			}
+			tried = append(tried, C.GoString(buf))
+		}
+		if loaded.path == "" {
+			return nil, fmt.Errorf("%w: tried %s; install NCCL (e.g. pip install nvidia-nccl-cu12) or point --nccl-lib or GPUBENCH_NCCL at libnccl.so.2, or use --backend sim",
+				ErrNotFound, strings.Join(tried, "; "))
+		}
+	}
+	var v C.int
+	if err := check("ncclGetVersion", C.gn_version(&v)); err != nil {
+		return nil, err
+	}
+	return &Backend{Backend: cb, NCCLPath: loaded.path, Version: int(v)}, nil
+}
+
+// VersionString decodes an NCCL version code, in either of its encodings (X*1000+Y*100+Z up to
+// 2.8, X*10000+Y*100+Z from 2.9).
+func VersionString(v int) string {
+	if v < 10000 {
+		return fmt.Sprintf("%d.%d.%d", v/1000, v%1000/100, v%100)
+	}
+	return fmt.Sprintf("%d.%d.%d", v/10000, v%10000/100, v%100)
+}
+
+// atLeast compares a version code with major.minor, whatever the encoding.
+func atLeast(v, major, minor int) bool {
+	var maj, mn int
+	if v < 10000 {
+		maj, mn = v/1000, v%1000/100
+	} else {
+		maj, mn = v/10000, v%10000/100
+	}
+	return maj > major || maj == major && mn >= minor
+}
+
+// CheckTypes reports the types and ops the loaded NCCL lacks: bfloat16 and avg came in 2.10.
+func (b *Backend) CheckTypes(dts []gpu.DType, ops []gpu.RedOp) error {
+	if atLeast(b.Version, 2, 10) {
+		return nil
+	}
+	for _, d := range dts {
+		if d == gpu.BFloat16 {
+			return fmt.Errorf("bfloat16 needs NCCL 2.10 or later; the loaded NCCL is %s", VersionString(b.Version))
+		}
+	}
+	for _, o := range ops {
+		if o == gpu.Avg {
+			return fmt.Errorf("the avg op needs NCCL 2.10 or later; the loaded NCCL is %s", VersionString(b.Version))
+		}
+	}
+	return nil
+}
+
+// NewComm makes one NCCL communicator per device, non-blocking where NCCL has them (2.14+) so that
+// a hang can be aborted, each with its own non-blocking stream.
+func (b *Backend) NewComm(devices []int) (gpu.Comm, error) {
+	n := len(devices)
+	if n == 0 {
+		return nil, fmt.Errorf("nccl comm: no devices: %w", gpu.ErrInvalid)
+	}
+	c := &comm{b: b, devs: make([]C.int, n), comms: make([]unsafe.Pointer, n), streams: make([]unsafe.Pointer, n)}
+	for i, d := range devices {
+		c.devs[i] = C.int(d)
+	}
+	if err := check("ncclCommInitRankConfig", C.gn_comm_init(C.int(n), &c.devs[0], 1, &c.comms[0], &c.streams[0])); err != nil {
+		C.gn_comm_destroy(C.int(n), &c.devs[0], &c.comms[0], &c.streams[0])
+		return nil, err
+	}
+	return c, nil
+}
+
+type comm struct {
+	b              *Backend
+	devs           []C.int
+	comms, streams []unsafe.Pointer // C handles, one per rank
+	aborted        bool
+	capturing      bool
+}
+
+var _ gpu.GraphComm = (*comm)(nil)
+
+func (c *comm) Size() int { return len(c.devs) }
+
+func (c *comm) Close() error {
+	if c.aborted {
+		return nil
+	}
+	return check("ncclCommDestroy", C.gn_comm_destroy(C.int(len(c.devs)), &c.devs[0], &c.comms[0], &c.streams[0]))
+}
+
+// ptrs turns per-rank buffers into device addresses, checking each is on its rank's device.
+func (c *comm) ptrs(bufs []gpu.Buffer) ([]unsafe.Pointer, error) {
+	if len(bufs) != len(c.devs) {
+		return nil, fmt.Errorf("nccl: %d buffers for %d ranks: %w", len(bufs), len(c.devs), gpu.ErrInvalid)
+	}
+	out := make([]unsafe.Pointer, len(bufs))
+	for r, x := range bufs {
+		p, dev, err := cuda.Pointer(x)
+		if err != nil {
+			return nil, err
+		}
+		if dev != int(c.devs[r]) {
+			return nil, fmt.Errorf("nccl: rank %d's buffer is on device %d, not %d: %w", r, dev, c.devs[r], gpu.ErrInvalid)
+		}
+		out[r] = p
+	}
+	return out, nil
+}
+
+func (c *comm) collective(name string, kind C.int, send, recv []gpu.Buffer, count int64, dt gpu.DType, op gpu.RedOp, root int) error {
+	if c.aborted {
+		return fmt.Errorf("nccl %s: the communicators were aborted: %w", name, gpu.ErrInvalid)
+	}
+	s, err := c.ptrs(send)
+	if err != nil {
+		return err
+	}
+	r, err := c.ptrs(recv)
+	if err != nil {
+		return err
+	}
+	return check(name, C.gn_collective(kind, C.int(len(c.devs)), &c.comms[0], &c.streams[0], &s[0], &r[0],
+		C.size_t(count), C.int(dt), C.int(op), C.int(root)))
+}
+
+func (c *comm) AllReduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op gpu.RedOp) error {
+	return c.collective("ncclAllReduce", C.GN_ALLREDUCE, send, recv, count, dt, op, 0)
+}
+
+func (c *comm) AllGather(send, recv []gpu.Buffer, sendCount int64, dt gpu.DType) error {
+	return c.collective("ncclAllGather", C.GN_ALLGATHER, send, recv, sendCount, dt, 0, 0)
+}
+
+func (c *comm) ReduceScatter(send, recv []gpu.Buffer, recvCount int64, dt gpu.DType, op gpu.RedOp) error {
+	return c.collective("ncclReduceScatter", C.GN_REDUCESCATTER, send, recv, recvCount, dt, op, 0)
+}
+
+func (c *comm) Broadcast(send, recv []gpu.Buffer, count int64, dt gpu.DType, root int) error {
+	return c.collective("ncclBroadcast", C.GN_BROADCAST, send, recv, count, dt, 0, root)
+}
+
+func (c *comm) Reduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op gpu.RedOp, root int) error {
+	return c.collective("ncclReduce", C.GN_REDUCE, send, recv, count, dt, op, root)
+}
+
+// AllToAll uses ncclAlltoAll where the loaded NCCL has it (2.28+), and otherwise a group of sends
+// and receives to and from every peer, as NCCL's documentation shows.
+func (c *comm) AllToAll(send, recv []gpu.Buffer, count int64, dt gpu.DType) error {
+	if C.gn_has(C.GN_HAS_ALLTOALL) == 1 {
+		return c.collective("ncclAlltoAll", C.GN_ALLTOALL, send, recv, count, dt, 0, 0)
+	}
+	n := len(c.devs)
+	chunk := count * int64(dt.Size())
+	var ops []gpu.P2POp
+	for r := 0; r < n; r++ {
+		for p := 0; p < n; p++ {
+			ops = append(ops,
+				gpu.P2POp{Rank: r, Peer: p, Send: true, Buf: send[r].Slice(int64(p)*chunk, chunk)},
+				gpu.P2POp{Rank: r, Peer: p, Buf: recv[r].Slice(int64(p)*chunk, chunk)})
+		}
+	}
+	return c.SendRecv(ops, count, dt)
+}
+
+func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
+	if c.aborted {
+		return fmt.Errorf("nccl send/recv: the communicators were aborted: %w", gpu.ErrInvalid)
+	}
+	n := len(ops)
+	if n == 0 {
+		return nil
+	}
+	rank, peer, isSend := make([]C.int, n), make([]C.int, n), make([]C.int, n)
+	bufs := make([]unsafe.Pointer, n)
+	for i, o := range ops {
+		if o.Rank < 0 || o.Rank >= len(c.devs) || o.Peer < 0 || o.Peer >= len(c.devs) {
+			return fmt.Errorf("nccl send/recv: rank %d or peer %d outside 0-%d: %w", o.Rank, o.Peer, len(c.devs)-1, gpu.ErrInvalid)
+		}
+		p, dev, err := cuda.Pointer(o.Buf)
+		if err != nil {
+			return err
+		}
+		if dev != int(c.devs[o.Rank]) {
+			return fmt.Errorf("nccl send/recv: rank %d's buffer is on device %d: %w", o.Rank, dev, gpu.ErrInvalid)
+		}
+		rank[i], peer[i], bufs[i] = C.int(o.Rank), C.int(o.Peer), p
+		if o.Send {
+			isSend[i] = 1
+		}
+	}
+	return check("ncclSend/ncclRecv", C.gn_sendrecv(C.int(n), &c.comms[0], &c.streams[0], &rank[0], &peer[0], &isSend[0], &bufs[0], C.size_t(count), C.int(dt)))
+}
+
+// Synchronize polls every rank's stream and communicator, as NCCL's documentation prescribes for
+// an application that must not hang: an asynchronous error, or ctx ending, aborts the
+// communicators. It spins at first, so that short waits are timed closely, then sleeps between
+// polls.
+func (c *comm) Synchronize(ctx context.Context) error {
+	if c.aborted {
+		return fmt.Errorf("nccl: the communicators were aborted: %w", gpu.ErrInvalid)
+	}
+	n := len(c.devs)
+	busy, async := make([]C.int, n), make([]C.int, n)
+	start := time.Now()
+	for {
+		if err := check("cudaStreamQuery", C.gn_query(C.int(n), &c.comms[0], &c.streams[0], &busy[0], &async[0])); err != nil {
+			c.abort()
+			return err
+		}
+		idle := true
+		for r := range busy {
+			if async[r] != 0 {
+				err := check(fmt.Sprintf("ncclCommGetAsyncError (rank %d)", r), async[r])
+				c.abort()
+				return err
+			}
+			idle = idle && busy[r] == 0
+		}
+		if idle {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			var ranks []int
+			for r := range busy {
+				if busy[r] != 0 {
+					ranks = append(ranks, r)
+				}
+			}
+			c.abort()
+			return &gpu.HangError{Ranks: ranks, Err: err}
+		}
+		if time.Since(start) < 10*time.Millisecond {
+			runtime.Gosched()
+		} else {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+}
+
+// abort aborts every rank's communicator (NCCL needs all local ranks to abort together).
+func (c *comm) abort() {
+	if !c.aborted {
+		C.gn_comm_abort(C.int(len(c.devs)), &c.comms[0])
+		c.aborted = true
+	}
+}
+
+// BeginCapture starts capturing every rank's stream into a CUDA graph.
+func (c *comm) BeginCapture() error {
+	if C.gn_has(C.GN_HAS_GRAPH) != 1 {
+		return errors.New("graph mode (-G) needs CUDA graphs (cudaStreamBeginCapture, cudaGraphInstantiateWithFlags: CUDA 11.4 or later), which the loaded libcudart lacks")
+	}
+	if err := check("cudaStreamBeginCapture", C.gn_begin_capture(C.int(len(c.devs)), &c.devs[0], &c.streams[0])); err != nil {
+		return err
+	}
+	c.capturing = true
+	return nil
+}
+
+func (c *comm) EndCapture() (gpu.Graph, error) {
+	if !c.capturing {
+		return nil, fmt.Errorf("nccl: not capturing: %w", gpu.ErrInvalid)
+	}
+	c.capturing = false
+	g := &graph{c: c, execs: make([]unsafe.Pointer, len(c.devs))}
+	if err := check("cudaStreamEndCapture", C.gn_end_capture(C.int(len(c.devs)), &c.devs[0], &c.streams[0], &g.execs[0])); err != nil {
+		C.gn_graph_destroy(C.int(len(c.devs)), &g.execs[0])
+		return nil, err
+	}
+	return g, nil
+}
+
+type graph struct {
+	c     *comm
+	execs []unsafe.Pointer
+}
+
+func (g *graph) Launch() error {
+	return check("cudaGraphLaunch", C.gn_graph_launch(C.int(len(g.execs)), &g.c.devs[0], &g.execs[0], &g.c.streams[0]))
+}
+
+func (g *graph) Destroy() error {
+	return check("cudaGraphExecDestroy", C.gn_graph_destroy(C.int(len(g.execs)), &g.execs[0]))
+}
