@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +15,37 @@ import (
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// TestMain makes this test binary act as gpubench itself when GPUBENCH_AS_CLI holds its arguments
+// (separated by \x1f), so that tests can run it in a fresh process: libraries load once per
+// process, and the stand-in libraries read their settings at load.
+func TestMain(m *testing.M) {
+	if args, ok := os.LookupEnv("GPUBENCH_AS_CLI"); ok {
+		e := &env{stdout: os.Stdout, stderr: os.Stderr, pid: 4242, version: "test", now: time.Now}
+		os.Exit(run(context.Background(), e, strings.Split(args, "\x1f")))
+	}
+	os.Exit(m.Run())
+}
+
+// gpubenchProcess runs gpubench in a new process with extra environment variables.
+func gpubenchProcess(t *testing.T, env []string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0])
+	cmd.Env = append(append(os.Environ(), "GPUBENCH_AS_CLI="+strings.Join(args, "\x1f")), env...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return out.String(), errOut.String(), code
+}
 
 // gpubench runs the CLI in-process with a fixed pid, clock and version.
 func gpubench(t *testing.T, args ...string) (stdout, stderr string, code int) {

@@ -9,15 +9,15 @@ import (
 	"github.com/gpubench/gpubench/internal/cuda/cudatest"
 )
 
-// The real binding through the CLI, on the stand-in library; a missing library is exit 4.
+// The real binding through the CLI, on the stand-in library, each run in its own process; a
+// missing library is exit 4.
 func TestP2PCUDABackend(t *testing.T) {
-	t.Setenv("GPUBENCH_STANDIN_DEVICES", "2")
 	lib := cudatest.Standin(t)
-	_, errOut, code := gpubench(t, "p2p", "--backend", "cuda", "--cuda-lib", "/nonexistent/libcudart.so")
+	_, errOut, code := gpubenchProcess(t, nil, "p2p", "--backend", "cuda", "--cuda-lib", "/nonexistent/libcudart.so")
 	if code != 4 || !strings.Contains(errOut, "tried /nonexistent/libcudart.so") || strings.Count(errOut, "\n") != 1 {
 		t.Errorf("missing library: exit %d, %q; want exit 4 naming what was tried", code, errOut)
 	}
-	out, errOut, code := gpubench(t, "p2p", "--backend", "cuda", "--cuda-lib", lib, "--size", "1M", "--repeat", "2", "--samples", "1")
+	out, errOut, code := gpubenchProcess(t, []string{"GPUBENCH_STANDIN_DEVICES=2"}, "p2p", "--backend", "cuda", "--cuda-lib", lib, "--size", "1M", "--repeat", "2", "--samples", "1")
 	if code != 0 || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
