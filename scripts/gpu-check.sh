@@ -29,6 +29,15 @@ if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
   step p2p-sweep "$bin" p2p --backend cuda --pairs 0-1 --sweep 4K:1G:x4 --size 64MiB || status=1
 fi
 step copy-reference python3 scripts/copy_bw_reference.py || status=1
+ngpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+g=$(( ngpus < 8 ? ngpus : 8 ))
+for c in allreduce allgather reducescatter broadcast reduce alltoall sendrecv; do
+  step "$c" "$bin" "$c" --backend cuda -g "$g" --sizes 8B:1GB:x8 -c 1 -T 60 || status=1
+done
+step allreduce-graph "$bin" allreduce --backend cuda -g "$g" --sizes 8B:1GB:x8 -G 5 -T 60 || status=1
+step allreduce-json "$bin" allreduce --backend cuda -g "$g" --sizes 8B:1GB:x32 --output json -T 60 || status=1
+step allreduce-1rank "$bin" allreduce --backend cuda -g 1 --sizes 8B:1GB:x134217728 -T 60 || status=1
+step allreduce-reference python3 scripts/allreduce_reference.py || status=1
 if [ -x scripts/gpu-check-topo.sh ]; then step topo scripts/gpu-check-topo.sh "$out" "$bin" || status=1; fi
 GPUBENCH_REQUIRE_GPU=1 step tests go test -count=1 -run 'RealGPU|GPU' -v ./... || status=1
 exit $status
