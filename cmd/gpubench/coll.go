@@ -229,8 +229,8 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 	}
 	r := &report.CollRun{Version: e.version, Coll: c, Backend: b.Name(), Topology: topology,
 		Opt: opt, PID: e.pid, Start: e.now(), DataCap: dataCap}
-	if nb, ok := b.(*nccl.Backend); ok {
-		r.Runtime = fmt.Sprintf("CUDA driver %s, runtime %s, NCCL %s (%s)", cudaVersion(nb.Driver), cudaVersion(nb.Runtime), nccl.VersionString(nb.Version), nb.NCCLPath)
+	if d, ok := b.(describer); ok {
+		r.Runtime = d.Describe()
 	}
 	var writeErr error
 	opt.OnStart = func(s *coll.Summary) {

@@ -116,8 +116,8 @@ func (f *p2pFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 		return runtimeErr(err)
 	}
 	r := &report.P2PRun{Version: e.version, Backend: b.Name(), Topology: topology, Opt: opt, Start: start, Result: res}
-	if c, ok := b.(*cuda.Backend); ok {
-		r.Runtime = fmt.Sprintf("CUDA driver %s, runtime %s, %s", cudaVersion(c.Driver), cudaVersion(c.Runtime), c.Path)
+	if d, ok := b.(describer); ok {
+		r.Runtime = d.Describe()
 	}
 	if err := report.WriteP2P(e.stdout, g.output, r); err != nil {
 		return runtimeErr(fmt.Errorf("writing results: %w", err))
@@ -128,8 +128,8 @@ func (f *p2pFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	return nil
 }
 
-// cudaVersion writes CUDA's 1000*major + 10*minor as major.minor.
-func cudaVersion(v int) string { return fmt.Sprintf("%d.%d", v/1000, v%1000/10) }
+// describer is a real backend that can say which driver and libraries it runs on.
+type describer interface{ Describe() string }
 
 // openP2P returns the backend for p2p: the CUDA runtime for cuda, the simulator for sim, and for
 // auto the CUDA runtime when it loads and has devices, else the simulator with a notice.

@@ -53,6 +53,14 @@ func Open(libPath string) (*Backend, error) {
 	return b, nil
 }
 
+// Describe says which CUDA driver and runtime versions run, and which library was loaded.
+func (b *Backend) Describe() string {
+	return fmt.Sprintf("CUDA driver %s, runtime %s, %s", version(b.Driver), version(b.Runtime), b.Path)
+}
+
+// version writes CUDA's 1000*major + 10*minor as major.minor.
+func version(v int) string { return fmt.Sprintf("%d.%d", v/1000, v%1000/10) }
+
 func (b *Backend) Name() string            { return "cuda" }
 func (b *Backend) Devices() []gpu.Device   { return b.devices }
 func (b *Backend) Topology() *gpu.Topology { return nil }

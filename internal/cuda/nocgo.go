@@ -18,5 +18,8 @@ type Backend struct {
 	gpu.Copier
 }
 
+// Describe is empty without cgo.
+func (b *Backend) Describe() string { return "" }
+
 // Open always fails without cgo.
 func Open(string) (*Backend, error) { return nil, ErrNotFound }

@@ -120,6 +120,11 @@ func Open(cb *cuda.Backend, explicit string) (*Backend, error) {
 	return &Backend{Backend: cb, NCCLPath: loaded.path, Version: int(v)}, nil
 }
 
+// Describe says which CUDA and NCCL versions run, and which libraries were loaded.
+func (b *Backend) Describe() string {
+	return fmt.Sprintf("%s, NCCL %s (%s)", b.Backend.Describe(), VersionString(b.Version), b.NCCLPath)
+}
+
 // VersionString decodes an NCCL version code, in either of its encodings (X*1000+Y*100+Z up to
 // 2.8, X*10000+Y*100+Z from 2.9).
 func VersionString(v int) string {

@@ -15,5 +15,8 @@ var ErrNotFound = errors.New("this gpubench was built without cgo, so it cannot 
 // Backend is absent without cgo.
 type Backend struct{ *cuda.Backend }
 
+// Describe is empty without cgo.
+func (b *Backend) Describe() string { return "" }
+
 // Open always fails without cgo.
 func Open(*cuda.Backend, string) (*Backend, error) { return nil, ErrNotFound }
