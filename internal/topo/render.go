@@ -1,0 +1,298 @@
+package topo
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/gpubench/gpubench/internal/gpu"
+)
+
+// Formats are the output forms of `gpubench topo`.
+var Formats = []string{"table", "json", "dot"}
+
+// Write writes the report in one of Formats.
+func Write(w io.Writer, format string, r *Report) error {
+	switch format {
+	case "table":
+		return WriteTable(w, r)
+	case "json":
+		return WriteJSON(w, r)
+	case "dot":
+		return WriteDOT(w, r)
+	}
+	return fmt.Errorf("unknown output %q: use %s", format, strings.Join(Formats, ", "))
+}
+
+// matrixLegend is nvidia-smi topo -m's legend.
+const matrixLegend = `Legend:
+
+  X    = Self
+  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)
+  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node
+  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)
+  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)
+  PIX  = Connection traversing at most a single PCIe bridge
+  NV#  = Connection traversing a bonded set of # NVLinks
+`
+
+// p2pLegend is nvidia-smi topo -p2p's legend, with the regkey status newer drivers add.
+const p2pLegend = `Legend:
+
+  X    = Self
+  OK   = Status Ok
+  CNS  = Chipset not supported
+  GNS  = GPU not supported
+  TNS  = Topology not supported
+  DR   = Disabled by regkey
+  NS   = Not supported
+  U    = Unknown
+`
+
+// WriteTable writes the report as `gpubench topo` prints it: per node the GPUs, the connection
+// matrix with nvidia-smi's legend, the NICs, the NVLinks and, when asked for, the P2P status
+// matrix; then the warnings.
+func WriteTable(w io.Writer, r *Report) error {
+	var b bytes.Buffer
+	name := r.Nodes[0].Hostname
+	if r.Topology != nil {
+		name = r.Topology.Name
+	}
+	fmt.Fprintf(&b, "gpubench topo: %s (%s)\n", name, r.Source)
+	for _, n := range r.Nodes {
+		if len(r.Nodes) > 1 {
+			fmt.Fprintf(&b, "\nNode %s\n", n.Hostname)
+		}
+		writeNode(&b, n, r.P2PCap)
+	}
+	if len(r.Warnings) > 0 {
+		b.WriteString("\nWarnings:\n")
+		for _, x := range r.Warnings {
+			fmt.Fprintf(&b, "  %s\n", x)
+		}
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+func writeNode(b *bytes.Buffer, n *NodeReport, p2pCap string) {
+	rows := [][]string{{"GPU", "CUDA", "Name", "UUID", "PCI bus id", "Memory", "CC", "NUMA", "CPU affinity", "Persistence", "MIG", "PCIe", "PCIe max"}}
+	for _, g := range n.GPUs {
+		rows = append(rows, []string{g.Index, g.CUDA, g.Name, g.UUID, g.BusID, g.Memory, g.CC, g.NUMA, g.Affinity, g.Persistence, g.MIG, g.PCIe, g.PCIeMax})
+	}
+	b.WriteString("\n")
+	columns(b, rows)
+	if len(n.MIG) > 0 {
+		b.WriteString("\nMIG devices CUDA sees:\n")
+		for _, m := range n.MIG {
+			fmt.Fprintf(b, "  %s\n", m)
+		}
+	}
+
+	labels := gpuLabels(len(n.GPUs))
+	for i := range n.NICs {
+		labels = append(labels, fmt.Sprintf("NIC%d", i))
+	}
+	rows = [][]string{append(append([]string{""}, labels...), "CPU Affinity", "NUMA Affinity")}
+	for i, cells := range n.Matrix {
+		row := append([]string{labels[i]}, cells...)
+		if i < len(n.GPUs) {
+			row = append(row, n.GPUs[i].Affinity, n.GPUs[i].NUMA)
+		}
+		rows = append(rows, row)
+	}
+	b.WriteString("\n")
+	columns(b, rows)
+	b.WriteString("\n" + matrixLegend)
+	if len(n.NICs) > 0 {
+		b.WriteString("\nNIC Legend:\n\n")
+		rows = nil
+		for i, c := range n.NICs {
+			rows = append(rows, []string{fmt.Sprintf("  NIC%d:", i), c.Name, c.Kind, c.Speed, c.BusID, c.State})
+		}
+		columns(b, rows)
+	}
+
+	b.WriteString("\n")
+	if len(n.NVLinks) == 0 {
+		b.WriteString("NVLink: none\n")
+	} else {
+		rows = [][]string{{"NVLink", "to", "links", "up", "down", "version", "GB/s each", "GB/s up"}}
+		for _, l := range n.NVLinks {
+			links, each, total := strconv.Itoa(l.Links), "N/A", "N/A"
+			if l.Links == 0 {
+				links = "N/A"
+			}
+			if l.PerLinkGBs > 0 {
+				each = gbsText(l.PerLinkGBs)
+			}
+			if l.TotalGBs > 0 {
+				total = gbsText(l.TotalGBs)
+			}
+			down := "-"
+			if len(l.Down) > 0 {
+				down = joinInts(l.Down)
+			}
+			rows = append(rows, []string{fmt.Sprintf("GPU%d", l.GPU), l.Remote, links, strconv.Itoa(l.Up), down, l.Version, each, total})
+		}
+		columns(b, rows)
+	}
+
+	if p2pCap != "" && n.P2P != nil {
+		fmt.Fprintf(b, "\nP2P %s status\n\n", p2pCap)
+		labels := gpuLabels(len(n.GPUs))
+		rows = [][]string{append([]string{""}, labels...)}
+		for i, cells := range n.P2P {
+			rows = append(rows, append([]string{labels[i]}, cells...))
+		}
+		columns(b, rows)
+		b.WriteString("\n" + p2pLegend)
+	}
+}
+
+func gpuLabels(n int) []string {
+	l := make([]string, n)
+	for i := range l {
+		l[i] = fmt.Sprintf("GPU%d", i)
+	}
+	return l
+}
+
+// columns writes rows with each column as wide as its widest cell, two spaces apart.
+func columns(b *bytes.Buffer, rows [][]string) {
+	var width []int
+	for _, r := range rows {
+		for i, c := range r {
+			if i >= len(width) {
+				width = append(width, 0)
+			}
+			width[i] = max(width[i], len(c))
+		}
+	}
+	for _, r := range rows {
+		var line strings.Builder
+		for i, c := range r {
+			line.WriteString(c)
+			if i < len(r)-1 {
+				line.WriteString(strings.Repeat(" ", width[i]-len(c)+2))
+			}
+		}
+		b.WriteString(strings.TrimRight(line.String(), " ") + "\n")
+	}
+}
+
+// WriteJSON writes the machine as a topology file (docs/topology.md), which --topology reads back.
+func WriteJSON(w io.Writer, r *Report) error {
+	if r.Topology == nil {
+		return r.TopologyErr
+	}
+	data, err := json.MarshalIndent(r.Topology, "", " ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(data, '\n'))
+	return err
+}
+
+// WriteDOT writes the machine as a Graphviz graph: one cluster per node, a vertex per part and an
+// edge per link, labelled with its kind and bandwidth.
+func WriteDOT(w io.Writer, r *Report) error {
+	var b bytes.Buffer
+	name := r.Nodes[0].Hostname
+	if r.Topology != nil {
+		name = r.Topology.Name
+	}
+	fmt.Fprintf(&b, "graph %s {\n  node [shape=box, fontname=\"Helvetica\"];\n  edge [fontname=\"Helvetica\", fontsize=10];\n", quote(name))
+	for _, n := range r.dotNodes() {
+		fmt.Fprintf(&b, "  subgraph %s {\n    label=%s;\n", quote("cluster_"+n.Hostname), quote(n.Hostname))
+		v := func(id string) string { return quote(n.Hostname + "/" + id) }
+		for _, c := range n.CPUs {
+			fmt.Fprintf(&b, "    %s [shape=ellipse, label=%s];\n", v(c.ID), quote(joinNonEmpty(c.ID, c.Name, "NUMA "+strconv.Itoa(c.NUMANode))))
+		}
+		for i, g := range n.GPUs {
+			fmt.Fprintf(&b, "    %s [style=bold, label=%s];\n", v(g.ID), quote(joinNonEmpty(fmt.Sprintf("GPU%d %s", i, g.ID), g.Name, g.PCIBusID)))
+		}
+		for _, s := range n.Switches {
+			kind := "PCIe switch"
+			if s.Kind == "nvswitch" {
+				kind = "NVSwitch"
+				if s.NVLS {
+					kind += " (NVLS)"
+				}
+			}
+			fmt.Fprintf(&b, "    %s [shape=diamond, label=%s];\n", v(s.ID), quote(s.ID+"\n"+kind))
+		}
+		for _, c := range n.NICs {
+			fmt.Fprintf(&b, "    %s [shape=hexagon, label=%s];\n", v(c.ID), quote(joinNonEmpty(c.ID, c.Kind+" "+gbpsText(c.Gbps))))
+		}
+		for _, l := range n.Links {
+			fmt.Fprintf(&b, "    %s -- %s [%s];\n", v(l.A), v(l.B), dotEdge(l))
+		}
+		b.WriteString("  }\n")
+	}
+	if r.Topology != nil && r.Topology.Network != nil {
+		fmt.Fprintf(&b, "  network [shape=doubleoctagon, label=%s];\n", quote(r.Topology.Network.Kind+" network"))
+		for _, n := range r.Topology.Nodes {
+			for _, c := range n.NICs {
+				fmt.Fprintf(&b, "  %s -- network [style=dotted];\n", quote(n.Hostname+"/"+c.ID))
+			}
+		}
+	}
+	b.WriteString("}\n")
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// dotNodes are the nodes to draw: on a real machine every part found, including NICs the
+// topology file leaves out.
+func (r *Report) dotNodes() []gpu.Node {
+	if r.nodes != nil || r.Topology == nil {
+		return r.nodes
+	}
+	return r.Topology.Nodes
+}
+
+func dotEdge(l gpu.Link) string {
+	var label string
+	switch l.Kind {
+	case "nvlink":
+		label = "NVLink"
+		if l.Lanes > 0 {
+			label += fmt.Sprintf(" x%d", l.Lanes)
+		}
+		label += "\n" + gbsText(l.GBs) + " GB/s"
+		return fmt.Sprintf("color=green4, penwidth=2, label=%s", quote(label))
+	case "smp":
+		return fmt.Sprintf("style=dashed, label=%s", quote("SMP\n"+gbsText(l.GBs)+" GB/s"))
+	}
+	label = "PCIe"
+	if l.Gen > 0 && l.Width > 0 {
+		label += fmt.Sprintf(" Gen%d x%d", l.Gen, l.Width)
+	}
+	if l.GBs > 0 {
+		label += "\n" + gbsText(l.GBs) + " GB/s"
+	}
+	if l.HostBridge != "" {
+		label += "\nhost bridge " + l.HostBridge
+	}
+	return "label=" + quote(label)
+}
+
+func joinNonEmpty(s ...string) string {
+	var out []string
+	for _, x := range s {
+		if x != "" {
+			out = append(out, x)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// quote writes a DOT string: newlines as \n, quotes and backslashes escaped.
+func quote(s string) string {
+	s = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
+	return `"` + s + `"`
+}
