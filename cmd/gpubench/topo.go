@@ -1,0 +1,116 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpubench/gpubench/internal/sim"
+	"github.com/gpubench/gpubench/internal/topo"
+)
+
+// topoFlags are topo's own flags.
+type topoFlags struct {
+	p2p       string
+	nvmlLib   string
+	sysfsRoot string
+}
+
+// newTopoCmd builds `gpubench topo`, which reads the machine through NVML and sysfs.
+func newTopoCmd(e *env, g *globals) *cobra.Command {
+	return newTopoCmdWith(e, g, topo.Discover)
+}
+
+// newTopoCmdWith is newTopoCmd with the discovery it runs on real GPUs (a mock NVML in tests).
+func newTopoCmdWith(e *env, g *globals, discover func(topo.Options) (*topo.Report, error)) *cobra.Command {
+	f := &topoFlags{}
+	cmd := &cobra.Command{
+		Use:   "topo",
+		Short: "Show the GPUs, how they are wired and what CUDA calls them (nvidia-smi topo -m and more)",
+		Long: "topo lists the GPUs with their CUDA ordinals, PCI bus ids, NUMA nodes and PCIe links, prints\n" +
+			"nvidia-smi topo -m's connection matrix (NICs included), each GPU's NVLinks, and with --p2p the\n" +
+			"P2P status matrix, then warns of anything that looks wrong. --output json writes the machine as\n" +
+			"a topology file that --backend sim --topology FILE runs; --output dot draws it for Graphviz.",
+		Example: "  gpubench topo\n  gpubench topo --p2p read\n" +
+			"  gpubench topo --output json > machine.json && gpubench allreduce --backend sim --topology machine.json\n" +
+			"  gpubench topo --backend sim --topology dgx-a100 --output dot | dot -Tsvg > dgx-a100.svg",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return f.run(cmd, e, g, discover)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.p2p, "p2p", "", "also print the P2P status matrix for read, write, nvlink or atomics (as nvidia-smi topo -p2p r|w|n|a)")
+	fl.StringVar(&f.nvmlLib, "nvml-lib", "", "path of the NVML library to load (default libnvidia-ml.so.1 where the system loader finds it)")
+	fl.StringVar(&f.sysfsRoot, "sysfs-root", "/", "directory whose sys/ and proc/ to read instead of the machine's own")
+	_ = fl.MarkHidden("sysfs-root")
+	complete(cmd, "p2p", topo.P2PCaps)
+	return cmd
+}
+
+// p2pAliases are nvidia-smi topo -p2p's letters.
+var p2pAliases = map[string]string{"r": "read", "w": "write", "n": "nvlink", "a": "atomics"}
+
+func (f *topoFlags) run(cmd *cobra.Command, e *env, g *globals, discover func(topo.Options) (*topo.Report, error)) error {
+	backends := []string{"auto", "cuda", "sim"}
+	if !contains(backends, g.backend) {
+		return usageErr("unknown --backend %q for topo: use %s", g.backend, strings.Join(backends, " or "))
+	}
+	if !contains(topo.Formats, g.output) {
+		return usageErr("unknown --output %q for topo: use %s", g.output, strings.Join(topo.Formats, ", "))
+	}
+	p2pCap := f.p2p
+	if long, ok := p2pAliases[p2pCap]; ok {
+		p2pCap = long
+	}
+	if p2pCap != "" && !contains(topo.P2PCaps, p2pCap) {
+		return usageErr("unknown --p2p %q: use %s", f.p2p, strings.Join(topo.P2PCaps, ", "))
+	}
+	machineFlags := cmd.Flags().Changed("nvml-lib") || cmd.Flags().Changed("sysfs-root")
+	if g.backend == "sim" && machineFlags {
+		return usageErr("--nvml-lib and --sysfs-root read a real machine: drop them, or --backend sim")
+	}
+
+	var r *topo.Report
+	if g.backend != "sim" {
+		visible, set := os.LookupEnv("CUDA_VISIBLE_DEVICES")
+		var err error
+		r, err = discover(topo.Options{Root: f.sysfsRoot, NVMLLib: f.nvmlLib, P2P: p2pCap,
+			VisibleDevices: topo.ParseVisibleDevices(visible, set), DeviceOrder: os.Getenv("CUDA_DEVICE_ORDER")})
+		switch {
+		case errors.Is(err, topo.ErrUnavailable) && g.backend == "auto" && !machineFlags:
+			fmt.Fprintf(e.stderr, "gpubench: %v; using the simulator (--topology %s)\n", err, g.topology)
+		case errors.Is(err, topo.ErrUnavailable):
+			return &exitError{code: exitNoGPU, err: err}
+		case err != nil:
+			return runtimeErr(err)
+		}
+	}
+	if r == nil {
+		t, err := sim.LoadTopology(g.topology)
+		if err != nil {
+			return usageErr("invalid --topology: %v", err)
+		}
+		r = topo.FromTopology(t, p2pCap)
+	}
+	if g.output != "table" {
+		for _, w := range r.Warnings {
+			fmt.Fprintf(e.stderr, "gpubench: warning: %s\n", w)
+		}
+	}
+	if g.output == "json" {
+		if r.Topology == nil {
+			return runtimeErr(r.TopologyErr)
+		}
+		for _, n := range r.Notes {
+			fmt.Fprintf(e.stderr, "gpubench: note: %s\n", n)
+		}
+	}
+	if err := topo.Write(e.stdout, g.output, r); err != nil {
+		return runtimeErr(fmt.Errorf("writing the topology: %w", err))
+	}
+	return nil
+}

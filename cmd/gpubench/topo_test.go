@@ -1,0 +1,176 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/sim"
+	"github.com/gpubench/gpubench/internal/topo"
+)
+
+// topoRun runs `gpubench topo ARGS` in-process, under a root with the shared flags topo reads;
+// discover stands in for NVML.
+func topoRun(t *testing.T, discover func(topo.Options) (*topo.Report, error), args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	e := &env{stdout: &out, stderr: &errOut, pid: 4242, version: "test",
+		now: func() time.Time { return time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC) }}
+	g := &globals{}
+	root := &cobra.Command{Use: "gpubench", SilenceErrors: true, SilenceUsage: true}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
+	pf := root.PersistentFlags()
+	pf.StringVar(&g.backend, "backend", "auto", "")
+	pf.StringVar(&g.topology, "topology", "dgx-h100", "")
+	pf.StringVar(&g.output, "output", "table", "")
+	root.AddCommand(newTopoCmdWith(e, g, discover))
+	root.SetArgs(append([]string{"topo"}, args...))
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	code = exitCode(&errOut, root.ExecuteContext(context.Background()))
+	return out.String(), errOut.String(), code
+}
+
+// noNVML is discovery on a machine without NVML.
+func noNVML(topo.Options) (*topo.Report, error) {
+	return nil, fmt.Errorf("%w: libnvidia-ml.so.1 could not be loaded; install the NVIDIA driver, or give the library's path with --nvml-lib", topo.ErrUnavailable)
+}
+
+// mustNotDiscover fails a test that reaches NVML.
+func mustNotDiscover(t *testing.T) func(topo.Options) (*topo.Report, error) {
+	return func(topo.Options) (*topo.Report, error) {
+		t.Error("topo read the machine with --backend sim")
+		return nil, errors.New("called")
+	}
+}
+
+func TestTopoSim(t *testing.T) {
+	out, errOut, code := topoRun(t, mustNotDiscover(t), "--backend", "sim", "--topology", "pcie-l40sx4", "--p2p", "r")
+	if code != 0 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	golden(t, "topo-pcie-l40sx4.golden", out)
+}
+
+// The JSON of a simulated machine is its topology; dot is a Graphviz graph of it.
+func TestTopoSimJSONAndDot(t *testing.T) {
+	out, errOut, code := topoRun(t, mustNotDiscover(t), "--backend", "sim", "--topology", "dgx-h100x2", "--output", "json")
+	if code != 0 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	got, err := gpu.ParseTopology([]byte(out))
+	if err != nil {
+		t.Fatalf("the JSON is not a topology: %v", err)
+	}
+	want, _ := sim.LoadTopology("dgx-h100x2")
+	a, _ := json.Marshal(got)
+	b, _ := json.Marshal(want)
+	if !bytes.Equal(a, b) {
+		t.Errorf("JSON differs from the preset:\n%s", out)
+	}
+	out, _, code = topoRun(t, mustNotDiscover(t), "--backend", "sim", "--topology", "dgx-a100", "--output", "dot")
+	if code != 0 || !strings.HasPrefix(out, `graph "dgx-a100" {`) || !strings.HasSuffix(out, "}\n") ||
+		!strings.Contains(out, `"dgx-a100/gpu0" -- "dgx-a100/nvswitch" [color=green4, penwidth=2, label="NVLink x12\n300 GB/s"];`) {
+		t.Errorf("exit %d, dot:\n%s", code, out)
+	}
+}
+
+// --backend auto without NVML: a notice on stderr, and the simulator's machine.
+func TestTopoAutoFallsBack(t *testing.T) {
+	out, errOut, code := topoRun(t, noNVML, "--topology", "pcie-l40sx4", "--p2p", "read")
+	want := "gpubench: NVML is not available: libnvidia-ml.so.1 could not be loaded; install the NVIDIA driver, or give the library's path with --nvml-lib; using the simulator (--topology pcie-l40sx4)\n"
+	if code != 0 || errOut != want {
+		t.Fatalf("exit %d, stderr %q; want 0 and %q", code, errOut, want)
+	}
+	simOut, _, _ := topoRun(t, mustNotDiscover(t), "--backend", "sim", "--topology", "pcie-l40sx4", "--p2p", "read")
+	if out != simOut {
+		t.Errorf("stdout differs from --backend sim's:\n%s", out)
+	}
+}
+
+// Asking for the real machine (--backend cuda, or an NVML library by path) without NVML is exit
+// 4, with the reason and the fix.
+func TestTopoNoNVML(t *testing.T) {
+	for _, args := range [][]string{{"--backend", "cuda"}, {"--nvml-lib", "/opt/nowhere/libnvidia-ml.so.1"}, {"--sysfs-root", "/tmp"}} {
+		out, errOut, code := topoRun(t, noNVML, args...)
+		if code != exitNoGPU || out != "" || !strings.HasPrefix(errOut, "gpubench: NVML is not available: ") || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 4 and one line", args, code, out, errOut)
+		}
+	}
+	// The real discovery, pointed at a library that does not exist.
+	out, errOut, code := topoRun(t, topo.Discover, "--nvml-lib", "/opt/nowhere/libnvidia-ml.so.1")
+	if code != exitNoGPU || out != "" || !strings.HasPrefix(errOut, "gpubench: NVML is not available: ") {
+		t.Errorf("real NVML from /opt/nowhere: exit %d, stdout %q, stderr %q; want exit 4", code, out, errOut)
+	}
+}
+
+// Any other failure of discovery is exit 1.
+func TestTopoDiscoveryFails(t *testing.T) {
+	_, errOut, code := topoRun(t, func(topo.Options) (*topo.Report, error) {
+		return nil, errors.New("NVML cannot count the GPUs: ERROR_UNKNOWN")
+	})
+	if code != exitFailure || errOut != "gpubench: NVML cannot count the GPUs: ERROR_UNKNOWN\n" {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+// Bad input: one line on stderr, exit 2, nothing on stdout, and no NVML.
+func TestTopoBadInput(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--output", "csv"}, `unknown --output "csv" for topo: use table, json, dot`},
+		{[]string{"--backend", "rocm"}, `unknown --backend "rocm" for topo: use auto or cuda or sim`},
+		{[]string{"--p2p", "pci"}, `unknown --p2p "pci": use read, write, nvlink, atomics`},
+		{[]string{"--backend", "sim", "--nvml-lib", "/x.so"}, "--nvml-lib and --sysfs-root read a real machine"},
+		{[]string{"--backend", "sim", "--topology", "nosuch"}, `invalid --topology: unknown topology "nosuch"`},
+		{[]string{"extra"}, `unknown command "extra"`},
+		{[]string{"--p2p"}, "flag needs an argument"},
+	} {
+		out, errOut, code := topoRun(t, mustNotDiscover(t), c.args...)
+		if code != exitUsage || out != "" || !strings.Contains(errOut, c.want) || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and one line containing %q", c.args, code, out, errOut, c.want)
+		}
+	}
+}
+
+// With --output json or dot, warnings and notes go to stderr; a machine that cannot be written as
+// a topology file fails json (exit 1) but not the table.
+func TestTopoWarningsAndUnwritable(t *testing.T) {
+	preset, _ := sim.LoadTopology("pcie-l40sx4")
+	report := func(topo.Options) (*topo.Report, error) {
+		r := topo.FromTopology(preset, "")
+		r.Warnings = []string{"GPU 3 (0000:ca:00.0): its PCIe link is x8, below the x16 it allows: check the card's seating and slot"}
+		r.Notes = []string{"the topology file's smp links carry an assumed 64 GB/s"}
+		return r, nil
+	}
+	out, errOut, code := topoRun(t, report, "--output", "json")
+	if code != 0 || !strings.HasPrefix(out, "{\n") || errOut != "gpubench: warning: GPU 3 (0000:ca:00.0): its PCIe link is x8, below the x16 it allows: check the card's seating and slot\ngpubench: note: the topology file's smp links carry an assumed 64 GB/s\n" {
+		t.Errorf("json: exit %d, stderr %q", code, errOut)
+	}
+	out, errOut, code = topoRun(t, report)
+	if code != 0 || errOut != "" || !strings.HasSuffix(out, "\nWarnings:\n  GPU 3 (0000:ca:00.0): its PCIe link is x8, below the x16 it allows: check the card's seating and slot\n") {
+		t.Errorf("table: exit %d, stderr %q, stdout ends %q", code, errOut, out[max(0, len(out)-200):])
+	}
+	unwritable := func(topo.Options) (*topo.Report, error) {
+		r := topo.FromTopology(preset, "")
+		r.Topology, r.TopologyErr = nil, errors.New("this machine cannot be written as a topology file: node h gpu gpu0: name, memory_bytes and memory_bandwidth_gbs must be set")
+		return r, nil
+	}
+	out, errOut, code = topoRun(t, unwritable, "--output", "json")
+	if code != exitFailure || out != "" || errOut != "gpubench: this machine cannot be written as a topology file: node h gpu gpu0: name, memory_bytes and memory_bandwidth_gbs must be set\n" {
+		t.Errorf("unwritable json: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if _, _, code = topoRun(t, unwritable); code != 0 {
+		t.Errorf("unwritable table: exit %d; want 0", code)
+	}
+}
