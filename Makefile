@@ -4,7 +4,9 @@
 GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 BIN     := bin/gpubench
-LDFLAGS := -X main.version=$(VERSION)
+# go-nvml leaves NVML's symbols unresolved until they are called: the binary must bind lazily,
+# even where the toolchain defaults to -z now.
+LDFLAGS := -X main.version=$(VERSION) -extldflags=-Wl,-z,lazy
 FUZZTIME ?= 10s
 
 .PHONY: all build run test vet fmt-check unit cgocheck standin-check fuzz bench gpu-check clean
@@ -45,6 +47,9 @@ fuzz:
 	$(GO) test ./internal/gpu -run '^$$' -fuzz '^FuzzParseTopology$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/sim -run '^$$' -fuzz '^FuzzParseFault$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/p2p -run '^$$' -fuzz '^FuzzParsePairs$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzParseVisibleDevices$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzParseBusID$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzSysfsValues$$' -fuzztime $(FUZZTIME)
 
 # CPU seconds and peak memory of the simulated 8B:8GB all-reduce sweep.
 bench:
