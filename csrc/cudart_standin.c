@@ -19,6 +19,9 @@
  *   GPUBENCH_STANDIN_NO_P2P     pairs without peer access, e.g. "0-1,2-3" (both directions)
  *   GPUBENCH_STANDIN_COPY_GBPS  if > 0, asynchronous copies take bytes/(GBPS*1e9) s at least
  *
+ * It also exports three helpers that are not CUDA API, for the stand-in NCCL (nccl_standin.c):
+ * gpubenchStandinStreamDevice, gpubenchStandinPointerDevice and gpubenchStandinPointerRange.
+ *
  * Plain C11 + POSIX threads; no CUDA header is used: every type is declared below.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -968,4 +971,36 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) 
                       (double)(b->when.tv_nsec - a->when.tv_nsec) / 1e6);
     pthread_mutex_unlock(&g_lock);
     return ret(err);
+}
+
+/* ---- Test-double helpers for the stand-in NCCL (nccl_standin.c); not CUDA API --------------- */
+
+/* The device of a live stream, or -1 if `stream` is not one. */
+int gpubenchStandinStreamDevice(void *stream) {
+    init();
+    pthread_mutex_lock(&g_lock);
+    struct CUstream_st *s = stream_find(stream);
+    int dev = s ? s->dev : -1;
+    pthread_mutex_unlock(&g_lock);
+    return dev;
+}
+
+/* The device whose cudaMalloc block contains p, or -1 for pinned host, pageable or unknown memory. */
+int gpubenchStandinPointerDevice(const void *p) {
+    init();
+    pthread_mutex_lock(&g_lock);
+    struct alloc *a = alloc_find(p);
+    int dev = a && a->kind == MEM_DEVICE ? a->dev : -1;
+    pthread_mutex_unlock(&g_lock);
+    return dev;
+}
+
+/* Bytes from p to the end of the block (device or pinned) that contains it; 0 if none does. */
+size_t gpubenchStandinPointerRange(const void *p) {
+    init();
+    pthread_mutex_lock(&g_lock);
+    struct alloc *a = alloc_find(p);
+    size_t n = a ? a->size - (size_t)((const char *)p - a->base) : 0;
+    pthread_mutex_unlock(&g_lock);
+    return n;
 }
