@@ -75,6 +75,7 @@ func build(m *machine, r sysReader, opt Options) *Report {
 	b := &builder{r: r, m: m, node: gpu.Node{Hostname: r.hostname()}, cpus: map[int]string{},
 		parts: map[string]bool{}, links: map[[2]string]bool{}}
 	b.warnings = append(b.warnings, m.notes...)
+	b.linksToGPUs()
 	b.addCPUs()
 	nics := r.nics()
 	b.addGPUs()
@@ -118,6 +119,21 @@ func build(m *machine, r sysReader, opt Options) *Report {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("the topology file's smp links between CPUs carry an assumed %d GB/s (sysfs does not tell the bandwidth between sockets); edit them if you know better", assumedSMPGBs))
 	}
 	return rep
+}
+
+// linksToGPUs marks the NVLinks whose far end has a GPU's bus id as leading to that GPU when NVML
+// does not say what they lead to (older drivers lack nvmlDeviceGetNvLinkRemoteDeviceType).
+func (b *builder) linksToGPUs() {
+	for i := range b.m.gpus {
+		for k := range b.m.gpus[i].links {
+			l := &b.m.gpus[i].links[k]
+			for _, g := range b.m.gpus {
+				if l.remote == "" && l.remoteBus != "" && l.remoteBus == g.busID {
+					l.remote = "gpu"
+				}
+			}
+		}
+	}
 }
 
 // addCPUs adds one CPU part per NUMA node that has CPUs (on a Grace Hopper machine, GPU memory

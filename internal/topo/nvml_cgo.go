@@ -14,10 +14,16 @@ import (
 type Library interface {
 	Init() nvml.Return
 	Shutdown() nvml.Return
+	Extensions() nvml.ExtendedInterface
 	SystemGetDriverVersion() (string, nvml.Return)
 	DeviceGetCount() (int, nvml.Return)
 	DeviceGetHandleByIndex(int) (nvml.Device, nvml.Return)
 }
+
+// newerSymbols are the NVML functions topo calls that older drivers lack. go-nvml binds lazily, so
+// calling one that the loaded library does not have ends the process; topo asks first.
+var newerSymbols = []string{"nvmlDeviceGetNvLinkRemoteDeviceType", "nvmlDeviceGetMemoryBusWidth",
+	"nvmlDeviceGetMigMode", "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetMigDeviceHandleByIndex"}
 
 // Discover reads the machine through NVML (opt.NVMLLib, or libnvidia-ml.so.1) and sysfs. When
 // NVML cannot be used the error wraps ErrUnavailable and says how to fix it.
@@ -75,6 +81,10 @@ func collect(lib Library, opt Options) (*machine, error) {
 	if n == 0 {
 		return nil, fmt.Errorf("%w: NVML sees no GPU", ErrUnavailable)
 	}
+	has := map[string]bool{}
+	for _, sym := range newerSymbols {
+		has[sym] = lib.Extensions().LookupSymbol(sym) == nil
+	}
 	var devs []nvml.Device
 	for i := 0; i < n; i++ {
 		d, ret := lib.DeviceGetHandleByIndex(i)
@@ -83,7 +93,7 @@ func collect(lib Library, opt Options) (*machine, error) {
 			continue
 		}
 		devs = append(devs, d)
-		m.gpus = append(m.gpus, gpuFactsOf(d, i, opt.VisibleDevices.Kind == "mig"))
+		m.gpus = append(m.gpus, gpuFactsOf(d, i, has, opt.VisibleDevices.Kind == "mig"))
 	}
 	if len(devs) == 0 {
 		return nil, fmt.Errorf("%w: NVML cannot open any of its %d GPUs", ErrUnavailable, n)
@@ -147,9 +157,10 @@ var remoteKind = map[nvml.IntNvLinkDeviceType]string{
 	nvml.NVLINK_DEVICE_TYPE_GPU: "gpu", nvml.NVLINK_DEVICE_TYPE_SWITCH: "switch", nvml.NVLINK_DEVICE_TYPE_IBMNPU: "cpu",
 }
 
-// gpuFactsOf asks NVML about one GPU; what it cannot answer stays unknown. Its MIG devices are
-// read only when CUDA_VISIBLE_DEVICES names MIG devices (withMIG).
-func gpuFactsOf(d nvml.Device, index int, withMIG bool) gpuFacts {
+// gpuFactsOf asks NVML about one GPU; what it cannot answer stays unknown, and functions of
+// newerSymbols the library lacks (has) are not called. Its MIG devices are read only when
+// CUDA_VISIBLE_DEVICES names MIG devices (withMIG).
+func gpuFactsOf(d nvml.Device, index int, has map[string]bool, withMIG bool) gpuFacts {
 	f := gpuFacts{index: index, pstate: -1}
 	if p, good := ok(d.GetPerformanceState()); good && p <= nvml.PSTATE_15 {
 		f.pstate = int(p)
@@ -166,18 +177,22 @@ func gpuFactsOf(d nvml.Device, index int, withMIG bool) gpuFacts {
 		f.cc = fmt.Sprintf("%d.%d", major, minor)
 	}
 	// Memory bandwidth: two transfers per memory clock over the bus (MHz x bits / 4000 = GB/s).
-	clock, okClock := ok(d.GetMaxClockInfo(nvml.CLOCK_MEM))
-	bus, okBus := ok(d.GetMemoryBusWidth())
-	if okClock && okBus {
-		f.memGBs = math.Round(float64(clock)*float64(bus)/4000*100) / 100
+	if has["nvmlDeviceGetMemoryBusWidth"] {
+		clock, okClock := ok(d.GetMaxClockInfo(nvml.CLOCK_MEM))
+		bus, okBus := ok(d.GetMemoryBusWidth())
+		if okClock && okBus {
+			f.memGBs = math.Round(float64(clock)*float64(bus)/4000*100) / 100
+		}
 	}
 	if mode, good := ok(d.GetPersistenceMode()); good {
 		on := mode == nvml.FEATURE_ENABLED
 		f.persistence = &on
 	}
-	if current, _, ret := d.GetMigMode(); ret == nvml.SUCCESS {
-		on := current == nvml.DEVICE_MIG_ENABLE
-		f.mig = &on
+	if has["nvmlDeviceGetMigMode"] {
+		if current, _, ret := d.GetMigMode(); ret == nvml.SUCCESS {
+			on := current == nvml.DEVICE_MIG_ENABLE
+			f.mig = &on
+		}
 	}
 	f.gen, _ = ok(d.GetCurrPcieLinkGeneration())
 	f.width, _ = ok(d.GetCurrPcieLinkWidth())
@@ -190,18 +205,20 @@ func gpuFactsOf(d nvml.Device, index int, withMIG bool) gpuFacts {
 			continue
 		}
 		link := nvlinkFacts{link: l, up: state == nvml.FEATURE_ENABLED}
-		if t, good := ok(d.GetNvLinkRemoteDeviceType(l)); good {
-			link.remote = remoteKind[t]
-		}
 		if pci, good := ok(d.GetNvLinkRemotePciInfo(l)); good {
 			link.remoteBus, _ = parseBusID(cString(pci.BusId[:]))
+		}
+		if has["nvmlDeviceGetNvLinkRemoteDeviceType"] {
+			if t, good := ok(d.GetNvLinkRemoteDeviceType(l)); good {
+				link.remote = remoteKind[t]
+			}
 		}
 		if v, good := ok(d.GetNvLinkVersion(l)); good {
 			link.version = int(v)
 		}
 		f.links = append(f.links, link)
 	}
-	if withMIG && f.mig != nil && *f.mig {
+	if withMIG && f.mig != nil && *f.mig && has["nvmlDeviceGetMaxMigDeviceCount"] && has["nvmlDeviceGetMigDeviceHandleByIndex"] {
 		count, _ := ok(d.GetMaxMigDeviceCount())
 		for k := 0; k < count; k++ {
 			if md, good := ok(d.GetMigDeviceHandleByIndex(k)); good {

@@ -389,3 +389,45 @@ func TestUnknownSwitchLink(t *testing.T) {
 		}
 	}
 }
+
+// An older driver without some of the functions topo uses: they are not called (the mock fails the
+// test if they are), NVLinks to GPUs are still found by their far end's bus id, and a GPU whose
+// memory bandwidth is unknown cannot be written as a topology file.
+func TestOlderDriver(t *testing.T) {
+	t.Parallel()
+	missing := map[string]bool{"nvmlDeviceGetNvLinkRemoteDeviceType": true, "nvmlDeviceGetMemoryBusWidth": true}
+	m := topotest.Machine{Level: func(i, j int) nvml.GpuTopologyLevel { return nvml.TOPOLOGY_SYSTEM },
+		P2P: func(int, int, nvml.GpuP2PCapsIndex) nvml.GpuP2PStatus { return nvml.P2P_STATUS_OK }}
+	for i, bus := range topotest.PCIeBoxGPUs {
+		m.GPUs = append(m.GPUs, topotest.GPU{Bus: bus, Gen: 4, Width: 16, GenMax: 4, WidthMax: 16, MemClockMHz: 1512, BusWidthBits: 5120})
+		if i < 2 {
+			m.GPUs[i].NVLinks = []topotest.NVLink{{Up: true, Remote: nvml.NVLINK_DEVICE_TYPE_GPU, RemoteBus: topotest.PCIeBoxGPUs[1-i], Version: 4}}
+		}
+	}
+	srv := topotest.Wire(topotest.PCIeA100(), m)
+	srv.LookupSymbolFunc = func(sym string) error {
+		if missing[sym] {
+			return errors.New("undefined symbol: " + sym)
+		}
+		return nil
+	}
+	for i := range srv.Devices {
+		d := device(srv, i)
+		d.GetNvLinkRemoteDeviceTypeFunc = func(int) (nvml.IntNvLinkDeviceType, nvml.Return) {
+			t.Error("called nvmlDeviceGetNvLinkRemoteDeviceType, which the library lacks")
+			return 0, nvml.ERROR_FUNCTION_NOT_FOUND
+		}
+		d.GetMemoryBusWidthFunc = func() (uint32, nvml.Return) {
+			t.Error("called nvmlDeviceGetMemoryBusWidth, which the library lacks")
+			return 0, nvml.ERROR_FUNCTION_NOT_FOUND
+		}
+	}
+	r := discover(t, srv, topotest.PCIeBox(t).Root, Options{})
+	if got := r.Nodes[0].Matrix[0][1]; got != "NV1" {
+		t.Errorf("GPU0-GPU1 %s; want NV1, found by the far end's bus id", got)
+	}
+	want := "this machine cannot be written as a topology file: node pcie-box gpu gpu0: name, memory_bytes and memory_bandwidth_gbs must be set"
+	if r.Topology != nil || r.TopologyErr == nil || r.TopologyErr.Error() != want || !slices.Contains(r.Warnings, want) {
+		t.Errorf("topology %v, error %v, warnings %q; want no topology and %q", r.Topology != nil, r.TopologyErr, r.Warnings, want)
+	}
+}
