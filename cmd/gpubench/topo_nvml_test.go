@@ -31,6 +31,10 @@ func matrix(t *testing.T, out string) string {
 // A real machine written with --output json, read back with --backend sim --topology FILE, prints
 // the same connection matrix.
 func TestTopoJSONRoundTrip(t *testing.T) {
+	for _, v := range []string{"CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"} {
+		t.Setenv(v, "") // restored after the test
+		os.Unsetenv(v)
+	}
 	root := topotest.DGX(t).Root
 	real, errOut, code := topoRun(t, dgxH100, "--sysfs-root", root)
 	if code != 0 || errOut != "" {
