@@ -357,8 +357,7 @@ func minKnown(a, b int) int {
 // addNVLinks adds the NVLinks that are up: to one "nvswitch" part when they go to NVSwitches
 // (with NVLink SHARP when every GPU on it has compute capability 9.0 or more), else between GPUs.
 func (b *builder) addNVLinks() {
-	nvls := true
-	var switched []int
+	nvls, switched := true, false
 	for i, f := range b.m.gpus {
 		per, ok := b.perLink(f)
 		if !ok {
@@ -371,7 +370,7 @@ func (b *builder) addNVLinks() {
 			}
 		}
 		if n > 0 {
-			switched = append(switched, i)
+			switched = true
 			b.node.Links = append(b.node.Links, gpu.Link{A: b.node.GPUs[i].ID, B: "nvswitch", Kind: "nvlink", Lanes: n, GBs: float64(n) * per})
 			major, _, _ := strings.Cut(f.cc, ".")
 			m, _ := strconv.Atoi(major)
@@ -383,7 +382,7 @@ func (b *builder) addNVLinks() {
 			}
 		}
 	}
-	if len(switched) > 0 {
+	if switched {
 		b.node.Switches = append(b.node.Switches, gpu.Switch{ID: "nvswitch", Kind: "nvswitch", NVLS: nvls})
 	}
 }
@@ -396,7 +395,10 @@ func (b *builder) perLink(f gpuFacts) (float64, bool) {
 			continue
 		}
 		gbs, ok := nvlinkGBs[l.version]
-		if !ok {
+		switch {
+		case l.version == 0:
+			b.warn("GPU %d: NVML does not give its NVLink version, so the topology file leaves its NVLinks out", f.index)
+		case !ok:
 			b.warn("GPU %d: NVLink version %s has no known bandwidth, so the topology file leaves its NVLinks out", f.index, versionText(l.version))
 		}
 		return gbs, ok

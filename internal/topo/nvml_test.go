@@ -350,22 +350,33 @@ func TestDirectNVLinksAndMissingGPU(t *testing.T) {
 	}
 }
 
-// An NVLink version without a known bandwidth leaves the NVLinks out of the file, and says so.
+// An NVLink version without a known bandwidth, or none at all, leaves the NVLinks out of the
+// file, and says so.
 func TestUnknownNVLinkVersion(t *testing.T) {
 	t.Parallel()
-	srv := topotest.DGXH100()
-	for i := range srv.Devices {
-		device(srv, i).GetNvLinkVersionFunc = func(int) (uint32, nvml.Return) { return 8, nvml.SUCCESS }
-	}
-	r := discover(t, srv, topotest.DGX(t).Root, Options{})
-	if len(r.Warnings) != 8 || r.Warnings[0] != "GPU 0: NVLink version 6.0 has no known bandwidth, so the topology file leaves its NVLinks out" {
-		t.Errorf("warnings %q; want eight about NVLink 6.0", r.Warnings)
-	}
-	if got := r.Nodes[0].NVLinks[0]; got.Version != "6.0" || got.PerLinkGBs != 0 {
-		t.Errorf("NVLink row %+v; want version 6.0 with no bandwidth", got)
-	}
-	if got := FromTopology(r.Topology, "").Nodes[0].Matrix[0][1]; got != "PIX" {
-		t.Errorf("the file's GPU0-GPU1 is %s; want PIX, over PCIe", got)
+	for _, tc := range []struct {
+		version uint32
+		ret     nvml.Return
+		shown   string
+		warning string
+	}{
+		{8, nvml.SUCCESS, "6.0", "GPU 0: NVLink version 6.0 has no known bandwidth, so the topology file leaves its NVLinks out"},
+		{0, nvml.ERROR_NOT_SUPPORTED, "-", "GPU 0: NVML does not give its NVLink version, so the topology file leaves its NVLinks out"},
+	} {
+		srv := topotest.DGXH100()
+		for i := range srv.Devices {
+			device(srv, i).GetNvLinkVersionFunc = func(int) (uint32, nvml.Return) { return tc.version, tc.ret }
+		}
+		r := discover(t, srv, topotest.DGX(t).Root, Options{})
+		if len(r.Warnings) != 8 || r.Warnings[0] != tc.warning {
+			t.Errorf("warnings %q; want eight, the first %q", r.Warnings, tc.warning)
+		}
+		if got := r.Nodes[0].NVLinks[0]; got.Version != tc.shown || got.PerLinkGBs != 0 || got.Up != 18 {
+			t.Errorf("NVLink row %+v; want 18 links up, version %s, no bandwidth", got, tc.shown)
+		}
+		if got := FromTopology(r.Topology, "").Nodes[0].Matrix[0][1]; got != "PIX" {
+			t.Errorf("the file's GPU0-GPU1 is %s; want PIX, over PCIe", got)
+		}
 	}
 }
 
