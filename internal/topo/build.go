@@ -363,13 +363,7 @@ func (b *builder) addNVLinks() {
 		if !ok {
 			continue
 		}
-		n := 0
-		for _, l := range f.links {
-			if l.up && l.remote == "switch" {
-				n++
-			}
-		}
-		if n > 0 {
+		if n := b.switchLinks(i); n > 0 {
 			switched = true
 			b.node.Links = append(b.node.Links, gpu.Link{A: b.node.GPUs[i].ID, B: "nvswitch", Kind: "nvlink", Lanes: n, GBs: float64(n) * per})
 			major, _, _ := strings.Cut(f.cc, ".")
@@ -539,14 +533,19 @@ func (b *builder) p2pAll() string {
 	return "none"
 }
 
-// nvmlMatrix puts NVML's own PCIe class into the matrix between GPUs without NVLinks, and warns
-// where it differs from the sysfs tree the topology file records.
+// nvmlMatrix puts NVML's own view into the matrix between GPUs: NV# for the NVLinks that are up
+// (also those the topology file leaves out for want of a bandwidth), else NVML's PCIe class,
+// with a warning where it differs from the sysfs tree the topology file records.
 func (b *builder) nvmlMatrix(nr *NodeReport) {
 	var differ []string
-	for i := range b.m.level {
-		for j := i + 1; j < len(b.m.level[i]); j++ {
+	for i := range b.m.gpus {
+		for j := i + 1; j < len(b.m.gpus); j++ {
+			if n := b.nvlinkCount(i, j); n > 0 {
+				nr.Matrix[i][j], nr.Matrix[j][i] = nvText(n, true), nvText(n, true)
+				continue
+			}
 			nvml, fromTree := b.m.level[i][j], nr.Matrix[i][j]
-			if nvml == "" || strings.HasPrefix(fromTree, "NV") || nvml == fromTree {
+			if nvml == "" || nvml == fromTree {
 				continue
 			}
 			differ = append(differ, fmt.Sprintf("GPU%d-GPU%d NVML %s, sysfs %s", b.m.gpus[i].index, b.m.gpus[j].index, nvml, fromTree))
@@ -556,6 +555,23 @@ func (b *builder) nvmlMatrix(nr *NodeReport) {
 	if len(differ) > 0 {
 		b.warn("NVML and the sysfs PCIe tree disagree on %d GPU pairs (%s): the matrix shows NVML's view, the topology file the tree's", len(differ), firstFew(differ))
 	}
+}
+
+// nvlinkCount is NV# between GPUs i and j as NVML has it: the links that are up joining them, and,
+// when both reach NVSwitches, the fewer of their links that are up to them.
+func (b *builder) nvlinkCount(i, j int) int {
+	return max(b.directLinks(i, j), b.directLinks(j, i)) + min(b.switchLinks(i), b.switchLinks(j))
+}
+
+// switchLinks counts the NVLinks of GPU i that are up and end at an NVSwitch.
+func (b *builder) switchLinks(i int) int {
+	n := 0
+	for _, l := range b.m.gpus[i].links {
+		if l.up && l.remote == "switch" {
+			n++
+		}
+	}
+	return n
 }
 
 // firstFew joins the first three items, and says when there are more.

@@ -374,8 +374,8 @@ func TestUnknownNVLinkVersion(t *testing.T) {
 		if got := r.Nodes[0].NVLinks[0]; got.Version != tc.shown || got.PerLinkGBs != 0 || got.Up != 18 {
 			t.Errorf("NVLink row %+v; want 18 links up, version %s, no bandwidth", got, tc.shown)
 		}
-		if got := FromTopology(r.Topology, "").Nodes[0].Matrix[0][1]; got != "PIX" {
-			t.Errorf("the file's GPU0-GPU1 is %s; want PIX, over PCIe", got)
+		if got, file := r.Nodes[0].Matrix[0][1], FromTopology(r.Topology, "").Nodes[0].Matrix[0][1]; got != "NV18" || file != "PIX" {
+			t.Errorf("GPU0-GPU1 is %s, and %s in the file; want NV18 as NVML has it, and PIX (over PCIe) in the file", got, file)
 		}
 	}
 }
