@@ -5,6 +5,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpubench/gpubench/internal/cuda/cudatest"
 )
@@ -25,5 +26,75 @@ func TestP2PCUDABackend(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// standinEnv is the environment a gpubench process needs to run on the stand-in libraries.
+func standinEnv(t *testing.T, extra ...string) (env, args []string) {
+	rt, lib := cudatest.StandinNCCL(t)
+	env = append([]string{"GPUBENCH_STANDIN_DEVICES=4", "GPUBENCH_STANDIN_MEMORY=8589934592", "GPUBENCH_STANDIN_CUDART=" + rt}, extra...)
+	return env, []string{"--backend", "cuda", "--cuda-lib", rt, "--nccl-lib", lib}
+}
+
+// Every collective through the real CUDA and NCCL bindings, on the stand-ins, with the check on.
+func TestCollectivesOnStandins(t *testing.T) {
+	env, backend := standinEnv(t)
+	for _, c := range []string{"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "sendrecv"} {
+		t.Run(c, func(t *testing.T) {
+			out, errOut, code := gpubenchProcess(t, env, append([]string{c, "--sizes", "8B:1M:x16", "-n", "3", "-d", "all", "-T", "60"}, backend...)...)
+			if code != 0 || errOut != "" {
+				t.Fatalf("exit %d, stderr %q", code, errOut)
+			}
+			if !strings.Contains(out, "backend cuda\n# CUDA driver 12.4, runtime 12.4, ") || !strings.Contains(out, "NCCL 2.30.7") ||
+				!strings.Contains(out, "# Out of bounds values : 0 OK") || strings.Contains(out, "Timing only") {
+				t.Errorf("output:\n%s", out)
+			}
+			if strings.Count(out, "  bfloat16 ") != 5 { // 8B:1M:x16 is five sizes
+				t.Errorf("want five bfloat16 rows:\n%s", out)
+			}
+		})
+	}
+}
+
+// Older NCCL: no bfloat16 or avg before 2.10 (a usage error naming the version needed), and
+// all-to-all as grouped send/recv before 2.28.
+func TestOlderNCCL(t *testing.T) {
+	env, backend := standinEnv(t, "GPUBENCH_STANDIN_NCCL_VERSION=2804")
+	for _, args := range [][]string{{"allreduce", "-d", "bfloat16"}, {"reduce", "-o", "avg"}} {
+		out, errOut, code := gpubenchProcess(t, env, append(args, backend...)...)
+		if code != 2 || out != "" || !strings.Contains(errOut, "needs NCCL 2.10 or later; the loaded NCCL is 2.8.4") {
+			t.Errorf("%v on NCCL 2.8.4: exit %d, %q", args, code, errOut)
+		}
+	}
+	env, backend = standinEnv(t, "GPUBENCH_STANDIN_NCCL_VERSION=22703")
+	out, errOut, code := gpubenchProcess(t, env, append([]string{"alltoall", "--sizes", "1K:1M:x32", "-n", "2"}, backend...)...)
+	if code != 0 || !strings.Contains(out, "NCCL 2.27.3") || !strings.Contains(out, "# Out of bounds values : 0 OK") {
+		t.Errorf("alltoall on NCCL 2.27.3 (send/recv): exit %d, %s\n%s", code, errOut, out)
+	}
+}
+
+// A rank that never finishes is caught within the timeout plus one second, and exits 5; a rank
+// that corrupts what it receives exits 3; no libnccl exits 4.
+func TestNCCLFaults(t *testing.T) {
+	env, backend := standinEnv(t, "GPUBENCH_STANDIN_NCCL_HANG=2@50")
+	start := time.Now()
+	out, errOut, code := gpubenchProcess(t, env, append([]string{"allreduce", "--sizes", "1K:64K", "-w", "0", "-T", "2"}, backend...)...)
+	if code != 5 || !strings.Contains(errOut, "gpubench: hang: allreduce at") || !strings.Contains(errOut, "did not finish") {
+		t.Errorf("hang: exit %d, stderr %q", code, errOut)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("the hang was reported after %v; want within the 2 s timeout plus one second", took)
+	}
+	if !strings.Contains(out, "        1024           256") {
+		t.Errorf("the rows measured before the hang are missing:\n%s", out)
+	}
+	env, backend = standinEnv(t, "GPUBENCH_STANDIN_NCCL_CORRUPT=1")
+	out, _, code = gpubenchProcess(t, env, append([]string{"allgather", "--sizes", "1K:4K"}, backend...)...)
+	if code != 3 || !strings.Contains(out, "# Out of bounds values : 6 FAILED") {
+		t.Errorf("corrupt: exit %d\n%s", code, out)
+	}
+	_, errOut, code = gpubenchProcess(t, env, "allreduce", "--backend", "cuda", "--cuda-lib", backend[3], "--nccl-lib", "/nonexistent/libnccl.so.2")
+	if code != 4 || !strings.Contains(errOut, "tried /nonexistent/libnccl.so.2") {
+		t.Errorf("no libnccl: exit %d, %q", code, errOut)
 	}
 }

@@ -240,9 +240,13 @@ func TestCorruptResultExits3(t *testing.T) {
 
 // A hang exits 5 once the timeout passes, naming what did not finish, and keeps the rows so far.
 func TestHangExits5(t *testing.T) {
+	start := time.Now()
 	out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--sizes", "1K:64K", "-T", "1", "--sim-fault", "hang=6@50", "-w", "0")
 	if code != 5 {
 		t.Fatalf("exit %d; want 5 (stderr %q)", code, errOut)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the hang was reported after %v; want within the 1 s timeout plus one second", took)
 	}
 	// Once rank 6 stops, every collective it is part of stalls on every rank.
 	if !strings.Contains(errOut, "gpubench: hang: allreduce at 2048 bytes (out-of-place): ranks 0,1,2,3,4,5,6,7 did not finish") {

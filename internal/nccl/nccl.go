@@ -255,10 +255,19 @@ func (c *comm) Reduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op gpu
 	return c.collective("ncclReduce", C.GN_REDUCE, send, recv, count, dt, op, root)
 }
 
-// AllToAll uses ncclAlltoAll where the loaded NCCL has it (2.28+), and otherwise a group of sends
-// and receives to and from every peer, as NCCL's documentation shows.
+// AllToAll uses ncclAlltoAll where the loaded NCCL has it (2.28+), and otherwise, or in place
+// (which ncclAlltoAll does not support), a group of sends and receives to and from every peer, as
+// NCCL's documentation shows.
 func (c *comm) AllToAll(send, recv []gpu.Buffer, count int64, dt gpu.DType) error {
-	if C.gn_has(C.GN_HAS_ALLTOALL) == 1 {
+	s, err := c.ptrs(send)
+	if err != nil {
+		return err
+	}
+	r, err := c.ptrs(recv)
+	if err != nil {
+		return err
+	}
+	if C.gn_has(C.GN_HAS_ALLTOALL) == 1 && s[0] != r[0] {
 		return c.collective("ncclAlltoAll", C.GN_ALLTOALL, send, recv, count, dt, 0, 0)
 	}
 	n := len(c.devs)

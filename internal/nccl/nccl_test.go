@@ -1,0 +1,94 @@
+//go:build cgo
+
+package nccl_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/cuda"
+	"github.com/gpubench/gpubench/internal/cuda/cudatest"
+	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/nccl"
+)
+
+func TestVersionString(t *testing.T) {
+	for v, want := range map[int]string{2804: "2.8.4", 21805: "2.18.5", 23007: "2.30.7", 22703: "2.27.3"} {
+		if got := nccl.VersionString(v); got != want {
+			t.Errorf("VersionString(%d) = %s; want %s", v, got, want)
+		}
+	}
+}
+
+// Libraries load once per process: one test walks through the load failure, then every
+// collective, every type and op, through the real binding on the stand-in libraries.
+func TestBindingAgainstStandins(t *testing.T) {
+	t.Setenv("GPUBENCH_STANDIN_DEVICES", "3")
+	t.Setenv("GPUBENCH_STANDIN_MEMORY", "8589934592")
+	rt, lib := cudatest.StandinNCCL(t)
+	cb, err := cuda.Open(rt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nccl.Open(cb, "/nonexistent/libnccl.so.2"); !errors.Is(err, nccl.ErrNotFound) || !strings.Contains(err.Error(), "/nonexistent/libnccl.so.2") {
+		t.Errorf("missing library: %v; want ErrNotFound naming the path", err)
+	}
+	b, err := nccl.Open(cb, lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Version != 23007 || b.Describe() != "CUDA driver 12.4, runtime 12.4, "+rt+", NCCL 2.30.7 ("+lib+")" {
+		t.Errorf("version %d, %q", b.Version, b.Describe())
+	}
+	if err := b.CheckTypes(gpu.DTypes, gpu.RedOps); err != nil {
+		t.Errorf("NCCL 2.30 lacks nothing: %v", err)
+	}
+	for _, c := range coll.Collectives {
+		t.Run(c.Name, func(t *testing.T) {
+			w, _ := coll.ParseSizes("8B:64K:x32")
+			s, err := coll.Run(context.Background(), b, coll.Options{Coll: c, Sweep: w, DTypes: gpu.DTypes, Ops: gpu.RedOps,
+				Root: -1, Iters: 2, Warmup: 1, Check: 1, Average: 1, Timeout: time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checked := 0
+			for _, r := range s.Results {
+				for _, p := range []coll.Placement{r.OutOfPlace, r.InPlace} {
+					if p.Wrong != nil {
+						checked++
+						if *p.Wrong != 0 {
+							t.Errorf("%s %s root %d size %d: %d wrong", r.Type, r.Op, r.Root, r.Size, *p.Wrong)
+						}
+					}
+				}
+			}
+			if checked == 0 || s.OutOfBounds != 0 {
+				t.Errorf("checked %d placements, %d out of bounds", checked, s.OutOfBounds)
+			}
+		})
+	}
+	t.Run("graph mode", func(t *testing.T) {
+		w, _ := coll.ParseSizes("1K")
+		_, err := coll.Run(context.Background(), b, coll.Options{Coll: coll.AllReduce, Sweep: w, DTypes: []gpu.DType{gpu.Float},
+			Ops: []gpu.RedOp{gpu.Sum}, Iters: 2, Check: 1, Average: 1, Graph: 2})
+		if err == nil || !strings.Contains(err.Error(), "graph mode (-G) needs CUDA graphs") {
+			t.Errorf("graph mode on a runtime without graphs: %v; want a clear refusal", err)
+		}
+	})
+	t.Run("buffers on the wrong device", func(t *testing.T) {
+		comm, err := b.NewComm([]int{0, 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer comm.Close()
+		x, _ := b.Alloc(1, 64)
+		defer b.Free(x)
+		if err := comm.AllReduce([]gpu.Buffer{x, x}, []gpu.Buffer{x, x}, 16, gpu.Float, gpu.Sum); !errors.Is(err, gpu.ErrInvalid) {
+			t.Errorf("rank 0 with device 1's buffer: %v; want ErrInvalid", err)
+		}
+	})
+}
