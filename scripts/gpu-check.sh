@@ -19,7 +19,7 @@ step() { # step NAME COMMAND...: run, keep stdout and stderr, note the time and 
 
 : >"$out/summary.txt"
 { date -u +%FT%TZ; uname -a; nvidia-smi --query-gpu=name,driver_version,memory.total,pci.bus_id --format=csv 2>&1 || true; } >"$out/machine.txt"
-step build go build -trimpath -o "$out/gpubench" ./cmd/gpubench
+step build go build -trimpath -ldflags=-extldflags=-Wl,-z,lazy -o "$out/gpubench" ./cmd/gpubench
 bin=$out/gpubench
 status=0
 step version "$bin" version || status=1

@@ -49,7 +49,7 @@ func newRootCmd(e *env) *cobra.Command {
 	pf.StringVar(&g.cudaLib, "cuda-lib", "", "path of libcudart to load (default: $GPUBENCH_CUDART, then the usual sonames and folders)")
 	pf.StringVar(&g.ncclLib, "nccl-lib", "", "path of libnccl to load (default: $GPUBENCH_NCCL, then libnccl.so.2 and the usual folders)")
 	pf.StringVar(&g.topology, "topology", "dgx-h100", "simulated machine: a preset ("+strings.Join(sim.Presets(), ", ")+") or a topology file")
-	pf.StringVar(&g.output, "output", "table", "output format: "+strings.Join(report.Formats, ", "))
+	pf.StringVar(&g.output, "output", "table", "output format: "+strings.Join(report.Formats, ", ")+" (topo: table, json, dot)")
 	pf.Uint64Var(&g.seed, "seed", 0, "seed for the input data and the simulator's jitter")
 	pf.StringVar(&g.dataCap, "sim-data-cap", coll.FormatSize(sim.DefaultDataCap), "simulator: device memory backed by host memory; larger runs are timing-only")
 	pf.Float64Var(&g.jitter, "sim-jitter", 0, "simulator: random slow-down of each operation, as a fraction (0 = deterministic)")
