@@ -309,7 +309,7 @@ func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 			isSend[i] = 1
 		}
 	}
-	return check("ncclSend/ncclRecv", C.gn_sendrecv(C.int(n), &c.comms[0], &c.streams[0], &rank[0], &peer[0], &isSend[0], &bufs[0], C.size_t(count), C.int(dt)))
+	return check("ncclSend/ncclRecv", C.gn_sendrecv(C.int(len(c.devs)), C.int(n), &c.comms[0], &c.streams[0], &rank[0], &peer[0], &isSend[0], &bufs[0], C.size_t(count), C.int(dt)))
 }
 
 // Synchronize polls every rank's stream and communicator, as NCCL's documentation prescribes for

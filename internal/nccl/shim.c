@@ -247,7 +247,7 @@ int gn_collective(int kind, int n, void **comms, void **streams, void **send, vo
   return rc ? rc : end;
 }
 
-int gn_sendrecv(int nops, void **comms, void **streams, const int *rank, const int *peer, const int *is_send,
+int gn_sendrecv(int n, int nops, void **comms, void **streams, const int *rank, const int *peer, const int *is_send,
                 void **buf, size_t count, int dtype) {
   if (!N.loaded) return GN_ERR_NOT_LOADED;
   if (!gn_has(GN_HAS_SENDRECV)) return GN_ERR_NO_SYMBOL;
@@ -258,8 +258,7 @@ int gn_sendrecv(int nops, void **comms, void **streams, const int *rank, const i
                     : N.ncclRecv(buf[i], count, dtype, peer[i], comms[r], streams[r]);
     if (rc == ncclInProgress) rc = 0;
   }
-  int end = N.ncclGroupEnd();
-  if (end == ncclInProgress) end = 0;
+  int end = group_end(n, comms);
   return rc ? rc : end;
 }
 

@@ -30,8 +30,9 @@ int gn_comm_abort(int n, void **comms);
 // gn_collective enqueues one collective on every rank inside one group.
 int gn_collective(int kind, int n, void **comms, void **streams, void **send, void **recv, size_t count,
                   int dtype, int op, int root);
-// gn_sendrecv enqueues a group of sends and receives: op i on rank[i] with peer[i].
-int gn_sendrecv(int nops, void **comms, void **streams, const int *rank, const int *peer, const int *is_send,
+// gn_sendrecv enqueues a group of sends and receives: op i on rank[i] with peer[i], among the n
+// ranks' communicators.
+int gn_sendrecv(int n, int nops, void **comms, void **streams, const int *rank, const int *peer, const int *is_send,
                 void **buf, size_t count, int dtype);
 
 // gn_query reports, per rank, whether its stream still has work (busy[i] = 1) and the
