@@ -237,13 +237,21 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 		r.Summary = s
 		writeErr = w.Start(r)
 	}
+	rows := 0
 	opt.OnResult = func(res coll.Result) {
 		if writeErr == nil {
 			writeErr = w.Row(r, res)
 		}
+		rows++
+		if e.progress && g.output != "table" { // the table shows its own progress
+			fmt.Fprintf(e.stderr, "\rgpubench: %s: %d rows measured, last %d B ", c.Name, rows, res.Size)
+		}
 	}
 	r.Opt = opt
 	s, runErr := coll.Run(cmd.Context(), b, opt)
+	if e.progress && g.output != "table" && rows > 0 {
+		fmt.Fprintln(e.stderr)
+	}
 	if s != nil && r.Summary != nil {
 		r.Summary = s
 		if err := w.End(r); writeErr == nil {

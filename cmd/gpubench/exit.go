@@ -28,6 +28,7 @@ type env struct {
 	pid            int
 	now            func() time.Time
 	version        string
+	progress       bool // stderr is a terminal: report progress there
 }
 
 // exitError carries the exit code a failure maps to. Commands return only exitErrors; any other

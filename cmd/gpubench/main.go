@@ -16,6 +16,9 @@ var version = "0.1.0-dev"
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	e := &env{stdout: os.Stdout, stderr: os.Stderr, pid: os.Getpid(), now: time.Now, version: version}
+	if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+		e.progress = true // someone is watching: say how far long runs have got
+	}
 	code := run(ctx, e, os.Args[1:])
 	stop()
 	os.Exit(code)

@@ -107,6 +107,9 @@ func (f *p2pFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	if !contains(report.Formats, g.output) {
 		return usageErr("unknown --output %q: use table, json, csv or markdown", g.output)
 	}
+	if e.progress {
+		opt.Progress = func(what string) { fmt.Fprintf(e.stderr, "gpubench: p2p: %s\n", what) }
+	}
 	start := e.now()
 	res, err := p2p.Run(cmd.Context(), b, opt)
 	switch {

@@ -31,6 +31,8 @@ type Options struct {
 	Sweep   []int64
 	Verify  bool          // check every copy's data afterwards
 	Timeout time.Duration // bound on each wait for the devices
+	// Progress, when set, hears what is about to be measured.
+	Progress func(what string)
 }
 
 // LatencyBytes and LatencyRepeat are p2pBandwidthLatencyTest's latency copies: 16 bytes, 100 times.
@@ -295,7 +297,14 @@ func key(kind string, enabled bool) string {
 	return kind + "_disabled"
 }
 
+func (r *runner) progress(what string) {
+	if r.opt.Progress != nil {
+		r.opt.Progress(what)
+	}
+}
+
 func (r *runner) matrix(kind string, enabled bool, title, unit string, cell func(i, j int) (Cell, error)) (Matrix, error) {
+	r.progress(title)
 	m := Matrix{Key: key(kind, enabled), Title: title, Unit: unit}
 	for i := range r.devs {
 		row := make([]Cell, len(r.devs))
@@ -375,6 +384,7 @@ func (r *runner) latency(enabled bool) (Matrix, error) {
 }
 
 func (r *runner) hostCopies() error {
+	r.progress("host and local copies")
 	for _, d := range r.devs {
 		var row HostRow
 		var err error
@@ -406,6 +416,7 @@ func (r *runner) sweep() error {
 		return fmt.Errorf("sweep pair %s is not among the devices measured: %w", p, gpu.ErrInvalid)
 	}
 	for _, size := range r.opt.Sweep {
+		r.progress(fmt.Sprintf("sweep of pair %s at %d B", p, size))
 		if err := r.alloc(size); err != nil {
 			return err
 		}

@@ -124,10 +124,14 @@ func TestCorruptionIsCaught(t *testing.T) {
 func TestPairsSweepAndLimits(t *testing.T) {
 	t.Parallel()
 	b := simBackend(t, "dgx-a100", sim.Options{DataCap: 64 << 20})
+	var steps []string
 	res, err := p2p.Run(context.Background(), b, p2p.Options{Size: 1 << 20, Repeat: 2, Samples: 1, Verify: true,
-		Pairs: []p2p.Pair{{2, 5}}, Sweep: []int64{1 << 10, 1 << 20, 64 << 20}})
+		Pairs: []p2p.Pair{{2, 5}}, Sweep: []int64{1 << 10, 1 << 20, 64 << 20}, Progress: func(s string) { steps = append(steps, s) }})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(steps) != 10 || steps[6] != "host and local copies" || steps[9] != "sweep of pair 2-5 at 67108864 B" {
+		t.Errorf("progress %q; want six matrices, the host copies and three sweep sizes", steps)
 	}
 	m := matrix(t, res, "uni_enabled")
 	if m.Cells[2][5].Value == nil || m.Cells[5][2].Value == nil || m.Cells[0][1].NA != "not requested" {
