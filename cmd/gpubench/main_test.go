@@ -5,16 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+	"github.com/gpubench/gpubench/internal/golden"
+)
 
 // TestMain makes this test binary act as gpubench itself when GPUBENCH_AS_CLI holds its arguments
 // (separated by \x1f), so that tests can run it in a fresh process: libraries load once per
@@ -57,23 +56,6 @@ func gpubench(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	return out.String(), errOut.String(), code
 }
 
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./cmd/gpubench -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("output differs from %s (run go test ./cmd/gpubench -update after checking the change):\n%s", path, got)
-	}
-}
-
 // A simulated sweep of every collective, byte for byte.
 func TestGoldenEveryCollective(t *testing.T) {
 	for _, c := range []string{"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "sendrecv"} {
@@ -82,7 +64,7 @@ func TestGoldenEveryCollective(t *testing.T) {
 			if code != 0 || errOut != "" {
 				t.Fatalf("exit %d, stderr %q", code, errOut)
 			}
-			golden(t, c+".golden", out)
+			golden.Check(t, c+".golden", out)
 		})
 	}
 }
@@ -94,7 +76,7 @@ func TestGoldenOutputFormats(t *testing.T) {
 			if code != 0 || errOut != "" {
 				t.Fatalf("exit %d, stderr %q", code, errOut)
 			}
-			golden(t, "allreduce-dgx-h100x2."+format, out)
+			golden.Check(t, "allreduce-dgx-h100x2."+format, out)
 		})
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/gpubench/gpubench/internal/golden"
 )
 
 func TestP2PGolden(t *testing.T) {
@@ -13,7 +15,7 @@ func TestP2PGolden(t *testing.T) {
 			if code != 0 || errOut != "" {
 				t.Fatalf("exit %d, stderr %q", code, errOut)
 			}
-			golden(t, "p2p-"+c.topo+".golden", out)
+			golden.Check(t, "p2p-"+c.topo+".golden", out)
 		})
 	}
 }

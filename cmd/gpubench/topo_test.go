@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpubench/gpubench/internal/golden"
 	"github.com/gpubench/gpubench/internal/gpu"
 	"github.com/gpubench/gpubench/internal/sim"
 	"github.com/gpubench/gpubench/internal/topo"
@@ -57,7 +58,7 @@ func TestTopoSim(t *testing.T) {
 	if code != 0 || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
-	golden(t, "topo-pcie-l40sx4.golden", out)
+	golden.Check(t, "topo-pcie-l40sx4.golden", out)
 }
 
 // The JSON of a simulated machine is its topology; dot is a Graphviz graph of it.

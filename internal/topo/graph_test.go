@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpubench/gpubench/internal/golden"
 	"github.com/gpubench/gpubench/internal/gpu"
 	"github.com/gpubench/gpubench/internal/sim"
 )
@@ -24,14 +25,14 @@ func TestGoldenPresets(t *testing.T) {
 	t.Parallel()
 	for _, p := range sim.Presets() {
 		t.Run(p, func(t *testing.T) {
-			golden(t, "sim-"+p+".txt", render(t, FromTopology(loadPreset(t, p), ""), "table"))
+			golden.Check(t, "sim-"+p+".txt", render(t, FromTopology(loadPreset(t, p), ""), "table"))
 		})
 	}
 	t.Run("p2p read without P2P", func(t *testing.T) {
-		golden(t, "sim-pcie-4090x8-p2p-read.txt", render(t, FromTopology(loadPreset(t, "pcie-4090x8"), "read"), "table"))
+		golden.Check(t, "sim-pcie-4090x8-p2p-read.txt", render(t, FromTopology(loadPreset(t, "pcie-4090x8"), "read"), "table"))
 	})
 	t.Run("dot", func(t *testing.T) {
-		golden(t, "sim-dgx-h100x2.dot", render(t, FromTopology(loadPreset(t, "dgx-h100x2"), ""), "dot"))
+		golden.Check(t, "sim-dgx-h100x2.dot", render(t, FromTopology(loadPreset(t, "dgx-h100x2"), ""), "dot"))
 	})
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
+	"github.com/gpubench/gpubench/internal/golden"
 	"github.com/gpubench/gpubench/internal/gpu"
 	"github.com/gpubench/gpubench/internal/sim"
 	"github.com/gpubench/gpubench/internal/topo/topotest"
@@ -40,9 +41,9 @@ func TestGoldenDGXH100(t *testing.T) {
 	if len(r.Warnings) != 0 || r.TopologyErr != nil {
 		t.Errorf("warnings %q, topology error %v; want none", r.Warnings, r.TopologyErr)
 	}
-	golden(t, "nvml-dgx-h100.txt", render(t, r, "table"))
-	golden(t, "nvml-dgx-h100.json", render(t, r, "json"))
-	golden(t, "nvml-dgx-h100.dot", render(t, r, "dot"))
+	golden.Check(t, "nvml-dgx-h100.txt", render(t, r, "table"))
+	golden.Check(t, "nvml-dgx-h100.json", render(t, r, "json"))
+	golden.Check(t, "nvml-dgx-h100.dot", render(t, r, "dot"))
 }
 
 // A two-socket PCIe machine: PIX, PHB, NODE and SYS, P2P refused across the sockets, an idle GPU,
@@ -52,8 +53,8 @@ func TestGoldenPCIeBox(t *testing.T) {
 	t.Parallel()
 	r := discover(t, topotest.PCIeA100(), topotest.PCIeBox(t).Root, Options{P2P: "read",
 		VisibleDevices: ParseVisibleDevices("GPU-00000003,GPU-00000000", true)})
-	golden(t, "nvml-pcie-box.txt", render(t, r, "table"))
-	golden(t, "nvml-pcie-box.json", render(t, r, "json"))
+	golden.Check(t, "nvml-pcie-box.txt", render(t, r, "table"))
+	golden.Check(t, "nvml-pcie-box.json", render(t, r, "json"))
 	n := r.Topology.Nodes[0]
 	if r.Topology.P2P != "none" || len(n.NICs) != 1 || n.NICs[0].ID != "mlx5_0" {
 		t.Errorf("p2p %q, NICs %+v; want p2p none and only mlx5_0 (eno1 is down, so its speed is unknown)", r.Topology.P2P, n.NICs)
