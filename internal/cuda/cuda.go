@@ -50,6 +50,8 @@ func (e *Error) Is(target error) bool {
 		return e.Code == C.GB_ERR_TIMEOUT
 	case gpu.ErrInvalid:
 		return e.Code == 1 || e.Code == 101 || e.Code == 400
+	case gpu.ErrNotSupported:
+		return e.Code == 801
 	}
 	return false
 }
@@ -144,11 +146,19 @@ func Load(explicit string) (string, error) {
 		cp := C.CString(p)
 		ok := C.gb_load(cp, buf, 1024)
 		C.free(unsafe.Pointer(cp))
-		if ok == 1 {
-			loaded.path = p
-			return p, nil
+		if ok != 1 {
+			tried = append(tried, C.GoString(buf))
+			continue
 		}
-		tried = append(tried, C.GoString(buf))
+		// A runtime newer than the driver loads, then fails every call: try the next one.
+		var n C.int
+		if rc := C.gb_device_count(&n); rc == 34 || rc == 35 {
+			tried = append(tried, fmt.Sprintf("%s: %v", p, check("cudaGetDeviceCount", rc)))
+			C.gb_unload()
+			continue
+		}
+		loaded.path = p
+		return p, nil
 	}
 	return "", fmt.Errorf("%w: tried %s; install the CUDA runtime (e.g. pip install nvidia-cuda-runtime-cu12) or point --cuda-lib or GPUBENCH_CUDART at libcudart.so, or use --backend sim",
 		ErrNotFound, strings.Join(tried, "; "))

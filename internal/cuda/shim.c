@@ -114,8 +114,14 @@ int gb_load(const char *path, char *err, size_t errlen) {
   return 1;
 }
 
+void gb_unload(void) {
+  if (T.loaded) dlclose(T.handle);
+  memset(&T, 0, sizeof T);
+}
+
 const char *gb_error_name(int code) {
   switch (code) {
+  case GB_ERR_GATE: return "gbErrorGateExpired";
   case GB_ERR_NOT_LOADED: return "gbErrorNotLoaded";
   case GB_ERR_NO_SYMBOL: return "gbErrorNoSymbol";
   case GB_ERR_TIMEOUT: return "gbErrorTimeout";
@@ -130,6 +136,7 @@ const char *gb_error_string(int code) {
   case GB_ERR_NO_SYMBOL: return "the loaded CUDA runtime lacks this entry point";
   case GB_ERR_TIMEOUT: return "copies did not finish within the timeout";
   case GB_ERR_NO_MEMORY: return "out of host memory";
+  case GB_ERR_GATE: return "the copies could not all be enqueued within 10 s of the gate closing; use fewer --repeat";
   }
   return T.loaded ? T.cudaGetErrorString(code) : "unknown";
 }
@@ -203,16 +210,20 @@ int gb_free_host(void *p) {
   return T.cudaFreeHost(p);
 }
 
+// cudaMemset and a pageable cudaMemcpy to the device may still be running when they return, on
+// the legacy stream, which gpubench's non-blocking streams do not wait for: wait for the device.
 int gb_memset(int dev, void *p, int v, size_t n) {
   LOADED();
   CHECK(T.cudaSetDevice(dev));
-  return T.cudaMemset(p, v, n);
+  CHECK(T.cudaMemset(p, v, n));
+  return T.cudaDeviceSynchronize();
 }
 
 int gb_copy_to_device(int dev, void *dst, const void *src, size_t n) {
   LOADED();
   CHECK(T.cudaSetDevice(dev));
-  return T.cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice);
+  CHECK(T.cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice));
+  return T.cudaDeviceSynchronize();
 }
 
 int gb_copy_from_device(int dev, void *dst, const void *src, size_t n) {
@@ -256,14 +267,24 @@ static long long now_ns(void) {
 // The gate: a host function on one stream that returns once the shim opens it (or at its
 // deadline), and an event after it that every copy stream waits on. No kernel is needed.
 typedef struct {
-  int open;
+  int open, expired;
   long long deadline_ns;
 } gate;
+
+// The gate gives up after 10 s, as nvbandwidth's spin kernel does: enqueueing can block when too
+// much work queues behind it, and that must not pass for a hang of the measured copies.
+#define GATE_NS 10000000000LL
 
 static void gate_wait(void *p) {
   gate *g = p;
   struct timespec pause = {0, 1000};
-  while (!__atomic_load_n(&g->open, __ATOMIC_ACQUIRE) && now_ns() < g->deadline_ns) nanosleep(&pause, NULL);
+  while (!__atomic_load_n(&g->open, __ATOMIC_ACQUIRE)) {
+    if (now_ns() > g->deadline_ns) {
+      __atomic_store_n(&g->expired, 1, __ATOMIC_RELEASE);
+      return;
+    }
+    nanosleep(&pause, NULL);
+  }
 }
 
 static int enqueue_copy(const gb_copy *c, cudaStream_t s) {
@@ -302,7 +323,7 @@ int gb_timed_copies(int n, const gb_copy *c, float *ms, int timeout_ms) {
     return GB_ERR_NO_MEMORY;
   }
   long long deadline = now_ns() + (long long)timeout_ms * 1000000LL;
-  g->deadline_ns = deadline;
+  g->deadline_ns = now_ns() + GATE_NS;
   int rc = T.cudaSetDevice(c[0].issuer);
   if (!rc) rc = T.cudaStreamCreateWithFlags(&s[n], cudaStreamNonBlocking);
   if (!rc) rc = T.cudaEventCreateWithFlags(&start[n], cudaEventDisableTiming);
@@ -322,8 +343,10 @@ int gb_timed_copies(int n, const gb_copy *c, float *ms, int timeout_ms) {
   int waited = wait_all(n + 1, s, deadline);
   if (waited == GB_ERR_TIMEOUT) return GB_ERR_TIMEOUT; // the streams still use g: leak them
   if (!rc) rc = waited;
+  if (!rc && __atomic_load_n(&g->expired, __ATOMIC_ACQUIRE)) rc = GB_ERR_GATE;
   for (int i = 0; i < n && !rc; i++) rc = T.cudaEventElapsedTime(&ms[i], start[i], stop[i]);
   for (int i = 0; i <= n; i++) {
+    T.cudaSetDevice(c[i < n ? i : 0].issuer); // destroy each on its own device
     if (s[i]) T.cudaStreamDestroy(s[i]);
     if (start[i]) T.cudaEventDestroy(start[i]);
     if (i < n && stop[i]) T.cudaEventDestroy(stop[i]);

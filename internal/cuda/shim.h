@@ -13,10 +13,14 @@
 #define GB_ERR_NO_SYMBOL (-2)    // an optional entry point is missing
 #define GB_ERR_TIMEOUT (-3)      // copies did not finish in time
 #define GB_ERR_NO_MEMORY (-4)    // host malloc failed inside the shim
+#define GB_ERR_GATE (-5)         // the copies could not all be enqueued before the gate gave up
 
 // gb_load opens path and fills the function table. On failure it returns 0 and writes the reason
 // (dlerror's text, or the missing symbol) into err.
 int gb_load(const char *path, char *err, size_t errlen);
+
+// gb_unload closes the library again (when its driver cannot run it).
+void gb_unload(void);
 
 const char *gb_error_name(int code);
 const char *gb_error_string(int code);

@@ -46,5 +46,6 @@ var (
 	ErrPeerEnabled     = errors.New("peer access is already enabled")
 	ErrPeerNotEnabled  = errors.New("peer access is not enabled")
 	ErrTimeout         = errors.New("operation did not finish in time")
+	ErrNotSupported    = errors.New("operation not supported on this system")
 	ErrNoCollectives   = errors.New("this backend has no collectives")
 )

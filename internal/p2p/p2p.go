@@ -375,6 +375,9 @@ func (r *runner) latency(enabled bool) (Matrix, error) {
 		a, c := r.devs[i], r.devs[j]
 		cp := gpu.Copy{Src: r.src[a].Slice(0, LatencyBytes), Dst: r.dst[c].Slice(0, LatencyBytes), Issuer: a, Repeat: LatencyRepeat}
 		d, err := r.samples([]gpu.Copy{cp})
+		if refused(err) {
+			return Cell{NA: refusedText + err.Error()}, nil
+		}
 		if err != nil {
 			return Cell{}, err
 		}
@@ -444,6 +447,9 @@ func (r *runner) bandwidth(copies []gpu.Copy, factor float64) (Cell, error) {
 		}
 	}
 	d, err := r.samples(copies)
+	if refused(err) {
+		return Cell{NA: refusedText + err.Error()}, nil
+	}
 	if err != nil {
 		return Cell{}, err
 	}
@@ -469,6 +475,14 @@ func (r *runner) bandwidth(copies []gpu.Copy, factor float64) (Cell, error) {
 		}
 	}
 	return cell, nil
+}
+
+// Some systems (confidential computing, some VMs) refuse peer copies outside peer access instead
+// of staging them through the host: that is a cell without a figure, not a failed run.
+const refusedText = "the driver refused the copy: "
+
+func refused(err error) bool {
+	return errors.Is(err, gpu.ErrPeerNotEnabled) || errors.Is(err, gpu.ErrNotSupported)
 }
 
 // samples runs one untimed warm-up, then the timed samples.

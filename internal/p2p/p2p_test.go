@@ -3,6 +3,7 @@ package p2p_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -202,4 +203,33 @@ func FuzzParsePairs(f *testing.F) {
 			}
 		}
 	})
+}
+
+// refusing is a backend whose driver refuses peer copies without peer access, as under
+// confidential computing, instead of staging them through the host.
+type refusing struct{ *sim.Backend }
+
+func (b refusing) TimedCopies(ctx context.Context, copies []gpu.Copy) ([]time.Duration, error) {
+	for _, c := range copies {
+		if s, d := c.Src.Device(), c.Dst.Device(); s >= 0 && d >= 0 && s != d && b.EnablePeer(s, d) == nil {
+			_ = b.DisablePeer(s, d)
+			return nil, fmt.Errorf("cudaMemcpyPeerAsync: %w", gpu.ErrPeerNotEnabled)
+		}
+	}
+	return b.Backend.TimedCopies(ctx, copies)
+}
+
+func TestRefusedPeerCopiesAreCells(t *testing.T) {
+	t.Parallel()
+	b := refusing{simBackend(t, "pcie-l40sx4", sim.Options{DataCap: 64 << 20})}
+	res, err := p2p.Run(context.Background(), b, p2p.Options{Size: 64 << 10, Repeat: 1, Samples: 1, Verify: true, Devices: []int{0, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := matrix(t, res, "uni_disabled").Cells[0][1]; c.Value != nil || !strings.Contains(c.NA, "the driver refused the copy") {
+		t.Errorf("refused staged copy: %+v; want an N/A cell saying why", c)
+	}
+	if c := matrix(t, res, "uni_enabled").Cells[0][1]; c.Value == nil {
+		t.Errorf("with peer access the copy works: %+v", c)
+	}
 }
