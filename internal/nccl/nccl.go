@@ -19,7 +19,6 @@ import (
 	"runtime"
 	"strings"
 	"sync"
-	"time"
 	"unsafe"
 
 	"github.com/gpubench/gpubench/internal/cuda"
@@ -163,8 +162,10 @@ func (b *Backend) CheckTypes(dts []gpu.DType, ops []gpu.RedOp) error {
 	return nil
 }
 
-// NewComm makes one NCCL communicator per device, non-blocking where NCCL has them (2.14+) so that
-// a hang can be aborted, each with its own non-blocking stream.
+// NewComm makes one NCCL communicator per device, each with its own non-blocking stream. The
+// communicators are blocking, as nccl-tests makes them: a non-blocking one costs every group end a
+// thread, which shows in small-message times. A hang can still be aborted, since gpubench waits
+// outside NCCL (Synchronize) and aborts only from there.
 func (b *Backend) NewComm(devices []int) (gpu.Comm, error) {
 	n := len(devices)
 	if n == 0 {
@@ -174,8 +175,8 @@ func (b *Backend) NewComm(devices []int) (gpu.Comm, error) {
 	for i, d := range devices {
 		c.devs[i] = C.int(d)
 	}
-	if err := check("ncclCommInitRankConfig", C.gn_comm_init(C.int(n), &c.devs[0], 1, &c.comms[0], &c.streams[0])); err != nil {
-		C.gn_comm_destroy(C.int(n), &c.devs[0], &c.comms[0], &c.streams[0])
+	if err := check("ncclCommInitRankConfig", C.gn_comm_init(C.int(n), &c.devs[0], &c.comms[0], &c.streams[0])); err != nil {
+		C.gn_comm_destroy(C.int(n), &c.devs[0], &c.comms[0], &c.streams[0], 1)
 		return nil, err
 	}
 	return c, nil
@@ -185,7 +186,8 @@ type comm struct {
 	b              *Backend
 	devs           []C.int
 	comms, streams []unsafe.Pointer // C handles, one per rank
-	aborted        bool
+	aborted        bool             // the communicators are gone
+	failed         bool             // a call failed: close by aborting
 	capturing      bool
 }
 
@@ -197,7 +199,20 @@ func (c *comm) Close() error {
 	if c.aborted {
 		return nil
 	}
-	return check("ncclCommDestroy", C.gn_comm_destroy(C.int(len(c.devs)), &c.devs[0], &c.comms[0], &c.streams[0]))
+	abort := C.int(0)
+	if c.failed {
+		abort = 1
+	}
+	c.aborted = true
+	return check("ncclCommDestroy", C.gn_comm_destroy(C.int(len(c.devs)), &c.devs[0], &c.comms[0], &c.streams[0], abort))
+}
+
+// failure marks the communicators for abort when err is an NCCL or CUDA failure.
+func (c *comm) failure(err error) error {
+	if err != nil {
+		c.failed = true
+	}
+	return err
 }
 
 // ptrs turns per-rank buffers into device addresses, checking each is on its rank's device.
@@ -231,8 +246,8 @@ func (c *comm) collective(name string, kind C.int, send, recv []gpu.Buffer, coun
 	if err != nil {
 		return err
 	}
-	return check(name, C.gn_collective(kind, C.int(len(c.devs)), &c.comms[0], &c.streams[0], &s[0], &r[0],
-		C.size_t(count), C.int(dt), C.int(op), C.int(root)))
+	return c.failure(check(name, C.gn_collective(kind, C.int(len(c.devs)), &c.comms[0], &c.streams[0], &s[0], &r[0],
+		C.size_t(count), C.int(dt), C.int(op), C.int(root))))
 }
 
 func (c *comm) AllReduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op gpu.RedOp) error {
@@ -309,20 +324,19 @@ func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 			isSend[i] = 1
 		}
 	}
-	return check("ncclSend/ncclRecv", C.gn_sendrecv(C.int(len(c.devs)), C.int(n), &c.comms[0], &c.streams[0], &rank[0], &peer[0], &isSend[0], &bufs[0], C.size_t(count), C.int(dt)))
+	return c.failure(check("ncclSend/ncclRecv", C.gn_sendrecv(C.int(len(c.devs)), C.int(n), &c.comms[0], &c.streams[0], &rank[0], &peer[0], &isSend[0], &bufs[0], C.size_t(count), C.int(dt))))
 }
 
 // Synchronize polls every rank's stream and communicator, as NCCL's documentation prescribes for
 // an application that must not hang: an asynchronous error, or ctx ending, aborts the
-// communicators. It spins at first, so that short waits are timed closely, then sleeps between
-// polls.
+// communicators. It spins, yielding, as nccl-tests does, so that the end of the timed loop is
+// seen at once.
 func (c *comm) Synchronize(ctx context.Context) error {
 	if c.aborted {
 		return fmt.Errorf("nccl: the communicators were aborted: %w", gpu.ErrInvalid)
 	}
 	n := len(c.devs)
 	busy, async := make([]C.int, n), make([]C.int, n)
-	start := time.Now()
 	for {
 		if err := check("cudaStreamQuery", C.gn_query(C.int(n), &c.comms[0], &c.streams[0], &busy[0], &async[0])); err != nil {
 			c.abort()
@@ -350,11 +364,7 @@ func (c *comm) Synchronize(ctx context.Context) error {
 			c.abort()
 			return &gpu.HangError{Ranks: ranks, Err: err}
 		}
-		if time.Since(start) < 10*time.Millisecond {
-			runtime.Gosched()
-		} else {
-			time.Sleep(100 * time.Microsecond)
-		}
+		runtime.Gosched()
 	}
 }
 
@@ -366,13 +376,19 @@ func (c *comm) abort() {
 	}
 }
 
-// BeginCapture starts capturing every rank's stream into a CUDA graph.
+// BeginCapture starts capturing every rank's stream into a CUDA graph. Captures are per OS thread
+// (cudaStreamCaptureModeThreadLocal), so the goroutine stays on its thread until EndCapture.
 func (c *comm) BeginCapture() error {
 	if C.gn_has(C.GN_HAS_GRAPH) != 1 {
-		return errors.New("graph mode (-G) needs CUDA graphs (cudaStreamBeginCapture, cudaGraphInstantiateWithFlags: CUDA 11.4 or later), which the loaded libcudart lacks")
+		return errors.New("graph mode (-G) needs CUDA graphs (cudaStreamBeginCapture, cudaGraphInstantiateWithFlags: CUDA 11.4 or later) and NCCL 2.9 or later, which the loaded libraries lack")
 	}
+	runtime.LockOSThread()
 	if err := check("cudaStreamBeginCapture", C.gn_begin_capture(C.int(len(c.devs)), &c.devs[0], &c.streams[0])); err != nil {
-		return err
+		execs := make([]unsafe.Pointer, len(c.devs)) // end whatever did start capturing
+		C.gn_end_capture(C.int(len(c.devs)), &c.devs[0], &c.streams[0], &execs[0])
+		C.gn_graph_destroy(C.int(len(c.devs)), &execs[0])
+		runtime.UnlockOSThread()
+		return c.failure(err)
 	}
 	c.capturing = true
 	return nil
@@ -382,11 +398,12 @@ func (c *comm) EndCapture() (gpu.Graph, error) {
 	if !c.capturing {
 		return nil, fmt.Errorf("nccl: not capturing: %w", gpu.ErrInvalid)
 	}
+	defer runtime.UnlockOSThread()
 	c.capturing = false
 	g := &graph{c: c, execs: make([]unsafe.Pointer, len(c.devs))}
 	if err := check("cudaStreamEndCapture", C.gn_end_capture(C.int(len(c.devs)), &c.devs[0], &c.streams[0], &g.execs[0])); err != nil {
 		C.gn_graph_destroy(C.int(len(c.devs)), &g.execs[0])
-		return nil, err
+		return nil, c.failure(err)
 	}
 	return g, nil
 }

@@ -19,13 +19,19 @@ typedef struct {
   char internal[128];
 } ncclUniqueId;
 
-// ncclConfig_t as NCCL 2.14 laid it out: NCCL reads min(size, its own size) bytes and resets what
-// a config of this version does not carry.
+// ncclConfig_t as NCCL 2.28 laid it out (80 bytes). NCCL reads min(size, its own size) bytes and
+// resets the fields newer than the version given, so the layout of 2.14 (24 bytes, version 21400)
+// serves older libraries. Fields gpubench leaves alone hold NCCL_CONFIG_UNDEF_INT (INT_MIN) or NULL.
 typedef struct {
   size_t size;
   unsigned int magic, version;
-  int blocking;
+  int blocking, cgaClusterSize, minCTAs, maxCTAs;
+  const char *netName;
+  int splitShare, trafficClass;
+  const char *commName;
+  int collnetEnable, CTAPolicy, shrinkShare, nvlsCTAs, nChannelsPerNetPeer, nvlinkCentricSched;
 } gnConfig;
+_Static_assert(sizeof(gnConfig) == 80, "ncclConfig_t 2.28 layout");
 
 enum { ncclInProgress = 7, cudaErrorNotReady = 600, cudaStreamNonBlocking = 1, cudaStreamCaptureModeThreadLocal = 1 };
 
@@ -131,8 +137,8 @@ int gn_has(int what) {
   case GN_HAS_ALLTOALL: return N.ncclAlltoAll != NULL && N.version >= 22800;
   case GN_HAS_SENDRECV: return N.ncclSend != NULL && N.ncclRecv != NULL;
   case GN_HAS_CONFIG: return N.ncclCommInitRankConfig != NULL && N.version >= 21400;
-  case GN_HAS_GRAPH:
-    return N.cudaStreamBeginCapture && N.cudaStreamEndCapture && N.cudaGraphInstantiateWithFlags &&
+  case GN_HAS_GRAPH: // NCCL can be captured from 2.9
+    return N.version >= 20900 && N.cudaStreamBeginCapture && N.cudaStreamEndCapture && N.cudaGraphInstantiateWithFlags &&
            N.cudaGraphLaunch && N.cudaGraphExecDestroy && N.cudaGraphDestroy;
   }
   return 0;
@@ -162,7 +168,9 @@ const char *gn_last_error(void) { return N.loaded && N.ncclGetLastError ? N.nccl
 static int group_end(int n, void **comms) {
   int rc = N.ncclGroupEnd();
   if (rc != ncclInProgress) return rc;
+  // Only when NCCL_COMM_BLOCKING=0 makes the communicators non-blocking behind gpubench's back.
   for (int i = 0; i < n; i++) {
+    if (!comms[i]) continue;
     ncclResult_t state = ncclInProgress;
     while (state == ncclInProgress) {
       int q = N.ncclCommGetAsyncError(comms[i], &state);
@@ -174,17 +182,23 @@ static int group_end(int n, void **comms) {
   return 0;
 }
 
-int gn_comm_init(int n, const int *devs, int nonblocking, void **comms, void **streams) {
+int gn_comm_init(int n, const int *devs, void **comms, void **streams) {
   if (!N.loaded) return GN_ERR_NOT_LOADED;
   for (int i = 0; i < n; i++) {
     CUDA(N.cudaSetDevice(devs[i]));
     CUDA(N.cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking));
   }
-  if (!nonblocking || !gn_has(GN_HAS_CONFIG)) return N.ncclCommInitAll(comms, n, devs);
+  if (!gn_has(GN_HAS_CONFIG)) return N.ncclCommInitAll(comms, n, devs);
   ncclUniqueId id;
   int rc = N.ncclGetUniqueId(&id);
   if (rc) return rc;
-  gnConfig cfg = {sizeof(gnConfig), 0xcafebeef, 21400, 0};
+  gnConfig cfg = {24, 0xcafebeef, 21400, 1, INT_MIN, INT_MIN, INT_MIN, NULL, INT_MIN, INT_MIN, NULL,
+                  INT_MIN, INT_MIN, INT_MIN, INT_MIN, INT_MIN, INT_MIN};
+  if (N.version >= 22800) {
+    cfg.size = sizeof cfg;
+    cfg.version = 22800;
+    cfg.nvlinkCentricSched = 1;
+  }
   rc = N.ncclGroupStart();
   for (int i = 0; i < n && !rc; i++) {
     int c = N.cudaSetDevice(devs[i]);
@@ -199,13 +213,14 @@ int gn_comm_init(int n, const int *devs, int nonblocking, void **comms, void **s
   return rc ? rc : end;
 }
 
-int gn_comm_destroy(int n, const int *devs, void **comms, void **streams) {
+int gn_comm_destroy(int n, const int *devs, void **comms, void **streams, int abort) {
   if (!N.loaded) return GN_ERR_NOT_LOADED;
   int first = 0;
   for (int i = 0; i < n; i++) {
     if (comms[i]) {
-      int rc = N.ncclCommDestroy(comms[i]);
+      int rc = abort ? N.ncclCommAbort(comms[i]) : N.ncclCommDestroy(comms[i]);
       if (rc && !first) first = rc;
+      comms[i] = NULL;
     }
     if (streams[i]) {
       N.cudaSetDevice(devs[i]);
@@ -288,17 +303,21 @@ int gn_begin_capture(int n, const int *devs, void **streams) {
   return 0;
 }
 
+// gn_end_capture ends the capture on every stream, even after one fails, so that none is left
+// capturing.
 int gn_end_capture(int n, const int *devs, void **streams, void **execs) {
   if (!N.loaded) return GN_ERR_NOT_LOADED;
+  int first = 0;
   for (int i = 0; i < n; i++) {
     cudaGraph_t g = NULL;
-    CUDA(N.cudaSetDevice(devs[i]));
-    CUDA(N.cudaStreamEndCapture(streams[i], &g));
-    int rc = N.cudaGraphInstantiateWithFlags(&execs[i], g, 0);
-    N.cudaGraphDestroy(g);
-    CUDA(rc);
+    int rc = N.cudaSetDevice(devs[i]);
+    if (!rc) rc = N.cudaStreamEndCapture(streams[i], &g);
+    if (!rc) rc = N.cudaGraphInstantiateWithFlags(&execs[i], g, 0);
+    if (g) N.cudaGraphDestroy(g);
+    if (rc && !first) first = -rc;
   }
-  return 0;
+  if (first) N.cudaGetLastError();
+  return first;
 }
 
 int gn_graph_launch(int n, const int *devs, void **execs, void **streams) {

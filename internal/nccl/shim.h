@@ -21,10 +21,13 @@ int gn_has(int what);
 const char *gn_nccl_error_string(int code);
 const char *gn_last_error(void);
 
-// gn_comm_init makes one communicator per device and a non-blocking stream on each; with
-// nonblocking, communicators are created non-blocking (NCCL 2.14+) so that they can be aborted.
-int gn_comm_init(int n, const int *devs, int nonblocking, void **comms, void **streams);
-int gn_comm_destroy(int n, const int *devs, void **comms, void **streams);
+// gn_comm_init makes one communicator per device and a non-blocking stream on each. The
+// communicators are blocking, as nccl-tests makes them; from NCCL 2.28 they are configured with
+// nvlinkCentricSched as nccl-tests configures them.
+int gn_comm_init(int n, const int *devs, void **comms, void **streams);
+// gn_comm_destroy destroys the communicators, or aborts them (abort != 0: after any error, since
+// a destroy can leave NCCL's group state open on a failed communicator), then the streams.
+int gn_comm_destroy(int n, const int *devs, void **comms, void **streams, int abort);
 int gn_comm_abort(int n, void **comms);
 
 // gn_collective enqueues one collective on every rank inside one group.
