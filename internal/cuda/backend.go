@@ -125,8 +125,15 @@ func (b *Backend) Alloc(dev int, n int64) (gpu.Buffer, error) {
 	return &buffer{dev: dev, ptr: p, n: n, root: true}, nil
 }
 
-func (b *Backend) AllocHost(n int64) (gpu.Buffer, error) {
-	p, err := hostAlloc(max(n, 1))
+// AllocHost allocates pinned host memory with its pages on the CPUs nearest device near, read from
+// sysfs (nvbandwidth sets the CPU affinity through NVML for the same reason); where sysfs says
+// nothing, the memory lands wherever the thread runs.
+func (b *Backend) AllocHost(near int, n int64) (gpu.Buffer, error) {
+	busID := ""
+	if near >= 0 && near < len(b.devices) {
+		busID = b.devices[near].PCIBusID
+	}
+	p, err := hostAlloc(busID, max(n, 1))
 	if err != nil {
 		return nil, err
 	}

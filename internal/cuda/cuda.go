@@ -219,10 +219,25 @@ func malloc(dev int, n int64) (unsafe.Pointer, error) {
 
 func free(dev int, p unsafe.Pointer) error { return check("cudaFree", C.gb_free(C.int(dev), p)) }
 
-func hostAlloc(n int64) (unsafe.Pointer, error) {
+func hostAlloc(busID string, n int64) (unsafe.Pointer, error) {
 	var p unsafe.Pointer
-	err := check("cudaHostAlloc", C.gb_host_alloc(&p, C.size_t(n)))
+	cpus := C.CString(localCPUList(busID))
+	defer C.free(unsafe.Pointer(cpus))
+	err := check("cudaHostAlloc", C.gb_host_alloc(cpus, &p, C.size_t(n)))
 	return p, err
+}
+
+// localCPUList is the list of CPUs near a PCI device ("0-55,112-167"), or "" when sysfs does not
+// say.
+func localCPUList(busID string) string {
+	if busID == "" {
+		return ""
+	}
+	data, err := os.ReadFile(filepath.Join("/sys/bus/pci/devices", busID, "local_cpulist"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(data))
 }
 
 func freeHost(p unsafe.Pointer) error { return check("cudaFreeHost", C.gb_free_host(p)) }

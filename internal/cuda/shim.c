@@ -1,9 +1,11 @@
 //go:build cgo
 
 // See shim.h. Everything here runs inside single cgo calls.
+#define _GNU_SOURCE // sched_setaffinity and cpu_set_t
 #include "shim.h"
 
 #include <dlfcn.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -200,9 +202,37 @@ int gb_free(int dev, void *p) {
   return T.cudaFree(p);
 }
 
-int gb_host_alloc(void **p, size_t n) {
+// parse_cpus reads a Linux CPU list ("0-3,8,10-11") into set; it returns 0 when nothing parses.
+static int parse_cpus(const char *s, cpu_set_t *set) {
+  CPU_ZERO(set);
+  int any = 0;
+  while (*s) {
+    char *end;
+    long lo = strtol(s, &end, 10), hi = lo;
+    if (end == s) return 0;
+    if (*end == '-') {
+      s = end + 1;
+      hi = strtol(s, &end, 10);
+      if (end == s) return 0;
+    }
+    for (long c = lo; c <= hi && c < CPU_SETSIZE; c++) {
+      if (c >= 0) CPU_SET(c, set), any = 1;
+    }
+    s = *end == ',' ? end + 1 : end;
+    if (*end && *end != ',') return 0;
+  }
+  return any;
+}
+
+int gb_host_alloc(const char *cpus, void **p, size_t n) {
   LOADED();
-  return T.cudaHostAlloc(p, n, cudaHostAllocPortable);
+  cpu_set_t want, old;
+  int moved = parse_cpus(cpus, &want) && sched_getaffinity(0, sizeof old, &old) == 0 &&
+              sched_setaffinity(0, sizeof want, &want) == 0;
+  int rc = T.cudaHostAlloc(p, n, cudaHostAllocPortable);
+  if (rc == cudaSuccess) memset(*p, 0, n); // first touch: the pages land on this thread's node
+  if (moved) sched_setaffinity(0, sizeof old, &old);
+  return rc;
 }
 
 int gb_free_host(void *p) {

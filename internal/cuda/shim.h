@@ -35,7 +35,9 @@ int gb_mem_info(int dev, size_t *free_bytes, size_t *total_bytes);
 
 int gb_malloc(int dev, void **p, size_t n);
 int gb_free(int dev, void *p);
-int gb_host_alloc(void **p, size_t n);
+// gb_host_alloc allocates pinned host memory; with a CPU list ("0-55,112-167"), it first moves the
+// calling thread onto those CPUs so that the pages are touched, and so placed, on their NUMA node.
+int gb_host_alloc(const char *cpus, void **p, size_t n);
 int gb_free_host(void *p);
 int gb_memset(int dev, void *p, int v, size_t n);
 int gb_copy_to_device(int dev, void *dst, const void *src, size_t n);

@@ -31,8 +31,9 @@ type Copier interface {
 	// EnablePeer lets dev access peer's memory; DisablePeer takes that back.
 	EnablePeer(dev, peer int) error
 	DisablePeer(dev, peer int) error
-	// AllocHost allocates pinned host memory; free it with Backend.Free.
-	AllocHost(n int64) (Buffer, error)
+	// AllocHost allocates pinned host memory on the NUMA node nearest device near, as nvbandwidth
+	// places it; free it with Backend.Free.
+	AllocHost(near int, n int64) (Buffer, error)
 	// FreeMemory is how much device memory dev has free.
 	FreeMemory(dev int) (int64, error)
 	// TimedCopies runs the copies together: each on its own stream, all released at once, and

@@ -95,10 +95,9 @@ type runner struct {
 	ctx  context.Context
 	opt  Options
 	devs []int
-	// src and dst are each device's two buffers of Size; host, host2 are pinned host buffers.
-	src, dst    map[int]gpu.Buffer
-	host, host2 gpu.Buffer
-	res         *Result
+	// src and dst are each device's two buffers of Size.
+	src, dst map[int]gpu.Buffer
+	res      *Result
 }
 
 // Run measures everything Options ask for.
@@ -197,14 +196,7 @@ func (r *runner) alloc(size int64) error {
 			return err
 		}
 	}
-	var err error
-	if r.host, err = r.b.AllocHost(size); err != nil {
-		return err
-	}
-	if r.host2, err = r.b.AllocHost(size); err != nil {
-		return err
-	}
-	return r.fill(r.host, gpu.HostDevice)
+	return nil
 }
 
 func (r *runner) freeAll() {
@@ -212,12 +204,6 @@ func (r *runner) freeAll() {
 		for d, x := range m {
 			_ = r.b.Free(x)
 			delete(m, d)
-		}
-	}
-	for _, x := range []*gpu.Buffer{&r.host, &r.host2} {
-		if *x != nil {
-			_ = r.b.Free(*x)
-			*x = nil
 		}
 	}
 }
@@ -389,24 +375,44 @@ func (r *runner) latency(enabled bool) (Matrix, error) {
 func (r *runner) hostCopies() error {
 	r.progress("host and local copies")
 	for _, d := range r.devs {
-		var row HostRow
-		var err error
-		if row.H2D, err = r.bandwidth([]gpu.Copy{{Src: r.host, Dst: r.dst[d], Issuer: d}}, 1); err != nil {
-			return err
-		}
-		if row.D2H, err = r.bandwidth([]gpu.Copy{{Src: r.src[d], Dst: r.host2, Issuer: d}}, 1); err != nil {
-			return err
-		}
-		if row.Bidir, err = r.bandwidth([]gpu.Copy{{Src: r.host, Dst: r.dst[d], Issuer: d}, {Src: r.src[d], Dst: r.host2, Issuer: d}}, 1); err != nil {
-			return err
-		}
-		// nvbandwidth's device_local_copy: one copy's bytes over its time.
-		if row.Local, err = r.bandwidth([]gpu.Copy{{Src: r.src[d], Dst: r.dst[d], Issuer: d}}, 1); err != nil {
+		row, err := r.hostRow(d)
+		if err != nil {
 			return err
 		}
 		r.res.Host = append(r.res.Host, row)
 	}
 	return nil
+}
+
+// hostRow measures one device's copies with pinned host memory on its own NUMA node, and inside
+// its memory.
+func (r *runner) hostRow(d int) (HostRow, error) {
+	var row HostRow
+	in, err := r.b.AllocHost(d, r.opt.Size)
+	if err != nil {
+		return row, err
+	}
+	defer r.b.Free(in)
+	out, err := r.b.AllocHost(d, r.opt.Size)
+	if err != nil {
+		return row, err
+	}
+	defer r.b.Free(out)
+	if err := r.fill(in, gpu.HostDevice); err != nil {
+		return row, err
+	}
+	if row.H2D, err = r.bandwidth([]gpu.Copy{{Src: in, Dst: r.dst[d], Issuer: d}}, 1); err != nil {
+		return row, err
+	}
+	if row.D2H, err = r.bandwidth([]gpu.Copy{{Src: r.src[d], Dst: out, Issuer: d}}, 1); err != nil {
+		return row, err
+	}
+	if row.Bidir, err = r.bandwidth([]gpu.Copy{{Src: in, Dst: r.dst[d], Issuer: d}, {Src: r.src[d], Dst: out, Issuer: d}}, 1); err != nil {
+		return row, err
+	}
+	// nvbandwidth's device_local_copy: one copy's bytes over its time.
+	row.Local, err = r.bandwidth([]gpu.Copy{{Src: r.src[d], Dst: r.dst[d], Issuer: d}}, 1)
+	return row, err
 }
 
 // sweep measures the one pair at every size of the sweep, with P2P enabled where it could be. It

@@ -79,7 +79,8 @@ func (b *Backend) DisablePeer(dev, peer int) error {
 	return nil
 }
 
-func (b *Backend) AllocHost(n int64) (gpu.Buffer, error) {
+// AllocHost allocates simulated pinned memory; host copies always use the GPU's nearest socket.
+func (b *Backend) AllocHost(_ int, n int64) (gpu.Buffer, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("sim host alloc %d bytes: %w", n, gpu.ErrInvalid)
 	}
