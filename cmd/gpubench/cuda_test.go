@@ -88,6 +88,12 @@ func TestNCCLFaults(t *testing.T) {
 	if !strings.Contains(out, "        1024           256") {
 		t.Errorf("the rows measured before the hang are missing:\n%s", out)
 	}
+	// Before NCCL 2.14 every rank aborts on its own thread, together.
+	env, backend = standinEnv(t, "GPUBENCH_STANDIN_NCCL_HANG=1@10", "GPUBENCH_STANDIN_NCCL_VERSION=21304")
+	_, errOut, code = gpubenchProcess(t, env, append([]string{"allreduce", "--sizes", "1K", "-w", "0", "-T", "1"}, backend...)...)
+	if code != 5 || !strings.Contains(errOut, "did not finish") {
+		t.Errorf("hang on NCCL 2.13: exit %d, stderr %q", code, errOut)
+	}
 	env, backend = standinEnv(t, "GPUBENCH_STANDIN_NCCL_CORRUPT=1")
 	out, _, code = gpubenchProcess(t, env, append([]string{"allgather", "--sizes", "1K:4K"}, backend...)...)
 	if code != 3 || !strings.Contains(out, "# Out of bounds values : 6 FAILED") {

@@ -6,7 +6,7 @@
 package nccl
 
 /*
-#cgo LDFLAGS: -ldl
+#cgo LDFLAGS: -ldl -lpthread
 #include <stdlib.h>
 #include "shim.h"
 */

@@ -6,6 +6,7 @@
 
 #include <dlfcn.h>
 #include <limits.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -165,6 +166,8 @@ const char *gn_last_error(void) { return N.loaded && N.ncclGetLastError ? N.nccl
 
 // group_end closes a group; on non-blocking communicators it waits until they leave
 // ncclInProgress.
+static int abort_all(int n, void **comms);
+
 static int group_end(int n, void **comms) {
   int rc = N.ncclGroupEnd();
   if (rc != ncclInProgress) return rc;
@@ -215,10 +218,10 @@ int gn_comm_init(int n, const int *devs, void **comms, void **streams) {
 
 int gn_comm_destroy(int n, const int *devs, void **comms, void **streams, int abort) {
   if (!N.loaded) return GN_ERR_NOT_LOADED;
-  int first = 0;
+  int first = abort ? abort_all(n, comms) : 0;
   for (int i = 0; i < n; i++) {
     if (comms[i]) {
-      int rc = abort ? N.ncclCommAbort(comms[i]) : N.ncclCommDestroy(comms[i]);
+      int rc = N.ncclCommDestroy(comms[i]);
       if (rc && !first) first = rc;
       comms[i] = NULL;
     }
@@ -231,15 +234,38 @@ int gn_comm_destroy(int n, const int *devs, void **comms, void **streams, int ab
   return first;
 }
 
-int gn_comm_abort(int n, void **comms) {
-  if (!N.loaded) return GN_ERR_NOT_LOADED;
+static void *abort_one(void *comm) {
+  return (void *)(long)N.ncclCommAbort(comm);
+}
+
+// abort_all aborts every communicator. Before NCCL 2.14 an abort frees its rank at once while
+// the peers' kernels may still use it, so all ranks must abort together: one thread each.
+static int abort_all(int n, void **comms) {
   int first = 0;
+  if (N.version >= 21400) {
+    for (int i = 0; i < n; i++) {
+      int rc = comms[i] ? N.ncclCommAbort(comms[i]) : 0;
+      if (rc && !first) first = rc;
+      comms[i] = NULL;
+    }
+    return first;
+  }
+  pthread_t t[n];
+  int started[n];
+  for (int i = 0; i < n; i++) started[i] = comms[i] && pthread_create(&t[i], NULL, abort_one, comms[i]) == 0;
   for (int i = 0; i < n; i++) {
-    int rc = comms[i] ? N.ncclCommAbort(comms[i]) : 0;
-    if (rc && !first) first = rc;
+    void *rc = NULL;
+    if (started[i]) pthread_join(t[i], &rc);
+    else if (comms[i]) rc = abort_one(comms[i]);
+    if (rc && !first) first = (int)(long)rc;
     comms[i] = NULL;
   }
   return first;
+}
+
+int gn_comm_abort(int n, void **comms) {
+  if (!N.loaded) return GN_ERR_NOT_LOADED;
+  return abort_all(n, comms);
 }
 
 int gn_collective(int kind, int n, void **comms, void **streams, void **send, void **recv, size_t count,
