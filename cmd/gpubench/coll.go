@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -198,6 +199,11 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 	opt, err := f.options(cmd, c, g.seed)
 	if err != nil {
 		return err
+	}
+	if _, set := os.LookupEnv("NCCL_GRAPH_MIXING_SUPPORT"); opt.Graph > 0 && !set {
+		// NCCL's advice for graphs over several GPUs launched from one thread: without it, they
+		// can deadlock.
+		os.Setenv("NCCL_GRAPH_MIXING_SUPPORT", "0")
 	}
 	b, dataCap, err := g.openColl(e)
 	if err != nil {
