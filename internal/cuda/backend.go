@@ -190,11 +190,9 @@ func (b *Backend) Memset(dst gpu.Buffer, v byte) error {
 		return err
 	}
 	if x.dev == gpu.HostDevice {
-		clear(unsafe.Slice((*byte)(x.ptr), x.n))
-		if v != 0 {
-			for i := range unsafe.Slice((*byte)(x.ptr), x.n) {
-				*(*byte)(unsafe.Add(x.ptr, i)) = v
-			}
+		host := unsafe.Slice((*byte)(x.ptr), x.n)
+		for i := range host {
+			host[i] = v
 		}
 		return nil
 	}
