@@ -30,8 +30,9 @@ const (
 	stagedCopyUS = 13.5
 )
 
-// PeerInfo reports P2P as the topology allows it: GPUs of one node, with "p2p": "all", have access;
-// NVLink pairs rank 0 and have native atomics, PCIe pairs rank by how far apart they are.
+// PeerInfo reports P2P as the topology file says: with "p2p": "all", every pair of GPUs on one
+// node has access (what gpubench topo records only when every pair reported it); NVLink pairs rank
+// 0 and have native atomics, PCIe pairs rank by how far apart they are.
 func (b *Backend) PeerInfo(dev, peer int) (gpu.PeerInfo, error) {
 	if !b.validDevice(dev) || !b.validDevice(peer) || dev == peer {
 		return gpu.PeerInfo{}, fmt.Errorf("sim peer info %d-%d: %w", dev, peer, gpu.ErrInvalid)
@@ -48,8 +49,10 @@ func (b *Backend) PeerInfo(dev, peer int) (gpu.PeerInfo, error) {
 		return gpu.PeerInfo{Access: true, PerfRank: 2}, nil
 	case "PHB":
 		return gpu.PeerInfo{Access: true, PerfRank: 3}, nil
+	case "SYS":
+		return gpu.PeerInfo{Access: true, PerfRank: 4}, nil
 	}
-	return gpu.PeerInfo{}, nil // across sockets: no P2P, as on most systems
+	return gpu.PeerInfo{}, nil
 }
 
 func (b *Backend) EnablePeer(dev, peer int) error {

@@ -235,3 +235,31 @@ func TestHangBlocksUntilDeadline(t *testing.T) {
 		t.Errorf("Synchronize: %v; want rank 1 (device 5) hung", err)
 	}
 }
+
+// Peer access follows the file: with "p2p": "all", pairs across CPU sockets have it too, at the
+// worst rank, as gpubench topo records a machine.
+func TestPeerInfoFollowsTheFile(t *testing.T) {
+	t.Parallel()
+	tp, err := LoadTopology("pcie-4090x8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp.P2P = "all"
+	b, err := New(tp, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		a, b int
+		rank int
+	}{{0, 1, 1}, {0, 2, 3}, {0, 5, 4}} {
+		info, err := b.PeerInfo(c.a, c.b)
+		if err != nil || !info.Access || info.PerfRank != c.rank || info.NativeAtomics {
+			t.Errorf("PeerInfo(%d, %d) = %+v, %v; want access at rank %d without native atomics", c.a, c.b, info, err, c.rank)
+		}
+	}
+	none := backend(t, "pcie-4090x8", Options{})
+	if info, _ := none.PeerInfo(0, 1); info.Access {
+		t.Error(`"p2p": "none" gives no access`)
+	}
+}
