@@ -69,9 +69,17 @@ func (f *topoFlags) run(cmd *cobra.Command, e *env, g *globals, discover func(to
 	if p2pCap != "" && !contains(topo.P2PCaps, p2pCap) {
 		return usageErr("unknown --p2p %q: use %s", f.p2p, strings.Join(topo.P2PCaps, ", "))
 	}
+	for _, flag := range []string{"seed", "sim-data-cap", "sim-jitter", "sim-fault", "cuda-lib", "nccl-lib"} {
+		if cmd.Flags().Changed(flag) {
+			return usageErr("--%s does not apply to topo: drop it", flag)
+		}
+	}
+	if p2pCap != "" && g.output != "table" {
+		return usageErr("--p2p adds a matrix to the table: drop it, or use --output table")
+	}
 	machineFlags := cmd.Flags().Changed("nvml-lib") || cmd.Flags().Changed("sysfs-root")
 	if g.backend == "sim" && machineFlags {
-		return usageErr("--nvml-lib and --sysfs-root read a real machine: drop them, or --backend sim")
+		return usageErr("--nvml-lib and --sysfs-root read a real machine: drop them, or drop --backend sim")
 	}
 
 	var r *topo.Report

@@ -175,3 +175,13 @@ func TestTopoWarningsAndUnwritable(t *testing.T) {
 		t.Errorf("unwritable table: exit %d; want 0", code)
 	}
 }
+
+// Flags that mean nothing to topo are refused rather than ignored.
+func TestTopoRefusesFlagsItIgnores(t *testing.T) {
+	for _, args := range [][]string{{"--sim-jitter", "0.5"}, {"--seed", "3"}, {"--cuda-lib", "/x"}, {"--p2p", "read", "--output", "json"}} {
+		out, errOut, code := gpubench(t, append([]string{"topo", "--backend", "sim"}, args...)...)
+		if code != 2 || out != "" || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("topo %v: exit %d, stdout %q, stderr %q; want a one-line usage error", args, code, out, errOut)
+		}
+	}
+}

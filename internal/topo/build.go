@@ -492,11 +492,12 @@ func (b *builder) nvlinkWarnings() {
 	}
 }
 
-// nicWarnings flags an RDMA NIC that is down while others of its kind are up.
+// nicWarnings flags an RDMA NIC that is down while other RDMA NICs of its kind are up (a plain
+// Ethernet port being up says nothing about the fabric).
 func (b *builder) nicWarnings(nics []nicFacts) {
 	up := map[string]bool{}
 	for _, c := range nics {
-		up[c.kind] = up[c.kind] || c.state == "up"
+		up[c.kind] = up[c.kind] || c.rdma && c.state == "up"
 	}
 	for _, c := range nics {
 		if c.state == "down" && up[c.kind] && c.rdma {
@@ -505,8 +506,9 @@ func (b *builder) nicWarnings(nics []nicFacts) {
 	}
 }
 
-// p2pAll is the topology's p2p: all when NVML says every pair of GPUs can read from each other
-// (or NVML gave no answer), else none, with a warning naming the pairs that cannot.
+// p2pAll is the topology's p2p: all when NVML says every pair of GPUs can read from each other, or
+// when it has no read matrix at all; a pair it could not answer for (U) counts as unable. Otherwise
+// none, with a warning naming the pairs that cannot.
 func (b *builder) p2pAll() string {
 	read, ok := b.m.p2p["read"]
 	if !ok {
