@@ -106,6 +106,9 @@ func (f *topoFlags) run(cmd *cobra.Command, e *env, g *globals, discover func(to
 	}
 	if g.output != "table" {
 		for _, w := range r.Warnings {
+			if r.TopologyErr != nil && w == r.TopologyErr.Error() {
+				continue // said once, as the error below
+			}
 			fmt.Fprintf(e.stderr, "gpubench: warning: %s\n", w)
 		}
 	}

@@ -92,7 +92,7 @@ func writeNode(b *bytes.Buffer, n *NodeReport, p2pCap string) {
 		}
 	}
 
-	labels := gpuLabels(len(n.GPUs))
+	labels := gpuLabels(n.GPUs)
 	for i := range n.NICs {
 		labels = append(labels, fmt.Sprintf("NIC%d", i))
 	}
@@ -136,14 +136,14 @@ func writeNode(b *bytes.Buffer, n *NodeReport, p2pCap string) {
 			if len(l.Down) > 0 {
 				down = joinInts(l.Down)
 			}
-			rows = append(rows, []string{fmt.Sprintf("GPU%d", l.GPU), l.Remote, links, strconv.Itoa(l.Up), down, l.Version, each, total})
+			rows = append(rows, []string{"GPU" + n.GPUs[l.GPU].Index, l.Remote, links, strconv.Itoa(l.Up), down, l.Version, each, total})
 		}
 		columns(b, rows)
 	}
 
 	if p2pCap != "" && n.P2P != nil {
 		fmt.Fprintf(b, "\nP2P %s status\n\n", p2pCap)
-		labels := gpuLabels(len(n.GPUs))
+		labels := gpuLabels(n.GPUs)
 		rows = [][]string{append([]string{""}, labels...)}
 		for i, cells := range n.P2P {
 			rows = append(rows, append([]string{labels[i]}, cells...))
@@ -153,10 +153,11 @@ func writeNode(b *bytes.Buffer, n *NodeReport, p2pCap string) {
 	}
 }
 
-func gpuLabels(n int) []string {
-	l := make([]string, n)
-	for i := range l {
-		l[i] = fmt.Sprintf("GPU%d", i)
+// gpuLabels names GPUs by their NVML index, which stays right when NVML could not open one.
+func gpuLabels(gpus []GPURow) []string {
+	l := make([]string, len(gpus))
+	for i, g := range gpus {
+		l[i] = "GPU" + g.Index
 	}
 	return l
 }
