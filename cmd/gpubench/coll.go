@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -92,17 +91,9 @@ func (g *globals) openColl(e *env) (gpu.Backend, int64, error) {
 		if err == nil {
 			return b, 0, nil
 		}
-		if g.backend == "cuda" {
-			return nil, 0, &exitError{code: exitNoGPU, err: fmt.Errorf("no usable GPU: %w", err)}
+		if err := g.noRealGPU(e, err); err != nil {
+			return nil, 0, err
 		}
-		why := err.Error()
-		switch {
-		case errors.Is(err, cuda.ErrNotFound):
-			why = cuda.ErrNotFound.Error()
-		case errors.Is(err, nccl.ErrNotFound):
-			why = nccl.ErrNotFound.Error()
-		}
-		fmt.Fprintf(e.stderr, "gpubench: %s; using the simulator (--topology %s)\n", why, g.topology)
 	}
 	return g.openSim()
 }

@@ -142,14 +142,9 @@ func (g *globals) openP2P(e *env) (p2p.Backend, string, error) {
 		if err == nil {
 			return b, "", nil
 		}
-		if g.backend == "cuda" {
-			return nil, "", &exitError{code: exitNoGPU, err: fmt.Errorf("no usable GPU: %w", err)}
+		if err := g.noRealGPU(e, err); err != nil {
+			return nil, "", err
 		}
-		why := err.Error()
-		if errors.Is(err, cuda.ErrNotFound) {
-			why = cuda.ErrNotFound.Error() // the list of paths tried is for --backend cuda
-		}
-		fmt.Fprintf(e.stderr, "gpubench: %s; using the simulator (--topology %s)\n", why, g.topology)
 	}
 	b, _, err := g.openSim()
 	if err != nil {

@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/cuda"
+	"github.com/gpubench/gpubench/internal/nccl"
 	"github.com/gpubench/gpubench/internal/report"
 	"github.com/gpubench/gpubench/internal/sim"
 )
@@ -80,6 +84,24 @@ func (g *globals) validate(backends ...string) error {
 	if !contains(report.Formats, g.output) {
 		return usageErr("unknown --output %q: use %s", g.output, strings.Join(report.Formats, ", "))
 	}
+	return nil
+}
+
+// noRealGPU handles a real backend that would not open: with --backend cuda it is exit 4 with the
+// whole reason; with auto, a one-line notice and nil, so that the caller falls back to the
+// simulator.
+func (g *globals) noRealGPU(e *env, err error) error {
+	if g.backend == "cuda" {
+		return &exitError{code: exitNoGPU, err: fmt.Errorf("no usable GPU: %w", err)}
+	}
+	why := err.Error()
+	switch { // the list of paths tried is for --backend cuda
+	case errors.Is(err, cuda.ErrNotFound):
+		why = cuda.ErrNotFound.Error()
+	case errors.Is(err, nccl.ErrNotFound):
+		why = nccl.ErrNotFound.Error()
+	}
+	fmt.Fprintf(e.stderr, "gpubench: %s; using the simulator (--topology %s)\n", why, g.topology)
 	return nil
 }
 

@@ -274,15 +274,7 @@ func (c *comm) Reduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op gpu
 // (which ncclAlltoAll does not support), a group of sends and receives to and from every peer, as
 // NCCL's documentation shows.
 func (c *comm) AllToAll(send, recv []gpu.Buffer, count int64, dt gpu.DType) error {
-	s, err := c.ptrs(send)
-	if err != nil {
-		return err
-	}
-	r, err := c.ptrs(recv)
-	if err != nil {
-		return err
-	}
-	if C.gn_has(C.GN_HAS_ALLTOALL) == 1 && s[0] != r[0] {
+	if C.gn_has(C.GN_HAS_ALLTOALL) == 1 && !sameStart(send[0], recv[0]) {
 		return c.collective("ncclAlltoAll", C.GN_ALLTOALL, send, recv, count, dt, 0, 0)
 	}
 	n := len(c.devs)
@@ -296,6 +288,13 @@ func (c *comm) AllToAll(send, recv []gpu.Buffer, count int64, dt gpu.DType) erro
 		}
 	}
 	return c.SendRecv(ops, count, dt)
+}
+
+// sameStart reports whether two buffers start at the same address (an in-place call).
+func sameStart(a, b gpu.Buffer) bool {
+	pa, _, errA := cuda.Pointer(a)
+	pb, _, errB := cuda.Pointer(b)
+	return errA == nil && errB == nil && pa == pb
 }
 
 func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
