@@ -1,0 +1,196 @@
+package results
+
+import (
+	"fmt"
+	"sort"
+)
+
+// Verdicts of a compared row (docs/results.md, "The regression rule").
+const (
+	Same       = "same"       // within the threshold
+	Regression = "regression" // bandwidth fell past the threshold, beyond the runs' noise
+	Improved   = "improved"   // bandwidth rose past the threshold, beyond the runs' noise
+	Noisy      = "noisy"      // past the threshold, but within the runs' per-iteration spread
+	NoFigure   = "n/a"        // OLD has no bandwidth to compare with (0 B rows)
+	OnlyOld    = "only_old"   // the row is only in OLD
+	OnlyNew    = "only_new"   // the row is only in NEW
+)
+
+// Placement names, in JSON and in the table.
+const (
+	OutOfPlace = "out_of_place"
+	InPlace    = "in_place"
+)
+
+// Line is one row and placement compared.
+type Line struct {
+	Key       RowKey
+	Placement string     // OutOfPlace or InPlace
+	Old, New  *Placement // nil on the side the row is missing from
+	Measure   string     // "busbw", or "algbw" when busbw is 0 by definition on both sides
+	BWChange  *float64   // new/old - 1 of the measure; nil when OLD's is 0
+	TimeDelta *float64   // new/old - 1 of the time; nil when OLD's is 0
+	Verdict   string
+	Noise     string // the noise test applied, when both sides carry per-iteration times
+}
+
+// Comparison is NEW set against OLD.
+type Comparison struct {
+	Old, New  *File
+	Threshold float64
+	Lines     []Line
+	Counts    map[string]int // lines per verdict
+	Notes     []string       // differences between the runs that bear on the comparison
+}
+
+// Compare sets every row of new against the row of old with the same key, out-of-place and
+// in-place apart. threshold is a fraction (0.05 for 5%).
+func Compare(old, new *File, threshold float64) (*Comparison, error) {
+	if old.Coll == nil || new.Coll == nil {
+		for _, f := range []*File{old, new} {
+			if f.Coll == nil {
+				return nil, fmt.Errorf("%s: compare reads collective results; this is a p2p result", f.Name)
+			}
+		}
+	}
+	oc, nc := old.Coll, new.Coll
+	cmp := &Comparison{Old: old, New: new, Threshold: threshold, Counts: map[string]int{}}
+	if oc.Collective != nc.Collective {
+		cmp.Notes = append(cmp.Notes, fmt.Sprintf("OLD is %s and NEW is %s: no row can match", oc.Collective, nc.Collective))
+	}
+	if oc.Ranks != nc.Ranks {
+		cmp.Notes = append(cmp.Notes, fmt.Sprintf("OLD ran on %d ranks and NEW on %d", oc.Ranks, nc.Ranks))
+	}
+	if oc.Backend != nc.Backend || oc.Topology != nc.Topology {
+		cmp.Notes = append(cmp.Notes, fmt.Sprintf("OLD ran on %s and NEW on %s", where(oc), where(nc)))
+	}
+	for _, f := range []*File{old, new} {
+		if !f.Complete {
+			cmp.Notes = append(cmp.Notes, fmt.Sprintf("%s did not finish: only its %d rows are compared", f.Name, len(f.Coll.Rows)))
+		}
+	}
+	olds := map[RowKey]Row{}
+	for _, r := range oc.Rows {
+		olds[r.Key(oc.Collective)] = r
+	}
+	news := map[RowKey]bool{}
+	zero := oc.ZeroBusBW && nc.ZeroBusBW
+	for _, nr := range nc.Rows {
+		k := nr.Key(nc.Collective)
+		news[k] = true
+		or, ok := olds[k]
+		for _, pl := range []string{OutOfPlace, InPlace} {
+			np := pick(nr, pl)
+			l := Line{Key: k, Placement: pl, New: &np}
+			if ok {
+				op := pick(or, pl)
+				l.Old = &op
+				judge(&l, threshold, zero)
+			} else {
+				l.Verdict = OnlyNew
+			}
+			cmp.Lines = append(cmp.Lines, l)
+		}
+	}
+	for _, or := range oc.Rows {
+		k := or.Key(oc.Collective)
+		if news[k] {
+			continue
+		}
+		for _, pl := range []string{OutOfPlace, InPlace} {
+			op := pick(or, pl)
+			cmp.Lines = append(cmp.Lines, Line{Key: k, Placement: pl, Old: &op, Verdict: OnlyOld})
+		}
+	}
+	sort.SliceStable(cmp.Lines, func(i, j int) bool { return less(cmp.Lines[i], cmp.Lines[j]) })
+	for _, l := range cmp.Lines {
+		cmp.Counts[l.Verdict]++
+	}
+	return cmp, nil
+}
+
+// Regressions is the number of lines judged a regression.
+func (c *Comparison) Regressions() int { return c.Counts[Regression] }
+
+func where(c *Coll) string {
+	if c.Topology != "" {
+		return fmt.Sprintf("backend %s, topology %s", c.Backend, c.Topology)
+	}
+	return "backend " + c.Backend
+}
+
+func pick(r Row, placement string) Placement {
+	if placement == InPlace {
+		return r.InPlace
+	}
+	return r.OutOfPlace
+}
+
+func less(a, b Line) bool {
+	ka, kb := a.Key, b.Key
+	switch {
+	case ka.Collective != kb.Collective:
+		return ka.Collective < kb.Collective
+	case ka.Type != kb.Type:
+		return ka.Type < kb.Type
+	case ka.Op != kb.Op:
+		return ka.Op < kb.Op
+	case ka.Root != kb.Root:
+		return ka.Root < kb.Root
+	case ka.Size != kb.Size:
+		return ka.Size < kb.Size
+	}
+	return a.Placement == OutOfPlace && b.Placement == InPlace
+}
+
+// judge applies the regression rule: the bandwidth moved by more than the threshold, and, when
+// both sides carry per-iteration times, the move is past the runs' spread: a slowdown counts when
+// NEW's median iteration is slower than OLD's 95th percentile, a speed-up when OLD's median is
+// slower than NEW's 95th percentile. Otherwise the line is noisy.
+func judge(l *Line, threshold float64, zeroBusBW bool) {
+	o, n := l.Old, l.New
+	l.Measure = "busbw"
+	ob, nb := o.BusBW, n.BusBW
+	if zeroBusBW || (ob == 0 && nb == 0) {
+		l.Measure, ob, nb = "algbw", o.AlgBW, n.AlgBW
+	}
+	if o.TimeUS > 0 {
+		d := n.TimeUS/o.TimeUS - 1
+		l.TimeDelta = &d
+	}
+	if !(ob > 0) {
+		l.Verdict = NoFigure
+		return
+	}
+	change := nb/ob - 1
+	l.BWChange = &change
+	switch {
+	case change < -threshold:
+		l.Verdict = Regression
+		if o.PerIter != nil && n.PerIter != nil {
+			beyond := n.PerIter.P50 > o.PerIter.P95
+			l.Noise = fmt.Sprintf("NEW p50 %.4g us %s OLD p95 %.4g us", n.PerIter.P50, cmpWord(beyond), o.PerIter.P95)
+			if !beyond {
+				l.Verdict = Noisy
+			}
+		}
+	case change > threshold:
+		l.Verdict = Improved
+		if o.PerIter != nil && n.PerIter != nil {
+			beyond := o.PerIter.P50 > n.PerIter.P95
+			l.Noise = fmt.Sprintf("OLD p50 %.4g us %s NEW p95 %.4g us", o.PerIter.P50, cmpWord(beyond), n.PerIter.P95)
+			if !beyond {
+				l.Verdict = Noisy
+			}
+		}
+	default:
+		l.Verdict = Same
+	}
+}
+
+func cmpWord(above bool) string {
+	if above {
+		return ">"
+	}
+	return "<="
+}

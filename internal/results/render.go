@@ -1,0 +1,276 @@
+package results
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+)
+
+// Formats are compare's --output values.
+var Formats = []string{"table", "markdown", "json"}
+
+// WriteCompare writes comparisons (one per NEW file, each against the same OLD) in a format.
+func WriteCompare(w io.Writer, format string, cmps []*Comparison) error {
+	switch format {
+	case "table":
+		return compareTable(w, cmps)
+	case "markdown":
+		return compareMarkdown(w, cmps)
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(compareJSON(cmps))
+	}
+	return fmt.Errorf("unknown output format %q: use %s", format, strings.Join(Formats, ", "))
+}
+
+func describe(f *File) string {
+	c := f.Coll
+	s := fmt.Sprintf("%s, %s, %d ranks", c.Collective, where(c), c.Ranks)
+	if !f.Complete {
+		s += ", did not finish"
+	}
+	return s
+}
+
+func pct(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	p := math.Round(1000**v) / 10
+	if p == 0 {
+		p = 0 // no "-0.0%"
+	}
+	return fmt.Sprintf("%+.1f%%", p)
+}
+
+func num(p *Placement, v func(*Placement) float64) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v(p))
+}
+
+func bwOf(l Line) func(*Placement) float64 {
+	if l.Measure == "algbw" {
+		return func(p *Placement) float64 { return p.AlgBW }
+	}
+	return func(p *Placement) float64 { return p.BusBW }
+}
+
+func timeOf(p *Placement) float64 { return p.TimeUS }
+
+func opText(op string) string {
+	if op == "" {
+		return "none"
+	}
+	return op
+}
+
+func shortPlace(p string) string {
+	if p == InPlace {
+		return "in"
+	}
+	return "out"
+}
+
+func verdictText(l Line) string {
+	v := l.Verdict
+	switch v {
+	case Regression:
+		v = "REGRESSION"
+	case OnlyOld:
+		v = "only in OLD"
+	case OnlyNew:
+		v = "only in NEW"
+	}
+	if l.Noise != "" {
+		v += " (" + l.Noise + ")"
+	}
+	if l.Measure == "algbw" {
+		v += " [algbw]"
+	}
+	return v
+}
+
+func summary(c *Comparison) string {
+	n := c.Counts
+	return fmt.Sprintf("%d regression%s, %d noisy, %d improved, %d same, %d n/a; %d only in OLD, %d only in NEW (row placements)",
+		n[Regression], plural(n[Regression]), n[Noisy], n[Improved], n[Same], n[NoFigure], n[OnlyOld], n[OnlyNew])
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func thresholdText(t float64) string {
+	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.3f", 100*t), "0"), ".") + "%"
+}
+
+func compareTable(w io.Writer, cmps []*Comparison) error {
+	for i, c := range cmps {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "# gpubench compare: busbw change past %s is a regression; where both runs have per-iteration times, only beyond their spread\n", thresholdText(c.Threshold))
+		fmt.Fprintf(w, "# OLD %s: %s\n", c.Old.Name, describe(c.Old))
+		fmt.Fprintf(w, "# NEW %s: %s\n", c.New.Name, describe(c.New))
+		for _, n := range c.Notes {
+			fmt.Fprintf(w, "# Note: %s\n", n)
+		}
+		fmt.Fprintf(w, "#\n# %12s  %12s  %8s  %6s  %4s  %5s  %9s  %9s  %7s  %9s  %9s  %7s  %s\n",
+			"collective", "size", "type", "redop", "root", "place", "old busbw", "new busbw", "change", "old time", "new time", "change", "verdict")
+		fmt.Fprintf(w, "# %12s  %12s  %8s  %6s  %4s  %5s  %9s  %9s  %7s  %9s  %9s  %7s\n",
+			"", "(B)", "", "", "", "", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "")
+		for _, l := range c.Lines {
+			bw := bwOf(l)
+			fmt.Fprintf(w, "  %12s  %12d  %8s  %6s  %4d  %5s  %9s  %9s  %7s  %9s  %9s  %7s  %s\n",
+				l.Key.Collective, l.Key.Size, l.Key.Type, opText(l.Key.Op), l.Key.Root, shortPlace(l.Placement),
+				num(l.Old, bw), num(l.New, bw), pct(l.BWChange), num(l.Old, timeOf), num(l.New, timeOf), pct(l.TimeDelta), verdictText(l))
+		}
+		fmt.Fprintf(w, "# %s\n", summary(c))
+	}
+	return nil
+}
+
+func compareMarkdown(w io.Writer, cmps []*Comparison) error {
+	for i, c := range cmps {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "**gpubench compare**: OLD `%s` (%s) against NEW `%s` (%s); threshold %s\n\n",
+			c.Old.Name, describe(c.Old), c.New.Name, describe(c.New), thresholdText(c.Threshold))
+		fmt.Fprintln(w, "| collective | size (B) | type | redop | root | placement | OLD busbw (GB/s) | NEW busbw (GB/s) | change | OLD time (us) | NEW time (us) | change | verdict |")
+		fmt.Fprintln(w, "|---|---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|")
+		for _, l := range c.Lines {
+			bw := bwOf(l)
+			v := verdictText(l)
+			if l.Verdict == Regression {
+				v = "**" + v + "**"
+			}
+			fmt.Fprintf(w, "| %s | %d | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+				l.Key.Collective, l.Key.Size, l.Key.Type, opText(l.Key.Op), l.Key.Root, strings.ReplaceAll(l.Placement, "_", "-"),
+				num(l.Old, bw), num(l.New, bw), pct(l.BWChange), num(l.Old, timeOf), num(l.New, timeOf), pct(l.TimeDelta), v)
+		}
+		fmt.Fprintf(w, "\n%s.\n", summary(c))
+		for _, n := range c.Notes {
+			fmt.Fprintf(w, "\n> Note: %s\n", n)
+		}
+	}
+	return nil
+}
+
+type jsonCompare struct {
+	Threshold   float64          `json:"threshold"`
+	Old         jsonFileInfo     `json:"old"`
+	Comparisons []jsonComparison `json:"comparisons"`
+	Regressions int              `json:"regressions"`
+}
+
+type jsonFileInfo struct {
+	File       string   `json:"file"`
+	Form       string   `json:"form"`
+	Complete   bool     `json:"complete"`
+	Collective string   `json:"collective"`
+	Backend    string   `json:"backend"`
+	Topology   *string  `json:"topology"`
+	Ranks      int      `json:"ranks"`
+	Rows       int      `json:"rows"`
+	Notices    []string `json:"notices"`
+}
+
+type jsonComparison struct {
+	New    jsonFileInfo     `json:"new"`
+	Notes  []string         `json:"notes"`
+	Counts map[string]int   `json:"counts"`
+	Rows   []jsonCompareRow `json:"rows"`
+}
+
+type jsonCompareRow struct {
+	Collective string    `json:"collective"`
+	Size       int64     `json:"size_bytes"`
+	Type       string    `json:"type"`
+	Op         *string   `json:"redop"`
+	Root       *int      `json:"root"`
+	Placement  string    `json:"placement"`
+	Measure    *string   `json:"measure"`
+	Old        *jsonSide `json:"old"`
+	New        *jsonSide `json:"new"`
+	BWChange   *float64  `json:"bw_change"`
+	TimeChange *float64  `json:"time_change"`
+	Verdict    string    `json:"verdict"`
+	Noise      *string   `json:"noise_test"`
+}
+
+type jsonSide struct {
+	TimeUS      float64  `json:"time_us"`
+	AlgBW       float64  `json:"algbw_gbs"`
+	BusBW       float64  `json:"busbw_gbs"`
+	SlowestRank *int     `json:"slowest_rank"`
+	P50         *float64 `json:"p50_us"`
+	P95         *float64 `json:"p95_us"`
+	CV          *float64 `json:"cv"`
+}
+
+func fileInfo(f *File) jsonFileInfo {
+	c := f.Coll
+	fi := jsonFileInfo{File: f.Name, Form: f.Form, Complete: f.Complete, Collective: c.Collective, Backend: c.Backend,
+		Ranks: c.Ranks, Rows: len(c.Rows), Notices: append([]string{}, f.Notices...)}
+	if c.Topology != "" {
+		fi.Topology = &c.Topology
+	}
+	return fi
+}
+
+func side(p *Placement) *jsonSide {
+	if p == nil {
+		return nil
+	}
+	s := &jsonSide{TimeUS: p.TimeUS, AlgBW: p.AlgBW, BusBW: p.BusBW, SlowestRank: p.SlowestRank}
+	if pi := p.PerIter; pi != nil {
+		s.P50, s.P95, s.CV = &pi.P50, &pi.P95, &pi.CV
+	}
+	return s
+}
+
+func compareJSON(cmps []*Comparison) jsonCompare {
+	doc := jsonCompare{Comparisons: []jsonComparison{}}
+	for i, c := range cmps {
+		if i == 0 {
+			doc.Threshold, doc.Old = c.Threshold, fileInfo(c.Old)
+		}
+		jc := jsonComparison{New: fileInfo(c.New), Notes: append([]string{}, c.Notes...), Counts: map[string]int{}, Rows: []jsonCompareRow{}}
+		for _, v := range []string{Same, Regression, Improved, Noisy, NoFigure, OnlyOld, OnlyNew} {
+			jc.Counts[v] = c.Counts[v]
+		}
+		for _, l := range c.Lines {
+			r := jsonCompareRow{Collective: l.Key.Collective, Size: l.Key.Size, Type: l.Key.Type, Placement: l.Placement,
+				Old: side(l.Old), New: side(l.New), BWChange: l.BWChange, TimeChange: l.TimeDelta, Verdict: l.Verdict}
+			if l.Key.Op != "" {
+				op := l.Key.Op
+				r.Op = &op
+			}
+			if l.Key.Root >= 0 {
+				root := l.Key.Root
+				r.Root = &root
+			}
+			if l.Measure != "" {
+				m := l.Measure
+				r.Measure = &m
+			}
+			if l.Noise != "" {
+				n := l.Noise
+				r.Noise = &n
+			}
+			jc.Rows = append(jc.Rows, r)
+		}
+		doc.Regressions += c.Regressions()
+		doc.Comparisons = append(doc.Comparisons, jc)
+	}
+	return doc
+}
