@@ -4,6 +4,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpubench/gpubench/internal/sim"
 )
@@ -25,6 +26,13 @@ func TestParseFault(t *testing.T) {
 		{"slow-link=dgx-h100-0/gpu0,dgx-h100-0/nvswitch,1", sim.Fault{Kind: "slow-link", A: "dgx-h100-0/gpu0", B: "dgx-h100-0/nvswitch", Factor: 1}},
 		{"slow-link=pcie0,cpu0,1e-3", sim.Fault{Kind: "slow-link", A: "pcie0", B: "cpu0", Factor: 0.001}},
 		{"slow-link=a,b,.5", sim.Fault{Kind: "slow-link", A: "a", B: "b", Factor: 0.5}},
+		{"slow-link=gpu0,nvswitch,0.25@10m", sim.Fault{Kind: "slow-link", A: "gpu0", B: "nvswitch", Factor: 0.25, At: 10 * time.Minute}},
+		{"slow-link=gpu0,nvswitch,0.5@0s", sim.Fault{Kind: "slow-link", A: "gpu0", B: "nvswitch", Factor: 0.5}},
+		{"xid=1", sim.Fault{Kind: "xid", Device: 1, Code: 79}},
+		{"xid=1@90s", sim.Fault{Kind: "xid", Device: 1, At: 90 * time.Second, Code: 79}},
+		{"xid=1@90s:48", sim.Fault{Kind: "xid", Device: 1, At: 90 * time.Second, Code: 48}},
+		{"xid=7:13", sim.Fault{Kind: "xid", Device: 7, Code: 13}},
+		{"xid=0@1h2m3.5s:65536", sim.Fault{Kind: "xid", At: time.Hour + 2*time.Minute + 3500*time.Millisecond, Code: 65536}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
@@ -42,7 +50,7 @@ func TestParseFault(t *testing.T) {
 
 func TestParseFaultErrors(t *testing.T) {
 	t.Parallel()
-	const usage = "use hang=DEVICE[@N], corrupt=DEVICE[@N] or slow-link=PART,PART,FACTOR"
+	const usage = "use hang=DEVICE[@N], corrupt=DEVICE[@N], slow-link=PART,PART,FACTOR[@TIME] or xid=DEVICE[@TIME][:CODE]"
 	tests := []struct {
 		name string
 		in   string
@@ -76,6 +84,18 @@ func TestParseFaultErrors(t *testing.T) {
 		{"four fields", "slow-link=gpu0,nvswitch,0.5,1", []string{`bad fault "slow-link=gpu0,nvswitch,0.5,1"`, usage}},
 		{"empty first part", "slow-link=,nvswitch,0.5", []string{`bad fault "slow-link=,nvswitch,0.5"`, usage}},
 		{"empty second part", "slow-link=gpu0,,0.5", []string{`bad fault "slow-link=gpu0,,0.5"`, usage}},
+		{"slow-link bad time", "slow-link=a,b,0.5@soon", []string{`"soon" is not a time`, usage}},
+		{"slow-link negative time", "slow-link=a,b,0.5@-1s", []string{`"-1s" is not a time`}},
+		{"slow-link empty time", "slow-link=a,b,0.5@", []string{`"" is not a time`}},
+		{"slow-link time without unit", "slow-link=a,b,0.5@10", []string{`"10" is not a time`}},
+		{"xid no device", "xid=@10s", []string{`"" is not a device number`, usage}},
+		{"xid bad device", "xid=gpu1@10s", []string{`"gpu1" is not a device number`}},
+		{"xid bad time", "xid=1@x:48", []string{`"x" is not a time`}},
+		{"xid count instead of time", "xid=1@5", []string{`"5" is not a time`}},
+		{"xid code 0", "xid=1@5s:0", []string{`"0" is not an XID number (1-65536)`}},
+		{"xid code too large", "xid=1:65537", []string{`"65537" is not an XID number`}},
+		{"xid empty code", "xid=1@5s:", []string{`"" is not an XID number`}},
+		{"xid code not a number", "xid=1:fell", []string{`"fell" is not an XID number`}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -110,6 +130,9 @@ func TestFaultString(t *testing.T) {
 		{sim.Fault{Kind: "slow-link", A: "h/gpu0", B: "h/nvswitch", Factor: 1}, "slow-link=h/gpu0,h/nvswitch,1"},
 		{sim.Fault{Kind: "slow-link", A: "a", B: "b", Factor: 0.1}, "slow-link=a,b,0.1"},
 		{sim.Fault{Kind: "slow-link", A: "a", B: "b", Factor: 1e-7}, "slow-link=a,b,1e-07"},
+		{sim.Fault{Kind: "slow-link", A: "a", B: "b", Factor: 0.5, At: 90 * time.Second}, "slow-link=a,b,0.5@1m30s"},
+		{sim.Fault{Kind: "xid", Device: 2, At: 90 * time.Second, Code: 48}, "xid=2@1m30s:48"},
+		{sim.Fault{Kind: "xid", Device: 2, Code: 79}, "xid=2:79"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.want, func(t *testing.T) {
@@ -131,7 +154,8 @@ func TestFaultStringRoundTrips(t *testing.T) {
 		"slow-link=dgx-h100-0/gpu0,dgx-h100-0/nvswitch,1",
 		"slow-link=a,b,0.1", "slow-link=a,b,0.30000000000000004", "slow-link=a,b,1e-300",
 		"slow-link=a,b,5e-324", "slow-link=a,b,0x1p-2", "slow-link=a,b,1.0000", "slow-link=a=b,c,0.5",
-		"slow-link=a b,c,0.5",
+		"slow-link=a b,c,0.5", "slow-link=a,b,0.5@90s", "slow-link=a,b,0.5@1.5h", "slow-link=a,b,0.5@0s",
+		"xid=1", "xid=1@90s:48", "xid=3:13", "xid=0@2562047h47m16.854775807s:65536", "xid=1@1us",
 	} {
 		t.Run(in, func(t *testing.T) {
 			t.Parallel()
@@ -160,7 +184,8 @@ func FuzzParseFault(f *testing.F) {
 		"slow-link=gpu0,nvswitch,0.25", "slow-link=dgx-h100-0/gpu0,dgx-h100-0/nvswitch,1",
 		"hang", "crash=3", "hang=-1", "hang=3@-1", "slow-link=gpu0,nvswitch,0",
 		"slow-link=gpu0,nvswitch,1.5", "slow-link=gpu0,nvswitch,nan", "slow-link=gpu0,0.5",
-		"slow-link=a,b,1e-320", "hang=+1@+2",
+		"slow-link=a,b,1e-320", "hang=+1@+2", "slow-link=a,b,0.5@10m", "xid=1@90s:48", "xid=2",
+		"xid=1@-1s", "xid=1:0", "slow-link=a,b,1@1h@2h",
 	} {
 		f.Add(s)
 	}
@@ -174,11 +199,15 @@ func FuzzParseFault(f *testing.F) {
 		}
 		switch fault.Kind {
 		case "hang", "corrupt":
-			if fault.Device < 0 || fault.After < 0 || fault.A != "" || fault.B != "" || fault.Factor != 0 {
+			if fault.Device < 0 || fault.After < 0 || fault.A != "" || fault.B != "" || fault.Factor != 0 || fault.At != 0 || fault.Code != 0 {
 				t.Fatalf("ParseFault(%q) = %+v", s, fault)
 			}
 		case "slow-link":
-			if fault.A == "" || fault.B == "" || !(fault.Factor > 0 && fault.Factor <= 1) || math.IsNaN(fault.Factor) {
+			if fault.A == "" || fault.B == "" || !(fault.Factor > 0 && fault.Factor <= 1) || math.IsNaN(fault.Factor) || fault.At < 0 || fault.Code != 0 {
+				t.Fatalf("ParseFault(%q) = %+v", s, fault)
+			}
+		case "xid":
+			if fault.Device < 0 || fault.At < 0 || fault.Code < 1 || fault.Code > 1<<16 || fault.A != "" || fault.Factor != 0 || fault.After != 0 {
 				t.Fatalf("ParseFault(%q) = %+v", s, fault)
 			}
 		default:

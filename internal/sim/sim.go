@@ -67,10 +67,11 @@ func New(t *gpu.Topology, opt Options) (*Backend, error) {
 	n := len(b.devices)
 	b.free, b.used, b.calls = make([]float64, n), make([]int64, n), make([]int, n)
 	b.peers = map[[2]int]bool{}
+	b.opt.Faults = append([]Fault(nil), opt.Faults...) // timed faults are marked as they start
 	for _, f := range opt.Faults {
 		switch f.Kind {
 		case "slow-link":
-			if err := t.SlowLink(f.A, f.B, f.Factor); err != nil {
+			if err := t.SlowLink(f.A, f.B, f.startFactor()); err != nil {
 				return nil, err
 			}
 		default:
@@ -245,6 +246,7 @@ func (b *Backend) synchronize(ctx context.Context, devs []int) error {
 func (b *Backend) hostLaunch(devs []int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.applyTimedFaults()
 	perNode := map[int]int{}
 	busiest := 0
 	for _, d := range devs {

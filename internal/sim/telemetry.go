@@ -1,0 +1,186 @@
+package sim
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/metrics/telemetry"
+)
+
+// Simulated telemetry (docs/monitoring.md, "The simulator's telemetry"): every figure follows the
+// load the simulator has run, on its virtual clock.
+//
+//   - Utilization is the share of virtual time since the previous sample in which the device's
+//     stream had collectives queued (copies are not counted).
+//   - Temperature moves towards idleC + (loadC - idleC)·utilization with a time constant of
+//     thermalTau of virtual time; power is idle plus the load share of the board's range.
+//   - Energy integrates power over virtual time; clocks run at boost, except when idle.
+//   - ECC, row remap, PCIe replay and NVLink error counters stay at zero: the simulator injects
+//     XIDs (xid faults), slow links and corrupted results, which the burn-in's other checks see.
+//
+// Clock figures are an H100 SXM's (base 1590 MHz, boost 1980 MHz, memory 2619 MHz) for every
+// simulated GPU; power limits come from the GPU's name (simPowerLimit).
+const (
+	idleC        = 32.0
+	loadC        = 74.0
+	slowdownC    = 87.0
+	thermalTau   = 60 * time.Second
+	baseSMHz     = 1590e6
+	boostSMHz    = 1980e6
+	idleSMHz     = 345e6
+	memClockHz   = 2619e6
+	idlePowerPct = 0.1
+	loadPowerPct = 0.9
+)
+
+// Telemetry reports a simulated backend's GPUs as a telemetry.Source.
+type Telemetry struct {
+	b   *Backend
+	inv telemetry.Inventory
+
+	mu       sync.Mutex
+	lastUS   float64   // virtual time of the previous sample
+	busyTill []float64 // per device: the stream's idle time at the previous sample
+	tempC    []float64
+	energyJ  []float64
+	reported []bool // per fault: its XID was reported
+}
+
+var _ telemetry.Source = (*Telemetry)(nil)
+
+// NewTelemetry returns the simulated telemetry of b's GPUs, starting idle at b's current time.
+func NewTelemetry(b *Backend) *Telemetry {
+	t := &Telemetry{b: b}
+	t.inv = telemetry.Inventory{DriverVersion: "sim", CUDAVersion: "sim"}
+	n := len(b.devices)
+	for i := 0; i < n; i++ {
+		g, node := b.topo.GPU(i)
+		t.inv.Devices = append(t.inv.Devices, telemetry.Device{
+			Index: i, UUID: simUUID(node.Hostname, g), Name: g.Name, PCIBusID: g.PCIBusID, NUMANode: g.NUMANode,
+			MemoryBytes: float64(g.MemoryBytes), BaseSMClockHz: baseSMHz, NVLinks: nvlinkLanes(node, g.ID),
+		})
+	}
+	b.mu.Lock()
+	t.lastUS = b.hostUS
+	t.busyTill = append([]float64(nil), b.free...)
+	b.mu.Unlock()
+	t.tempC, t.energyJ = make([]float64, n), make([]float64, n)
+	for i := range t.tempC {
+		t.tempC[i] = idleC
+	}
+	t.reported = make([]bool, len(b.opt.Faults))
+	return t
+}
+
+// simUUID is a stable UUID-shaped name for a simulated GPU: its topology UUID when the file has
+// one, else one derived from its host and id.
+func simUUID(host string, g gpu.GPU) string {
+	if g.UUID != "" {
+		return g.UUID
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s/%s", host, g.ID)
+	v := h.Sum64()
+	return fmt.Sprintf("GPU-%08x-%04x-4%03x-8%03x-%012x", uint32(v>>32), uint16(v>>16), uint16(v)&0xfff, uint16(v>>4)&0xfff, v&0xffffffffffff)
+}
+
+func nvlinkLanes(node *gpu.Node, id string) int {
+	n := 0
+	for _, l := range node.Links {
+		if l.Kind == "nvlink" && (l.A == id || l.B == id) {
+			n += max(l.Lanes, 1)
+		}
+	}
+	return n
+}
+
+func (t *Telemetry) Inventory() telemetry.Inventory { return t.inv }
+func (t *Telemetry) Close() error                   { return nil }
+
+// Sample advances the model to the backend's current virtual time and reports it.
+func (t *Telemetry) Sample() telemetry.Sample {
+	start := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.b
+	b.mu.Lock()
+	now := b.hostUS
+	free := append([]float64(nil), b.free...)
+	used := append([]int64(nil), b.used...)
+	b.mu.Unlock()
+	dtUS := now - t.lastUS
+	s := telemetry.Sample{Durations: map[string]time.Duration{}}
+	for i, d := range t.inv.Devices {
+		g := telemetry.NewGPU(i)
+		util := 0.0
+		if dtUS > 0 {
+			till := math.Min(free[i], now)
+			busy := till - math.Max(t.busyTill[i], t.lastUS)
+			util = math.Max(0, math.Min(1, busy/dtUS))
+		} else if free[i] > now {
+			util = 1
+		}
+		t.busyTill[i] = math.Min(free[i], now)
+		limit := simPowerLimit(d.Name)
+		power := limit * (idlePowerPct + (loadPowerPct-idlePowerPct)*util)
+		target := idleC + (loadC-idleC)*util
+		dt := time.Duration(dtUS * 1e3)
+		t.tempC[i] = target + (t.tempC[i]-target)*math.Exp(-dt.Seconds()/thermalTau.Seconds())
+		t.energyJ[i] += power * dt.Seconds()
+		g.TemperatureCelsius = math.Round(t.tempC[i])
+		g.SlowdownTempCelsius = slowdownC
+		g.PowerWatts = math.Round(power*1000) / 1000
+		g.PowerLimitWatts = limit
+		g.EnergyJoules = math.Round(t.energyJ[i]*1000) / 1000
+		g.SMClockHz, g.ClockReasons = boostSMHz, 0
+		if util < 0.05 {
+			g.SMClockHz, g.ClockReasons = idleSMHz, telemetry.ReasonGPUIdle
+		}
+		g.ReasonsKnown = true
+		g.MemoryClockHz = memClockHz
+		g.Utilization = math.Round(util*100) / 100
+		g.MemoryUtilization = math.Round(util*60) / 100
+		g.MemoryUsedBytes = float64(used[i])
+		g.ECCCorrected, g.ECCUncorrected = 0, 0
+		g.RemappedRowsCorrected, g.RemappedRowsUncorr, g.RemapFailed = 0, 0, 0
+		g.PCIeReplays = 0
+		for l := 0; l < d.NVLinks; l++ {
+			g.Links = append(g.Links, telemetry.Link{Link: l, Up: true})
+		}
+		s.GPUs = append(s.GPUs, g)
+	}
+	t.lastUS = now
+	s.Durations["gpu"] = time.Since(start)
+	xidStart := time.Now()
+	for i, f := range b.opt.Faults {
+		if f.Kind == "xid" && !t.reported[i] && f.At <= time.Duration(now*1e3) {
+			t.reported[i] = true
+			s.XIDs = append(s.XIDs, telemetry.XID{GPU: f.Device, Code: f.Code, At: f.At})
+		}
+	}
+	s.Durations["xid"] = time.Since(xidStart)
+	return s
+}
+
+// simPowerLimit is a simulated GPU's board power limit in watts, from its name.
+func simPowerLimit(name string) float64 {
+	n := strings.ToUpper(name)
+	switch {
+	case strings.Contains(n, "B200"):
+		return 1000
+	case strings.Contains(n, "H100"), strings.Contains(n, "H200"):
+		return 700
+	case strings.Contains(n, "A100"):
+		return 400
+	case strings.Contains(n, "4090"):
+		return 450
+	case strings.Contains(n, "L40"):
+		return 350
+	}
+	return 300
+}
