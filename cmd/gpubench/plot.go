@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpubench/gpubench/internal/plot"
+	"github.com/gpubench/gpubench/internal/results"
+)
+
+type plotFlags struct {
+	out       string
+	y         string
+	placement string
+	matrices  []string
+	size      string
+	title     string
+}
+
+func newPlotCmd(e *env) *cobra.Command {
+	f := &plotFlags{}
+	cmd := &cobra.Command{
+		Use:   "plot RESULT.json [RESULT.json...] -o FILE.svg|png",
+		Short: "Draw results: busbw or time against size, runs overlaid; p2p matrices as heat maps",
+		Long: "plot draws collective results (--output json documents or JSON lines written with --out) as\n" +
+			"busbw, algbw or time against size on a log axis, one line per run with a legend, and each\n" +
+			"topology's nominal bus peak as a dashed line. p2p results (gpubench p2p --output json) become\n" +
+			"heat maps of the matrices asked for, the unidirectional P2P write bandwidth by default. The\n" +
+			"image is SVG or PNG, by the extension of -o.",
+		Example: "  gpubench plot before.json after.json -o busbw.svg\n  gpubench plot run.json --y time --placement both -o time.png\n  gpubench plot p2p.json --matrix uni_enabled,bi_enabled -o p2p.png",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return f.run(cmd, e, args)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&f.out, "out", "o", "", "the image to write: FILE.svg or FILE.png (required)")
+	fl.StringVar(&f.y, "y", "busbw", "collectives: what to draw against size: "+strings.Join(plot.Measures, ", "))
+	fl.StringVar(&f.placement, "placement", "out", "collectives: out (out-of-place), in (in-place) or both")
+	fl.StringSliceVar(&f.matrices, "matrix", []string{"uni_enabled"}, "p2p: matrices to draw, side by side: uni_enabled, uni_disabled, bi_enabled, bi_disabled, lat_enabled, lat_disabled")
+	fl.StringVar(&f.size, "size", "960x600", "image size in pixels, WIDTHxHEIGHT (SVG: CSS pixels)")
+	fl.StringVar(&f.title, "title", "", "title (default: what is drawn)")
+	return cmd
+}
+
+func (f *plotFlags) run(cmd *cobra.Command, e *env, args []string) error {
+	if len(args) == 0 {
+		return usageErr("plot needs a result file: gpubench plot RESULT.json [RESULT.json...] -o FILE.svg")
+	}
+	if f.out == "" {
+		return usageErr("plot needs an image to write: add -o FILE.svg or -o FILE.png")
+	}
+	opt := plot.Options{Measure: f.y, Placement: f.placement, Matrices: f.matrices, Title: f.title}
+	opt.Format = strings.TrimPrefix(strings.ToLower(filepath.Ext(f.out)), ".")
+	if !slices.Contains(plot.Formats, opt.Format) {
+		return usageErr("invalid -o %q: name an .svg or .png file", f.out)
+	}
+	var err error
+	if opt.Width, opt.Height, err = parseImageSize(f.size); err != nil {
+		return usageErr("invalid --size %q: %v", f.size, err)
+	}
+	if !slices.Contains(plot.Measures, f.y) {
+		return usageErr("invalid --y %q: use %s", f.y, strings.Join(plot.Measures, ", "))
+	}
+	if !slices.Contains(plot.Placements, f.placement) {
+		return usageErr("invalid --placement %q: use out, in or both", f.placement)
+	}
+	files := make([]*results.File, len(args))
+	for i, name := range args {
+		if files[i], err = results.ReadFile(name); err != nil {
+			return usageErr("%v", err)
+		}
+	}
+	p2p := files[0].P2P != nil
+	for _, file := range files[1:] {
+		if (file.P2P != nil) != p2p {
+			return usageErr("%s and %s: plot collective results and p2p results separately", files[0].Name, file.Name)
+		}
+	}
+	fl := cmd.Flags()
+	switch {
+	case p2p && (fl.Changed("y") || fl.Changed("placement")):
+		return usageErr("--y and --placement are for collective results; for p2p results choose matrices with --matrix")
+	case !p2p && fl.Changed("matrix"):
+		return usageErr("--matrix is for p2p results; for collective results choose --y and --placement")
+	}
+	for _, file := range files {
+		for _, n := range file.Notices {
+			fmt.Fprintf(e.stderr, "gpubench: %s: %s\n", file.Name, n)
+		}
+	}
+	var img bytes.Buffer
+	if err := plot.Draw(&img, files, opt); err != nil {
+		return usageErr("%v", err)
+	}
+	if err := writeAtomic(f.out, img.Bytes()); err != nil {
+		return runtimeErr(fmt.Errorf("writing %s: %w", f.out, err))
+	}
+	fmt.Fprintf(e.stderr, "gpubench: plot: wrote %s (%dx%d %s)\n", f.out, opt.Width, opt.Height, strings.ToUpper(opt.Format))
+	return nil
+}
+
+// parseImageSize reads WIDTHxHEIGHT in pixels.
+func parseImageSize(s string) (w, h int, err error) {
+	a, b, ok := strings.Cut(strings.ToLower(s), "x")
+	if ok {
+		w, err = strconv.Atoi(a)
+		if err == nil {
+			h, err = strconv.Atoi(b)
+		}
+	}
+	if !ok || err != nil || w < 100 || h < 100 || w > 20000 || h > 20000 {
+		return 0, 0, fmt.Errorf("give WIDTHxHEIGHT in pixels, 100 to 20000 each, e.g. 960x600")
+	}
+	return w, h, nil
+}
+
+// writeAtomic writes data to path through a temporary file in the same folder, so that a failure
+// leaves no half-written image.
+func writeAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
