@@ -50,6 +50,7 @@ fuzz:
 	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzParseVisibleDevices$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzParseBusID$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzSysfsValues$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/results -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME)
 
 # CPU seconds and peak memory of the simulated 8B:8GB all-reduce sweep.
 bench:

@@ -1,0 +1,102 @@
+package results
+
+import (
+	"strings"
+	"testing"
+)
+
+// Per-iteration spread decides: a 10% fall whose new median is past the old 95th percentile is a
+// regression, a 6% fall inside the spread is noise; rows on one side only are listed as such.
+func TestCompareWithPerIter(t *testing.T) {
+	old, err := ReadFile("testdata/periter-old.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	new, err := ReadFile("testdata/periter-new.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Compare(old, new, 0.05)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []struct {
+		size    int64
+		place   string
+		verdict string
+	}{
+		{1048576, OutOfPlace, Regression}, {1048576, InPlace, Same},
+		{67108864, OutOfPlace, Noisy}, {67108864, InPlace, Same},
+		{268435456, OutOfPlace, OnlyOld}, {268435456, InPlace, OnlyOld},
+		{1073741824, OutOfPlace, OnlyNew}, {1073741824, InPlace, OnlyNew},
+	}
+	if len(c.Lines) != len(want) {
+		t.Fatalf("%d lines; want %d", len(c.Lines), len(want))
+	}
+	for i, w := range want {
+		l := c.Lines[i]
+		if l.Key.Size != w.size || l.Placement != w.place || l.Verdict != w.verdict {
+			t.Errorf("line %d: %d B %s %s; want %d B %s %s", i, l.Key.Size, l.Placement, l.Verdict, w.size, w.place, w.verdict)
+		}
+	}
+	reg := c.Lines[0]
+	if reg.BWChange == nil || *reg.BWChange > -0.099 || *reg.BWChange < -0.101 || reg.Noise != "NEW p50 20.3 us > OLD p95 19 us" {
+		t.Errorf("regression line: change %v, noise %q", reg.BWChange, reg.Noise)
+	}
+	if n := c.Lines[2].Noise; n != "NEW p50 310 us <= OLD p95 330 us" {
+		t.Errorf("noisy line's test %q", n)
+	}
+	if c.Regressions() != 1 || c.Counts[Noisy] != 1 || c.Counts[Same] != 2 {
+		t.Errorf("counts %v", c.Counts)
+	}
+	// The same pair without per-iteration times: both falls are regressions.
+	for _, f := range []*File{old, new} {
+		for i := range f.Coll.Rows {
+			f.Coll.Rows[i].OutOfPlace.PerIter, f.Coll.Rows[i].InPlace.PerIter = nil, nil
+		}
+	}
+	c, _ = Compare(old, new, 0.05)
+	if c.Regressions() != 2 || c.Counts[Noisy] != 0 || c.Lines[2].Noise != "" {
+		t.Errorf("without per_iter: counts %v; want 2 regressions", c.Counts)
+	}
+	// A higher threshold lets the 6% fall pass.
+	if c, _ = Compare(old, new, 0.08); c.Regressions() != 1 || c.Lines[2].Verdict != Same {
+		t.Errorf("threshold 8%%: counts %v", c.Counts)
+	}
+}
+
+func TestCompareImprovedAndNotes(t *testing.T) {
+	old, _ := ReadFile("testdata/periter-new.json")
+	new, _ := ReadFile("testdata/periter-old.json")
+	new.Coll.Ranks, new.Coll.Topology = 16, "dgx-h100x2"
+	c, err := Compare(old, new, 0.05)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Lines[0].Verdict != Improved || c.Lines[0].Noise != "OLD p50 20.3 us > NEW p95 19 us" || c.Lines[2].Verdict != Noisy {
+		t.Errorf("lines %+v %+v; want improved, then noisy", c.Lines[0], c.Lines[2])
+	}
+	notes := strings.Join(c.Notes, "; ")
+	if !strings.Contains(notes, "OLD ran on 8 ranks and NEW on 16") || !strings.Contains(notes, "topology dgx-h100x2") {
+		t.Errorf("notes %q; want the rank count and topology told", notes)
+	}
+}
+
+// With one rank busbw is 0 by definition: algbw is compared instead.
+func TestCompareZeroBusBW(t *testing.T) {
+	mk := func(alg float64) *File {
+		return &File{Name: "x", Complete: true, Coll: &Coll{Collective: "allreduce", Backend: "sim", Ranks: 1, ZeroBusBW: true,
+			Rows: []Row{{Size: 1024, Type: "float", Op: "sum", OutOfPlace: Placement{TimeUS: 10, AlgBW: alg}, InPlace: Placement{TimeUS: 10, AlgBW: alg}}}}}
+	}
+	c, err := Compare(mk(100), mk(50), 0.05)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := c.Lines[0]; l.Measure != "algbw" || l.Verdict != Regression || *l.BWChange != -0.5 {
+		t.Errorf("line %+v; want an algbw regression of -50%%", l)
+	}
+	p2p := &File{Name: "p.json", P2P: &P2P{}}
+	if _, err := Compare(mk(1), p2p, 0.05); err == nil || !strings.Contains(err.Error(), "p.json: compare reads collective results") {
+		t.Errorf("p2p file compared: %v", err)
+	}
+}
