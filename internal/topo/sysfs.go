@@ -113,6 +113,16 @@ func (r sysReader) device(bus string) (pciDevice, bool) {
 	return d, true
 }
 
+// PCIChain is where a PCI function sits in the PCIe tree under root (a directory holding sys/):
+// the bus ids from its root port down to the function itself; false when sysfs does not show it.
+func PCIChain(root, bus string) ([]string, bool) {
+	d, ok := sysReader{root: root}.device(bus)
+	return d.chain, ok
+}
+
+// ParseBusID writes a PCI address, in NVML's form or sysfs's, as sysfs does: 0000:18:00.0.
+func ParseBusID(s string) (string, bool) { return parseBusID(s) }
+
 // linkFigures are a PCIe link's generation and width, now and at most (0: unknown).
 type linkFigures struct{ gen, width, genMax, widthMax int }
 

@@ -1,0 +1,211 @@
+package diag
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/p2p"
+	"github.com/gpubench/gpubench/internal/topo"
+)
+
+var dataChecks = []Check{
+	{Name: "p2p-bandwidth", Group: "data", Moves: true, Run: checkP2PBandwidth},
+	{Name: "allreduce-bandwidth", Group: "data", Moves: true, Run: checkAllReduce},
+}
+
+// minFraction is how much of the topology's nominal bandwidth a measurement must reach: DCGM
+// derives its pass thresholds as 0.75 of a reference figure (telemetry.md §2.6, "75 % of a
+// reference" thresholds), and gpubench takes the nominal figure as that reference.
+const minFraction = 0.75
+
+// The data checks' sizes: large enough that bandwidth, not latency, sets the time (nvbandwidth
+// uses 512 MiB; 64 MiB copies reach its figures within a few per cent), small enough to take
+// well under a second a pair.
+const (
+	p2pBytes       = 64 << 20
+	allReduceBytes = 256 << 20
+	dataTimeout    = 30 * time.Second
+)
+
+// dataSkip is the result of a data check without a backend.
+func (f *Facts) dataSkip() (Result, bool) {
+	if f.opt.Backend != nil {
+		return Result{}, false
+	}
+	why := "no backend to move data on"
+	if f.opt.BackendErr != nil {
+		why = strings.SplitN(f.opt.BackendErr.Error(), ":", 2)[0] // the whole error is the library check's
+	}
+	return skip(why, "see the libraries checks"), true
+}
+
+// nominalIndex finds a device in the nominal topology: by PCI bus id, or on the simulator by
+// ordinal; -1 when it is not there.
+func (f *Facts) nominalIndex(d gpu.Device) int {
+	t := f.opt.Nominal
+	if t == nil {
+		return -1
+	}
+	if bus, ok := topo.ParseBusID(d.PCIBusID); ok {
+		for i := 0; i < t.NumGPUs(); i++ {
+			if g, _ := t.GPU(i); g.PCIBusID != "" {
+				if b, ok := topo.ParseBusID(g.PCIBusID); ok && b == bus {
+					return i
+				}
+			}
+		}
+	}
+	if f.sim && d.Ordinal < t.NumGPUs() {
+		return d.Ordinal
+	}
+	return -1
+}
+
+// pathGBs is the nominal bandwidth of the path from GPU a to GPU b: its slowest link.
+func pathGBs(t *gpu.Topology, a, b int) float64 {
+	p := t.Route(a, b)
+	gbs := math.Inf(1)
+	for _, h := range p.Hops {
+		gbs = math.Min(gbs, t.LinkGBs(h.Edge))
+	}
+	if math.IsInf(gbs, 1) {
+		return 0
+	}
+	return gbs
+}
+
+// checkP2PBandwidth: each pair of GPUs that can use P2P copies at 0.75 of its path's nominal
+// bandwidth or better (gpubench p2p's unidirectional P2P-enabled matrix, with 64 MiB copies).
+func checkP2PBandwidth(f *Facts) Result {
+	if r, ok := f.dataSkip(); ok {
+		return r
+	}
+	b, ok := f.opt.Backend.(p2p.Backend)
+	if !ok {
+		return skip("this backend cannot copy between GPUs", "")
+	}
+	devs := b.Devices()
+	if len(devs) < 2 {
+		return skip(fmt.Sprintf("%d GPU: no pair to measure", len(devs)), "")
+	}
+	res, err := p2p.Run(f.opt.Context, b, p2p.Options{Size: p2pBytes, Repeat: 4, Samples: 3, Verify: true, Timeout: dataTimeout})
+	if err != nil {
+		return dataFail(err, "gpubench p2p")
+	}
+	if res.Mismatched > 0 {
+		return fail("run gpubench p2p to see which pairs; reset the GPUs, and if it persists suspect the GPU, NVLink or PCIe path",
+			fmt.Sprintf("%d copies delivered wrong data", res.Mismatched)).with("mismatched", res.Mismatched)
+	}
+	var uni *p2p.Matrix
+	for i := range res.Matrices {
+		if res.Matrices[i].Key == "uni_enabled" {
+			uni = &res.Matrices[i]
+		}
+	}
+	if uni == nil {
+		return skip("gpubench p2p measured no P2P-enabled copies", "")
+	}
+	var slow []string
+	measured, compared := 0, 0
+	worst := math.Inf(1)
+	for i, a := range res.Devices {
+		for j, c := range res.Devices {
+			if i == j || uni.Cells[i][j].Value == nil {
+				continue
+			}
+			measured++
+			ta, tc := f.nominalIndex(a), f.nominalIndex(c)
+			if ta < 0 || tc < 0 {
+				continue
+			}
+			nominal := pathGBs(f.opt.Nominal, ta, tc)
+			if nominal <= 0 {
+				continue
+			}
+			compared++
+			got := *uni.Cells[i][j].Value
+			worst = math.Min(worst, got/nominal)
+			if got < minFraction*nominal {
+				slow = append(slow, fmt.Sprintf("%d->%d %.1f of %.0f GB/s", a.Ordinal, c.Ordinal, got, nominal))
+			}
+		}
+	}
+	switch {
+	case measured == 0:
+		return skip("no pair of GPUs can use P2P, so there is no P2P copy to measure", "see the p2p-topology check")
+	case len(slow) > 0:
+		return fail("look for a degraded PCIe link or NVLink (pcie-link, nvlink checks), ACS or the IOMMU (acs, iommu checks); gpubench p2p shows every pair",
+			fmt.Sprintf("%d of %d pairs copy below %.0f%% of their path's nominal bandwidth: %s", len(slow), compared, minFraction*100, firstFew(slow))).with("slow", slow)
+	case compared == 0:
+		return skip(fmt.Sprintf("measured %d pairs, but the topology gives no nominal bandwidth to compare with", measured), "")
+	}
+	return pass(fmt.Sprintf("%d pairs at %.0f%% or more of their path's nominal bandwidth", compared, math.Floor(worst*100))).with("worst_fraction", math.Round(worst*1000)/1000)
+}
+
+// dataFail turns a measurement's error into a result.
+func dataFail(err error, tool string) Result {
+	var hang *gpu.HangError
+	if errors.As(err, &hang) {
+		return fail("a GPU or link that never finishes: reset the GPUs, and run "+tool+" with --timeout to find which", err.Error())
+	}
+	return fail("run "+tool+" for the whole error", err.Error())
+}
+
+// checkAllReduce: a 256 MiB float sum all-reduce over every GPU reaches 0.75 of the topology's
+// nominal bus bandwidth (busbw, nccl-tests' figure; the nominal bus peak is the one gpubench
+// allreduce prints).
+func checkAllReduce(f *Facts) Result {
+	if r, ok := f.dataSkip(); ok {
+		return r
+	}
+	b := f.opt.Backend
+	devs := b.Devices()
+	if len(devs) < 2 {
+		return skip(fmt.Sprintf("%d GPU: all-reduce moves no data between GPUs", len(devs)), "")
+	}
+	s, err := coll.Run(f.opt.Context, b, coll.Options{Coll: coll.AllReduce,
+		Sweep:  coll.Sweep{Min: allReduceBytes, Max: allReduceBytes, Factor: 2},
+		DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum},
+		Iters: 5, Warmup: 1, Check: 1, Average: 1, Timeout: dataTimeout})
+	if errors.Is(err, gpu.ErrNoCollectives) {
+		return skip("this backend has no collectives", "")
+	}
+	if err != nil {
+		return dataFail(err, "gpubench allreduce")
+	}
+	if s.OutOfBounds > 0 {
+		return fail("run gpubench allreduce to see which sizes; reset the GPUs, and if it persists suspect a GPU or link",
+			fmt.Sprintf("all-reduce delivered wrong data in %d placements", s.OutOfBounds))
+	}
+	peak, limit := s.BusPeak, s.PeakLimit
+	if peak == 0 && f.opt.Nominal != nil {
+		var idx []int
+		for _, d := range s.Devices {
+			if k := f.nominalIndex(d); k >= 0 {
+				idx = append(idx, k)
+			}
+		}
+		if len(idx) == len(s.Devices) {
+			peak, limit = f.opt.Nominal.BusPeak(idx)
+		}
+	}
+	got := s.BestBusBW
+	r := Result{}.with("busbw_gbs", got).with("size_bytes", s.BestSize)
+	if peak <= 0 {
+		r.Status, r.Finding = Skip, fmt.Sprintf("busbw %.1f GB/s over %d GPUs; the topology gives no nominal bus bandwidth to compare with", got, len(s.Devices))
+		return r
+	}
+	r = r.with("nominal_gbs", peak).with("limit", limit)
+	r.Finding = fmt.Sprintf("busbw %.1f GB/s over %d GPUs, %.0f%% of the %.1f GB/s nominal bus peak (%s)", got, len(s.Devices), got/peak*100, peak, limit)
+	if got < minFraction*peak {
+		r.Status, r.Remedy = Fail, "check the p2p-bandwidth, nvlink and nccl checks above; NCCL_DEBUG=INFO gpubench allreduce shows the transports NCCL picked"
+		return r
+	}
+	r.Status = Pass
+	return r
+}
