@@ -176,6 +176,9 @@ var SendRecv = &Collective{
 		n := a.Ranks
 		ops := make([]gpu.P2POp, 0, 2*n)
 		for rank := 0; rank < n; rank++ {
+			if s[rank] == nil {
+				continue // driven by another process
+			}
 			ops = append(ops,
 				gpu.P2POp{Rank: rank, Peer: (rank + 1) % n, Send: true, Buf: s[rank]},
 				gpu.P2POp{Rank: rank, Peer: (rank - 1 + n) % n, Buf: r[rank]})

@@ -36,6 +36,20 @@ type Options struct {
 	OnStart func(*Summary)
 	// OnResult, when set, gets every row as soon as it is measured.
 	OnResult func(Result)
+
+	// Comm, when set, is a communicator that spans processes (gpu.Joiner), made and closed by
+	// the caller; this process drives its rank Rank. Devices lists every rank's device, and Group
+	// is how the processes agree and combine their figures. NGPUs does not apply.
+	Comm    gpu.Comm
+	Rank    int
+	Devices []gpu.Device
+	Group   Group
+}
+
+// Group joins the processes of a run that spans several. Every process calls AllGather at the
+// same points of the run, and gets every process's values, in rank order.
+type Group interface {
+	AllGather(ctx context.Context, vals []float64) ([][]float64, error)
 }
 
 // Placement is the outcome of one placement (out-of-place or in-place) of one row.
@@ -48,6 +62,10 @@ type Placement struct {
 	Wrong *int64
 	// TimingOnly: the backend held no data for this size (the simulator's data cap).
 	TimingOnly bool
+	// RankTimesUS is every process's own time, and SlowestRank the rank with the longest, when
+	// the run spans processes (nil otherwise).
+	RankTimesUS []float64
+	SlowestRank *int
 }
 
 // Result is one row of the table.
@@ -142,13 +160,26 @@ func (e *StepError) Unwrap() error { return e.Err }
 // returns what it measured together with the error; it returns no summary when it could not start.
 func Run(ctx context.Context, b gpu.Backend, opt Options) (*Summary, error) {
 	devs := b.Devices()
-	if opt.NGPUs > 0 {
+	switch {
+	case opt.Comm != nil:
+		devs = opt.Devices
+		if len(devs) != opt.Comm.Size() || opt.Rank < 0 || opt.Rank >= len(devs) || opt.Group == nil {
+			return nil, fmt.Errorf("rank %d of %d ranks with %d devices: %w", opt.Rank, opt.Comm.Size(), len(devs), gpu.ErrInvalid)
+		}
+	case opt.NGPUs > 0:
 		if opt.NGPUs > len(devs) {
 			return nil, fmt.Errorf("%d GPUs requested but only %d were found", opt.NGPUs, len(devs))
 		}
 		devs = devs[:opt.NGPUs]
 	}
 	n := len(devs)
+	local := make([]int, n) // the ranks this process drives
+	for i := range local {
+		local[i] = i
+	}
+	if opt.Comm != nil {
+		local = []int{opt.Rank}
+	}
 	if opt.Coll.Rooted && opt.Root >= n {
 		return nil, fmt.Errorf("root %d is out of range for %d ranks (use 0-%d, or -1 for every root)", opt.Root, n, n-1)
 	}
@@ -166,10 +197,19 @@ func Run(ctx context.Context, b gpu.Backend, opt Options) (*Summary, error) {
 		if opt.Check > 0 {
 			div = 3
 		}
-		for _, d := range devs {
-			if free, err := fm.FreeMemory(d.Ordinal); err == nil {
+		for _, rank := range local {
+			if free, err := fm.FreeMemory(devs[rank].Ordinal); err == nil {
 				limit = min(limit, free/div)
 			}
+		}
+	}
+	if opt.Group != nil { // every process must run the same sizes
+		all, err := opt.Group.AllGather(ctx, []float64{float64(limit)})
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range all {
+			limit = min(limit, int64(v[0]))
 		}
 	}
 	if s.Sweep.Max > limit {
@@ -183,15 +223,18 @@ func Run(ctx context.Context, b gpu.Backend, opt Options) (*Summary, error) {
 	if t := b.Topology(); t != nil {
 		s.BusPeak, s.PeakLimit = t.BusPeak(ordinals)
 	}
-	comm, err := b.NewComm(ordinals)
-	if err != nil {
-		return nil, err
+	comm := opt.Comm
+	if comm == nil {
+		var err error
+		if comm, err = b.NewComm(ordinals); err != nil {
+			return nil, err
+		}
+		defer comm.Close()
 	}
-	defer comm.Close()
 	if opt.OnStart != nil {
 		opt.OnStart(s)
 	}
-	r := &runner{b: b, comm: comm, opt: opt, n: n, ctx: ctx}
+	r := &runner{b: b, comm: comm, opt: opt, n: n, local: local, devs: devs, ctx: ctx}
 	ops := []gpu.RedOp{gpu.Sum}
 	if opt.Coll.Reduces {
 		ops = opt.Ops
@@ -262,13 +305,15 @@ func Run(ctx context.Context, b gpu.Backend, opt Options) (*Summary, error) {
 }
 
 type runner struct {
-	b    gpu.Backend
-	comm gpu.Comm
-	opt  Options
-	n    int
-	ctx  context.Context
-	in   [][]byte // the row's inputs, one per rank
-	red  []byte   // their reduction, for collectives that reduce
+	b     gpu.Backend
+	comm  gpu.Comm
+	opt   Options
+	n     int
+	local []int        // the ranks this process drives
+	devs  []gpu.Device // every rank's device
+	ctx   context.Context
+	in    [][]byte // the row's inputs, one per rank
+	red   []byte   // their reduction, for collectives that reduce
 }
 
 // stop ends a run early, keeping what was measured so that it can still be written out.
@@ -299,7 +344,8 @@ type buffers struct {
 func (r *runner) alloc(k Counts, dt gpu.DType, inPlace bool) (*buffers, error) {
 	elt := int64(dt.Size())
 	bs := &buffers{send: make([]gpu.Buffer, r.n), recv: make([]gpu.Buffer, r.n)}
-	for rank, d := range r.b.Devices()[:r.n] {
+	for _, rank := range r.local {
+		d := r.devs[rank]
 		sizes := []int64{k.Send * elt, k.Recv * elt}
 		if inPlace {
 			sizes = []int64{max(k.Send, k.Recv) * elt}
@@ -371,7 +417,11 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 		return Placement{}, err
 	}
 	defer r.free(bs)
-	p := Placement{TimingOnly: !bs.hasData()}
+	timingOnly, err := r.anyOf(!bs.hasData())
+	if err != nil {
+		return Placement{}, err
+	}
+	p := Placement{TimingOnly: timingOnly}
 	checking := r.opt.Check > 0 && !p.TimingOnly && !(inPlace && c.InPlaceUnchecked)
 	var before [][]byte
 	if checking {
@@ -388,17 +438,8 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 	if err != nil {
 		return p, err
 	}
-	sec := Combine([]float64{elapsed}, r.opt.Average)
-	p.TimeUS = sec * 1e6
-	if sec > 0 {
-		p.AlgBW = float64(k.Bytes) / 1e9 / sec
-	}
-	p.BusBW = p.AlgBW * c.Factor(r.n)
-	if !checking {
-		return p, nil
-	}
 	var wrong int64
-	for i := 0; i < r.opt.Check && wrong == 0; i++ {
+	for i := 0; checking && i < r.opt.Check && wrong == 0; i++ {
 		if err := r.load(bs, r.in); err != nil {
 			return p, err
 		}
@@ -406,7 +447,7 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 			return p, err
 		}
 		got := make([]byte, k.Recv*int64(a.DType.Size()))
-		for rank := 0; rank < r.n; rank++ {
+		for _, rank := range r.local {
 			if err := r.b.CopyOut(got, bs.recv[rank]); err != nil {
 				return p, err
 			}
@@ -414,8 +455,53 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 			wrong += countWrong(got, want, a.DType, a.Op, c.Reduces)
 		}
 	}
-	p.Wrong = &wrong
+	times := []float64{elapsed}
+	if r.opt.Group != nil {
+		// Every process's time and wrong count, as nccl-tests gathers them over MPI. A process
+		// stops checking at its first wrong iteration, so check counts may differ; the sum is
+		// still every wrong element found.
+		all, err := r.opt.Group.AllGather(r.ctx, []float64{elapsed, float64(wrong)})
+		if err != nil {
+			return p, err
+		}
+		times, wrong = make([]float64, len(all)), 0
+		slowest := 0
+		for rank, v := range all {
+			times[rank] = v[0]
+			wrong += int64(v[1])
+			if v[0] > times[slowest] {
+				slowest = rank
+			}
+			p.RankTimesUS = append(p.RankTimesUS, v[0]*1e6)
+		}
+		p.SlowestRank = &slowest
+	}
+	sec := Combine(times, r.opt.Average)
+	p.TimeUS = sec * 1e6
+	if sec > 0 {
+		p.AlgBW = float64(k.Bytes) / 1e9 / sec
+	}
+	p.BusBW = p.AlgBW * c.Factor(r.n)
+	if checking {
+		p.Wrong = &wrong
+	}
 	return p, nil
+}
+
+// anyOf reports whether v holds in any process (v itself in a run of one process).
+func (r *runner) anyOf(v bool) (bool, error) {
+	if r.opt.Group == nil {
+		return v, nil
+	}
+	x := 0.0
+	if v {
+		x = 1
+	}
+	all, err := r.opt.Group.AllGather(r.ctx, []float64{x})
+	for _, a := range all {
+		v = v || a[0] != 0
+	}
+	return v, err
 }
 
 // timedLoop runs the timed iterations and returns the seconds per collective, on the backend's
@@ -455,6 +541,11 @@ func (r *runner) timedLoop(bs *buffers, k Counts, a Args) (float64, error) {
 		for i := 0; i < iters; i++ {
 			if err := r.calls(1, bs, k, a); err != nil {
 				return 0, err
+			}
+			if r.opt.Blocking == 1 && r.opt.Group != nil { // the barrier across processes
+				if _, err := r.opt.Group.AllGather(r.ctx, nil); err != nil {
+					return 0, err
+				}
 			}
 		}
 	} else if err := r.calls(iters, bs, k, a); err != nil {
@@ -507,8 +598,8 @@ func (r *runner) load(bs *buffers, inputs [][]byte) error {
 			return err
 		}
 	}
-	for rank, in := range inputs {
-		if err := r.b.CopyIn(bs.send[rank], in); err != nil {
+	for _, rank := range r.local {
+		if err := r.b.CopyIn(bs.send[rank], inputs[rank]); err != nil {
 			return err
 		}
 	}

@@ -55,10 +55,13 @@ type P2POp struct {
 }
 
 // Comm is a communicator over a backend's devices. Every call enqueues the collective on every
-// rank at once (buffer slices are indexed by rank) and returns without waiting; Synchronize waits.
-// Counts are in elements: per rank for AllGather's send and ReduceScatter's receive side, per peer
-// for AllToAll.
+// rank this process drives and returns without waiting; Synchronize waits. Buffer slices are
+// indexed by rank and have Size() entries; in a communicator that spans processes (Joiner), the
+// entries of ranks that other processes drive are nil, and SendRecv takes only this process's
+// ranks' operations. Counts are in elements: per rank for AllGather's send and ReduceScatter's
+// receive side, per peer for AllToAll.
 type Comm interface {
+	// Size is the number of ranks, in every process together.
 	Size() int
 	AllReduce(send, recv []Buffer, count int64, dt DType, op RedOp) error
 	AllGather(send, recv []Buffer, sendCount int64, dt DType) error
@@ -72,6 +75,17 @@ type Comm interface {
 	// finishes makes it return a *HangError once ctx ends.
 	Synchronize(ctx context.Context) error
 	Close() error
+}
+
+// Joiner is a Backend whose communicators can span processes, one rank per process, as
+// ncclGetUniqueId and ncclCommInitRank make them.
+type Joiner interface {
+	// NewUniqueID makes the id that rank 0 hands to every process. Rank 0 must keep the backend
+	// open until every rank has joined.
+	NewUniqueID() ([]byte, error)
+	// JoinComm makes this process's rank of a communicator of size ranks, on device dev. Every
+	// process calls it with the same id and size and its own rank; it returns once all have.
+	JoinComm(id []byte, size, rank, dev int) (Comm, error)
 }
 
 // GraphComm is a Comm that can record its calls as a graph and replay them (CUDA graphs, as
@@ -109,6 +123,9 @@ type HangError struct {
 }
 
 func (e *HangError) Error() string {
+	if len(e.Ranks) == 0 { // a process waiting on ranks it cannot see
+		return "the other ranks did not arrive: " + e.Err.Error()
+	}
 	what := "rank "
 	if len(e.Ranks) > 1 {
 		what = "ranks "

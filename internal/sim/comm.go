@@ -14,6 +14,11 @@ type comm struct {
 	devs     []int
 	m        *model
 	recorded *[]func() // non-nil while capturing a graph
+	// host is the devices whose launches this process pays for: all of devs, or in a
+	// communicator that spans processes (world.go) this process's own.
+	host []int
+	// replaying: the calls belong to a graph launch that has paid the host's launch cost.
+	replaying bool
 }
 
 var _ gpu.GraphComm = (*comm)(nil)
@@ -49,7 +54,7 @@ type graph struct {
 }
 
 func (g *graph) Launch() error {
-	g.c.b.hostLaunch(g.c.devs)
+	g.c.b.hostLaunch(g.c.host)
 	for _, call := range g.calls {
 		call()
 	}
@@ -111,12 +116,15 @@ func (c *comm) run(bytes int64, us float64, dt gpu.DType, data bool, out []gpu.B
 		*c.recorded = append(*c.recorded, func() { c.exec(us, dt, data, out, move, false) })
 		return
 	}
-	c.exec(us, dt, data, out, move, true)
+	c.exec(us, dt, data, out, move, !c.replaying)
 }
 
 // exec does one call: host launch cost (unless a graph launch already paid it), clocks, data.
 func (c *comm) exec(us float64, dt gpu.DType, data bool, out []gpu.Buffer, move func(), launchCost bool) {
-	corrupt := c.b.launch(c.devs, us, launchCost)
+	if launchCost {
+		c.b.hostLaunch(c.host)
+	}
+	corrupt := c.b.launch(c.devs, us, false)
 	if !data {
 		return
 	}

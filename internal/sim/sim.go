@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net"
 	"sync"
 	"time"
 
@@ -28,6 +29,9 @@ type Options struct {
 	Jitter float64
 	Seed   uint64
 	Faults []Fault
+	// HubHost is the address that a communicator spanning processes listens on in rank 0's
+	// process (world.go): rank 0's host as the other processes reach it. Empty means loopback.
+	HubHost string
 }
 
 // Backend is the simulator. It is safe for use by one goroutine at a time.
@@ -44,6 +48,7 @@ type Backend struct {
 	backed int64           // bytes backed by host memory
 	calls  []int           // per device: collectives run
 	peers  map[[2]int]bool // (dev, peer) pairs with peer access enabled
+	hubs   []net.Listener  // exchanges this process serves for communicators spanning processes
 }
 
 var (
@@ -86,7 +91,6 @@ func New(t *gpu.Topology, opt Options) (*Backend, error) {
 func (b *Backend) Name() string            { return "sim" }
 func (b *Backend) Devices() []gpu.Device   { return b.devices }
 func (b *Backend) Topology() *gpu.Topology { return b.topo }
-func (b *Backend) Close() error            { return nil }
 func (b *Backend) Now() time.Duration      { return time.Duration(b.hostUS * 1e3) }
 func (b *Backend) DataCap() int64          { return b.opt.DataCap }
 func (b *Backend) validDevice(i int) bool  { return i >= 0 && i < len(b.devices) }
@@ -217,7 +221,8 @@ func (b *Backend) NewComm(devices []int) (gpu.Comm, error) {
 	if len(devices) == 0 {
 		return nil, fmt.Errorf("sim comm: no devices: %w", gpu.ErrInvalid)
 	}
-	return &comm{b: b, devs: append([]int(nil), devices...), m: newModel(b.topo, devices)}, nil
+	devs := append([]int(nil), devices...)
+	return &comm{b: b, devs: devs, host: devs, m: newModel(b.topo, devices)}, nil
 }
 
 // Synchronize is Comm.Synchronize for the given devices.

@@ -1,0 +1,440 @@
+package launch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/sim"
+)
+
+func envOf(vars map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+}
+
+var none = Overrides{Rank: -1, Size: -1, LocalRank: -1}
+
+func TestDetect(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		o    Overrides
+		want Process // env is not compared
+		err  string
+	}{
+		{name: "single process", env: map[string]string{}, want: Process{Size: 1}},
+		{name: "torchrun", env: map[string]string{"RANK": "5", "WORLD_SIZE": "16", "LOCAL_RANK": "5", "LOCAL_WORLD_SIZE": "8", "TORCHELASTIC_RUN_ID": "j1"},
+			want: Process{Rank: 5, Size: 16, LocalRank: 5, LocalSize: 8, Source: "torchrun", Job: "j1"}},
+		{name: "openmpi", env: map[string]string{"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "3", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"},
+			want: Process{Rank: 3, Size: 4, LocalRank: 3, LocalSize: 4, Source: "openmpi"}},
+		{name: "mpich", env: map[string]string{"PMI_RANK": "9", "PMI_SIZE": "16", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "8"},
+			want: Process{Rank: 9, Size: 16, LocalRank: 1, LocalSize: 8, Source: "mpich"}},
+		{name: "srun", env: map[string]string{"SLURM_PROCID": "7", "SLURM_STEP_NUM_TASKS": "8", "SLURM_NTASKS": "64", "SLURM_LOCALID": "3", "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "4411"},
+			want: Process{Rank: 7, Size: 8, LocalRank: 3, Source: "slurm", Job: "4411.0"}},
+		{name: "srun without the step's task count", env: map[string]string{"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1", "SLURM_STEP_ID": "0"},
+			want: Process{Rank: 1, Size: 2, LocalRank: 1, Source: "slurm", Job: "0"}},
+		{name: "a batch script outside srun is one process", env: map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "16", "SLURM_LOCALID": "0", "SLURM_JOB_ID": "1"},
+			want: Process{Size: 1}},
+		{name: "torchrun wins over the srun that started it", env: map[string]string{"RANK": "12", "WORLD_SIZE": "16", "LOCAL_RANK": "4", "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_STEP_ID": "0"},
+			want: Process{Rank: 12, Size: 16, LocalRank: 4, Source: "torchrun"}},
+		{name: "flags alone", env: map[string]string{}, o: Overrides{Rank: 2, Size: 4, LocalRank: -1},
+			want: Process{Rank: 2, Size: 4, LocalRank: 2, Source: "flags"}},
+		{name: "flags over a launcher", env: map[string]string{"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "3"}, o: Overrides{Rank: -1, Size: -1, LocalRank: 0},
+			want: Process{Rank: 3, Size: 4, LocalRank: 0, Source: "flags over openmpi"}},
+		{name: "rank without world size", env: map[string]string{}, o: Overrides{Rank: 1, Size: -1, LocalRank: -1}, err: "--rank and --world-size go together"},
+		{name: "not a number", env: map[string]string{"RANK": "one", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, err: `RANK="one" is not a rank`},
+		{name: "missing partner", env: map[string]string{"RANK": "1", "WORLD_SIZE": "2"}, err: "LOCAL_RANK is not set"},
+		{name: "rank outside the world", env: map[string]string{"RANK": "4", "WORLD_SIZE": "4", "LOCAL_RANK": "0"}, err: "rank 4 is outside a world of 4 ranks (torchrun)"},
+		{name: "empty world", env: map[string]string{"PMI_RANK": "0", "PMI_SIZE": "0", "MPI_LOCALRANKID": "0"}, err: "a world of 0 ranks"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.o
+			if o == (Overrides{}) {
+				o = none
+			}
+			got, err := Detect(envOf(tc.env), o)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) || !errors.Is(err, ErrConfig) {
+					t.Fatalf("error %v, want a configuration error containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got.env = nil
+			if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", tc.want) {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestAddress(t *testing.T) {
+	for _, tc := range []struct {
+		name, flag string
+		env        map[string]string
+		want, err  string
+	}{
+		{name: "flag", flag: "node7:1234", env: map[string]string{"MASTER_ADDR": "x", "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, want: "node7:1234"},
+		{name: "IPv6 flag", flag: "[fe80::1]:99", env: map[string]string{"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, want: "[fe80::1]:99"},
+		{name: "torchrun's variables", env: map[string]string{"MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29400", "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, want: "10.0.0.5:29400"},
+		{name: "default port", env: map[string]string{"MASTER_ADDR": "head", "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, want: "head:29500"},
+		{name: "slurm's first node and a port per job", env: map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "16", "SLURM_LOCALID": "0", "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "123456", "SLURM_STEP_NODELIST": "gpu[07-08,11]"}, want: "gpu07:23456"},
+		{name: "mpirun on one host", env: map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, want: "127.0.0.1:29500"},
+		{name: "mpirun on several hosts", env: map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "16", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "8"}, err: "set MASTER_ADDR"},
+		{name: "bad port", env: map[string]string{"MASTER_ADDR": "h", "MASTER_PORT": "70000", "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, err: "MASTER_PORT=\"70000\""},
+		{name: "bad flag", flag: "node7", env: map[string]string{}, err: "--rendezvous \"node7\""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Detect(envOf(tc.env), none)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := p.Address(tc.flag)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) || !errors.Is(err, ErrConfig) {
+					t.Fatalf("error %v, want a configuration error containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Errorf("got %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestFirstHost(t *testing.T) {
+	for list, want := range map[string]string{
+		"node1": "node1", "a,b": "a", "gpu[07-09,12],login": "gpu07", "rack1-n[3-4]-ib": "rack1-n3-ib", "x[5]": "x5",
+	} {
+		if got, err := FirstHost(list); err != nil || got != want {
+			t.Errorf("FirstHost(%q) = %q, %v; want %q", list, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "[", "a[1-2", "a]", "a[[1]]", "a[]", "a b", ","} {
+		if got, err := FirstHost(bad); err == nil {
+			t.Errorf("FirstHost(%q) = %q, want an error", bad, got)
+		}
+	}
+}
+
+func FuzzFirstHost(f *testing.F) {
+	for _, s := range []string{"gpu[07-09,12],login", "a", "x[1]y[2]", "[", "a,b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, list string) {
+		host, err := FirstHost(list)
+		if err == nil && (host == "" || strings.ContainsAny(host, "[], ")) {
+			t.Fatalf("FirstHost(%q) = %q", list, host)
+		}
+	})
+}
+
+func FuzzAddressFlag(f *testing.F) {
+	for _, s := range []string{"node7:1234", "[::1]:5", "h:0", ":9", "a:b:c"} {
+		f.Add(s)
+	}
+	p := Process{Size: 2, env: envOf(nil)}
+	f.Fuzz(func(t *testing.T, flag string) {
+		addr, err := p.Address(flag)
+		if flag != "" && err == nil {
+			host, port, err := net.SplitHostPort(addr)
+			if err != nil || host == "" || port == "0" {
+				t.Fatalf("--rendezvous %q gave %q (%v)", flag, addr, err)
+			}
+		}
+	})
+}
+
+func TestDevice(t *testing.T) {
+	p := Process{Rank: 9, Size: 16, LocalRank: 1}
+	if d, err := p.Device(1); d != 0 || err != nil { // one visible GPU: that one, whatever the local rank
+		t.Errorf("one GPU: %d, %v", d, err)
+	}
+	if d, err := p.Device(8); d != 1 || err != nil {
+		t.Errorf("eight GPUs: %d, %v", d, err)
+	}
+	p.LocalRank = 8
+	if _, err := p.Device(8); err == nil || !strings.Contains(err.Error(), "local rank 8, but this process sees 8 GPUs") {
+		t.Errorf("too few GPUs: %v", err)
+	}
+}
+
+// freeAddr returns a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// world joins size goroutines at addr; fn runs in each with its group, or its join error.
+func world(t *testing.T, size int, addr string, timeout time.Duration, hello func(rank int) (Process, Member), fn func(rank int, g *Group, err error)) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for rank := range size {
+		wg.Go(func() {
+			p, me := Process{Rank: rank, Size: size, LocalRank: rank, Source: "flags"}, Member{Host: "h" + strconv.Itoa(rank), PID: 100 + rank}
+			if hello != nil {
+				p, me = hello(rank)
+			}
+			g, err := Join(context.Background(), p, addr, timeout, me, func() ([]byte, error) { return []byte("the id"), nil })
+			fn(rank, g, err)
+		})
+	}
+	wg.Wait()
+}
+
+func TestRendezvous(t *testing.T) {
+	addr := freeAddr(t)
+	world(t, 4, addr, 30*time.Second, nil, func(rank int, g *Group, err error) {
+		if err != nil {
+			t.Errorf("rank %d: %v", rank, err)
+			return
+		}
+		defer g.Close(nil)
+		if string(g.ID()) != "the id" || len(g.Members()) != 4 {
+			t.Errorf("rank %d: id %q, %d members", rank, g.ID(), len(g.Members()))
+		}
+		for r, m := range g.Members() {
+			if m.Rank != r || m.PID != 100+r || m.Host != "h"+strconv.Itoa(r) {
+				t.Errorf("rank %d sees member %d as %+v", rank, r, m)
+			}
+		}
+		for step := range 3 {
+			all, err := g.AllGather(context.Background(), []float64{float64(rank), float64(step)})
+			if err != nil {
+				t.Errorf("rank %d step %d: %v", rank, step, err)
+				return
+			}
+			for r, v := range all {
+				if len(v) != 2 || v[0] != float64(r) || v[1] != float64(step) {
+					t.Errorf("rank %d step %d: rank %d sent %v", rank, step, r, v)
+				}
+			}
+		}
+	})
+}
+
+func TestRendezvousRefusesBadLaunches(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		hello func(rank int) (Process, Member)
+		want  string
+	}{
+		{"world sizes differ", func(rank int) (Process, Member) {
+			size := 3
+			if rank == 2 {
+				size = 4
+			}
+			return Process{Rank: rank, Size: size}, Member{Host: "h", PID: rank}
+		}, "was started with a world of 4 ranks, rank 0 with 3"},
+		{"two processes claim one rank", func(rank int) (Process, Member) {
+			return Process{Rank: min(rank, 1), Size: 3}, Member{Host: "h", PID: rank}
+		}, "rank 1 is claimed by two processes"},
+		{"jobs differ", func(rank int) (Process, Member) {
+			return Process{Rank: rank, Size: 3, Job: "job" + strconv.Itoa(rank/2)}, Member{Host: "h", PID: rank}
+		}, "of job job1 reached the rendezvous of job job0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			errs := make([]error, 3)
+			world(t, 3, freeAddr(t), 20*time.Second, tc.hello, func(rank int, g *Group, err error) {
+				errs[rank] = err
+				if g != nil {
+					g.Close(nil)
+				}
+			})
+			if !errors.Is(errs[0], ErrConfig) || !strings.Contains(errs[0].Error(), tc.want) {
+				t.Errorf("rank 0: %v, want a configuration error containing %q", errs[0], tc.want)
+			}
+			for r, err := range errs[1:] {
+				if err == nil {
+					t.Errorf("rank %d joined", r+1)
+				}
+			}
+		})
+	}
+}
+
+func TestRendezvousNamesRanksThatNeverCome(t *testing.T) {
+	addr := freeAddr(t)
+	start := time.Now()
+	world(t, 2, addr, 2*time.Second, func(rank int) (Process, Member) {
+		return Process{Rank: rank * 2, Size: 4}, Member{Host: "h", PID: rank} // ranks 0 and 2 of 4
+	}, func(rank int, g *Group, err error) {
+		if rank == 0 && (err == nil || !strings.Contains(err.Error(), "rank 1,3 did not reach the rendezvous at "+addr+" within 2s")) {
+			t.Errorf("rank 0: %v", err)
+		}
+		if rank == 1 && (err == nil || !strings.Contains(err.Error(), "rank 1,3 did not reach")) {
+			t.Errorf("rank 2: %v", err)
+		}
+	})
+	if took := time.Since(start); took > 15*time.Second {
+		t.Errorf("took %v to give up", took)
+	}
+	// And a rank with no rank 0 to call gives up too.
+	world(t, 1, addr, time.Second, func(int) (Process, Member) { return Process{Rank: 1, Size: 2}, Member{} },
+		func(_ int, g *Group, err error) {
+			if err == nil || !strings.Contains(err.Error(), "rank 0 did not open the rendezvous at "+addr) {
+				t.Errorf("rank 1 alone: %v", err)
+			}
+		})
+}
+
+func TestRendezvousPortInUse(t *testing.T) {
+	ln, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	_, err = Join(context.Background(), Process{Size: 2}, "127.0.0.1:"+port, time.Second, Member{}, nil)
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "port "+port+" for the rendezvous: it is in use") {
+		t.Errorf("got %v", err)
+	}
+}
+
+// A rank that dies mid-run (its connection drops without a goodbye) is named on every other rank.
+func TestRankThatLeavesIsNamed(t *testing.T) {
+	addr := freeAddr(t)
+	world(t, 3, addr, 20*time.Second, nil, func(rank int, g *Group, err error) {
+		if err != nil {
+			t.Errorf("rank %d: %v", rank, err)
+			return
+		}
+		if _, err := g.AllGather(context.Background(), []float64{1}); err != nil {
+			t.Errorf("rank %d: %v", rank, err)
+		}
+		if rank == 2 {
+			g.peers[0].conn.Close() // as the kernel does for a killed process
+			return
+		}
+		_, err = g.AllGather(context.Background(), []float64{2})
+		if err == nil || !strings.Contains(err.Error(), "rank 2 (h2, pid 102) left the run") {
+			t.Errorf("rank %d: %v", rank, err)
+		}
+		if cause := context.Cause(g.Context()); cause == nil || !strings.Contains(cause.Error(), "rank 2 (h2, pid 102)") {
+			t.Errorf("rank %d: context cause %v", rank, cause)
+		}
+		g.Close(err)
+	})
+}
+
+// A rank that fails tells the others why at once.
+func TestRankFailureReachesEveryRank(t *testing.T) {
+	world(t, 3, freeAddr(t), 20*time.Second, nil, func(rank int, g *Group, err error) {
+		if err != nil {
+			t.Errorf("rank %d: %v", rank, err)
+			return
+		}
+		if rank == 1 {
+			g.Close(errors.New("out of memory"))
+			return
+		}
+		_, err = g.AllGather(context.Background(), nil)
+		if err == nil || !strings.Contains(err.Error(), "rank 1 (h1, pid 101) failed: out of memory") {
+			t.Errorf("rank %d: %v", rank, err)
+		}
+		g.Close(err)
+	})
+}
+
+// The engine over the simulator with one goroutine per rank, as one process per rank runs it:
+// every rank agrees on every figure, the data is right, and the times are the model's.
+func TestEngineAcrossProcesses(t *testing.T) {
+	for _, c := range coll.Collectives {
+		t.Run(c.Name, func(t *testing.T) {
+			sums, errs := runWorld(t, 4, c, nil)
+			for rank, err := range errs {
+				if err != nil {
+					t.Fatalf("rank %d: %v", rank, err)
+				}
+			}
+			want := sums[0]
+			if len(want.Results) != 5 || want.OutOfBounds != 0 {
+				t.Fatalf("rank 0: %d results, %d wrong", len(want.Results), want.OutOfBounds)
+			}
+			for _, res := range want.Results {
+				for _, p := range []coll.Placement{res.OutOfPlace, res.InPlace} {
+					if !c.InPlaceUnchecked && (p.Wrong == nil || *p.Wrong != 0) || p.TimeUS <= 0 || p.SlowestRank == nil || len(p.RankTimesUS) != 4 {
+						t.Errorf("%d B: %+v", res.Size, p)
+					}
+				}
+			}
+			w, _ := json.Marshal(want.Results)
+			for rank, s := range sums[1:] {
+				if got, _ := json.Marshal(s.Results); string(got) != string(w) {
+					t.Errorf("rank %d's results differ from rank 0's:\n%s\n%s", rank+1, got, w)
+				}
+			}
+		})
+	}
+}
+
+// A corrupt result on one rank's device is found, and counted on every rank.
+func TestEngineAcrossProcessesFindsWrongData(t *testing.T) {
+	sums, errs := runWorld(t, 3, coll.AllReduce, []sim.Fault{{Kind: "corrupt", Device: 2}})
+	for rank, s := range sums {
+		if errs[rank] != nil || s.OutOfBounds == 0 {
+			t.Errorf("rank %d: %v, %d wrong", rank, errs[rank], s.OutOfBounds)
+		}
+	}
+}
+
+// runWorld runs c on size simulated ranks, each with its own backend, meeting at a rendezvous.
+func runWorld(t *testing.T, size int, c *coll.Collective, faults []sim.Fault) ([]*coll.Summary, []error) {
+	addr := freeAddr(t)
+	sums, errs := make([]*coll.Summary, size), make([]error, size)
+	var wg sync.WaitGroup
+	for rank := range size {
+		wg.Go(func() { sums[rank], errs[rank] = runRank(c, rank, size, addr, faults) })
+	}
+	wg.Wait()
+	return sums, errs
+}
+
+func runRank(c *coll.Collective, rank, size int, addr string, faults []sim.Fault) (*coll.Summary, error) {
+	topo, err := sim.LoadTopology("dgx-h100")
+	if err != nil {
+		return nil, err
+	}
+	b, err := sim.New(topo, sim.Options{DataCap: 1 << 20, Faults: faults})
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	me := Member{Host: "h", PID: rank, Device: b.Devices()[rank]}
+	g, err := Join(context.Background(), Process{Rank: rank, Size: size}, addr, 20*time.Second, me, b.NewUniqueID)
+	if err != nil {
+		return nil, err
+	}
+	comm, err := b.JoinComm(g.ID(), size, rank, rank)
+	if err != nil {
+		g.Close(err)
+		return nil, err
+	}
+	defer comm.Close()
+	devs := make([]gpu.Device, size)
+	for r, m := range g.Members() {
+		devs[r] = m.Device
+	}
+	opt := coll.Options{Coll: c, Sweep: coll.Sweep{Min: 64, Max: 1 << 20, Factor: 8}, DTypes: []gpu.DType{gpu.Float},
+		Ops: []gpu.RedOp{gpu.Sum}, Iters: 3, Warmup: 1, Check: 1, Average: 1,
+		Comm: comm, Rank: rank, Devices: devs, Group: g}
+	s, err := coll.Run(g.Context(), b, opt)
+	g.Close(err)
+	return s, err
+}

@@ -1,0 +1,496 @@
+package sim
+
+import (
+	"context"
+	"encoding/gob"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpubench/gpubench/internal/gpu"
+)
+
+// A communicator that spans processes: each process is one rank of the topology, on the
+// topology's device with its rank's number, and simulates every device's clock itself, so that
+// all processes agree on every time without talking about time. Data is real: at each call every
+// process sends its own rank's inputs to an exchange in rank 0's process and gets back every
+// rank's, then runs the call as the single-process simulator does, keeping its own rank's output.
+// Every call is thus also a meeting of all ranks, as an NCCL collective is: a process that is
+// gone is seen at once, and named.
+
+var _ gpu.Joiner = (*Backend)(nil)
+
+const idPrefix = "gpubench-sim "
+
+// joinWait bounds how long the ranks take to reach the exchange once they have met at the
+// rendezvous (internal/launch), which they all did just before.
+const joinWait = 2 * time.Minute
+
+// NewUniqueID starts this process's exchange for a new communicator and returns its address.
+func (b *Backend) NewUniqueID() ([]byte, error) {
+	host := b.opt.HubHost
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return nil, fmt.Errorf("sim: starting the exchange for a communicator across processes: %w", err)
+	}
+	b.mu.Lock()
+	b.hubs = append(b.hubs, ln)
+	b.mu.Unlock()
+	go serveHub(ln.(*net.TCPListener))
+	return []byte(idPrefix + ln.Addr().String()), nil
+}
+
+// Close stops the exchanges this process serves.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, ln := range b.hubs {
+		ln.Close()
+	}
+	b.hubs = nil
+	return nil
+}
+
+// JoinComm joins the communicator whose id rank 0 made, as rank on device dev (which must be the
+// device numbered rank: the topology is the whole world).
+func (b *Backend) JoinComm(id []byte, size, rank, dev int) (gpu.Comm, error) {
+	addr, ok := strings.CutPrefix(string(id), idPrefix)
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("sim: %q is not a simulator communicator's id: %w", id, gpu.ErrInvalid)
+	case size < 1 || size > len(b.devices):
+		return nil, fmt.Errorf("sim: a world of %d ranks needs a topology with that many GPUs; %s has %d: %w", size, b.topo.Name, len(b.devices), gpu.ErrInvalid)
+	case rank < 0 || rank >= size || dev != rank:
+		return nil, fmt.Errorf("sim: rank %d of %d runs on device %d, not %d: %w", rank, size, rank, dev, gpu.ErrInvalid)
+	}
+	conn, err := net.DialTimeout("tcp", addr, joinWait)
+	if err != nil {
+		return nil, fmt.Errorf("sim: joining the exchange at %s: %w", addr, err)
+	}
+	j := &joined{rank: rank, conn: conn, enc: gob.NewEncoder(conn), dec: gob.NewDecoder(conn)}
+	conn.SetDeadline(time.Now().Add(joinWait))
+	var ready wireReply
+	err = j.enc.Encode(wireHello{Size: size, Rank: rank})
+	if err == nil {
+		err = j.dec.Decode(&ready)
+	}
+	if err == nil && ready.Err != "" {
+		err = errors.New(ready.Err)
+	}
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("sim: joining the exchange at %s: %w", addr, err)
+	}
+	conn.SetDeadline(time.Time{})
+	devs := make([]int, size)
+	for i := range devs {
+		devs[i] = i
+	}
+	j.c = &comm{b: b, devs: devs, host: []int{dev}, m: newModel(b.topo, devs)}
+	return j, nil
+}
+
+// Wire messages, in gob. A rank says hello once, then sends one wireCall per call and gets back
+// one wireReply holding every rank's parts.
+type wireHello struct{ Size, Rank int }
+
+type wireCall struct {
+	Tag   string // the call and its arguments, which every rank must agree on
+	Parts []wirePart
+}
+
+// wirePart is one buffer a rank brings to a call: a collective's input, or one operation of a
+// send/receive group.
+type wirePart struct {
+	Peer    int
+	Send    bool
+	HasData bool // false: timing-only buffers (the data cap)
+	Data    []byte
+}
+
+type wireReply struct {
+	Err   string
+	Parts [][]wirePart // by rank
+}
+
+// joined is one process's rank of a communicator across processes.
+type joined struct {
+	c    *comm // over every rank's device
+	rank int
+
+	conn     net.Conn
+	enc      *gob.Encoder
+	dec      *gob.Decoder
+	broken   error     // the exchange failed; nothing more can run
+	pending  []*call   // enqueued, run at Synchronize
+	recorded *[]*call  // non-nil while capturing a graph
+	graphs   [][]*call // the launches queued in pending, by marker
+}
+
+// call is one enqueued call: this rank's parts, and how to run it once every rank's are known.
+type call struct {
+	tag   string
+	parts []wirePart
+	run   func(all [][]wirePart) error
+	graph bool // part of a graph launch, which paid the host's launch cost
+	start bool // the first call of a graph launch: it pays
+}
+
+var _ gpu.GraphComm = (*joined)(nil)
+
+func (j *joined) Size() int { return len(j.c.devs) }
+
+func (j *joined) Close() error { return j.conn.Close() }
+
+func (j *joined) enqueue(c *call) error {
+	if j.broken != nil {
+		return j.broken
+	}
+	if j.recorded != nil {
+		*j.recorded = append(*j.recorded, c)
+	} else {
+		j.pending = append(j.pending, c)
+	}
+	return nil
+}
+
+// Synchronize runs the enqueued calls, meeting the other ranks at each, then waits for the
+// simulated devices.
+func (j *joined) Synchronize(ctx context.Context) error {
+	if j.broken != nil {
+		return j.broken
+	}
+	// Ending ctx unblocks a wait at the exchange; a deadline it left behind is cleared once it has
+	// been set.
+	j.conn.SetDeadline(time.Time{})
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		j.conn.SetDeadline(time.Unix(1, 0))
+		close(fired)
+	})
+	defer func() {
+		if !stop() {
+			<-fired
+			j.conn.SetDeadline(time.Time{})
+		}
+	}()
+	calls := j.pending
+	j.pending = nil
+	for _, c := range calls {
+		all, err := j.exchange(c)
+		if err != nil {
+			if ctx.Err() != nil {
+				err = &gpu.HangError{Err: ctx.Err()}
+			}
+			j.broken = err
+			return err
+		}
+		if c.start {
+			j.c.b.hostLaunch(j.c.host)
+		}
+		j.c.replaying = c.graph
+		err = c.run(all)
+		j.c.replaying = false
+		if err != nil {
+			return err
+		}
+	}
+	return j.c.Synchronize(ctx)
+}
+
+// exchange sends this rank's parts of a call and returns every rank's.
+func (j *joined) exchange(c *call) ([][]wirePart, error) {
+	if err := j.enc.Encode(wireCall{Tag: c.tag, Parts: c.parts}); err != nil {
+		return nil, fmt.Errorf("sim: rank %d sending %s to the exchange: %w", j.rank, c.tag, err)
+	}
+	var r wireReply
+	if err := j.dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("sim: rank %d waiting at the exchange for %s: %w", j.rank, c.tag, err)
+	}
+	if r.Err != "" {
+		return nil, errors.New(r.Err)
+	}
+	return r.Parts, nil
+}
+
+func (j *joined) BeginCapture() error {
+	if j.recorded != nil {
+		return fmt.Errorf("sim: already capturing: %w", gpu.ErrInvalid)
+	}
+	j.recorded = &[]*call{}
+	return nil
+}
+
+func (j *joined) EndCapture() (gpu.Graph, error) {
+	if j.recorded == nil {
+		return nil, fmt.Errorf("sim: not capturing: %w", gpu.ErrInvalid)
+	}
+	g := &joinedGraph{j: j, calls: *j.recorded}
+	j.recorded = nil
+	return g, nil
+}
+
+type joinedGraph struct {
+	j     *joined
+	calls []*call
+}
+
+// Launch enqueues the recorded calls; the host pays one launch for all of them.
+func (g *joinedGraph) Launch() error {
+	if g.j.broken != nil {
+		return g.j.broken
+	}
+	for i, c := range g.calls {
+		cc := *c
+		cc.graph, cc.start = true, i == 0
+		g.j.pending = append(g.j.pending, &cc)
+	}
+	return nil
+}
+
+func (g *joinedGraph) Destroy() error { return nil }
+
+// part is what this rank brings of buffer x: the first n bytes, or a timing-only marker.
+func part(x gpu.Buffer, n int64, peer int, send bool) wirePart {
+	p := wirePart{Peer: peer, Send: send, HasData: x.HasData()}
+	if p.HasData && send {
+		p.Data = append([]byte(nil), bytesOf(x, n)...)
+	}
+	return p
+}
+
+// ghost stands in, in this process, for a buffer of another rank's: its data, or scratch space
+// for its output; nil data when that rank's buffers are timing-only.
+func ghost(rank int, p wirePart, n int64) *buffer {
+	x := &buffer{dev: rank, n: n}
+	switch {
+	case !p.HasData:
+	case p.Send:
+		x.data = p.Data
+	default:
+		x.data = make([]byte, n)
+	}
+	return x
+}
+
+// collective enqueues a call that every rank makes with one input of sendN bytes and one output
+// of recvN bytes; run gets every rank's buffers, this rank's own and the others' ghosts.
+func (j *joined) collective(tag string, send, recv []gpu.Buffer, sendN, recvN int64, run func(send, recv []gpu.Buffer) error) error {
+	if len(send) != j.Size() || len(recv) != j.Size() || send[j.rank] == nil || recv[j.rank] == nil {
+		return fmt.Errorf("sim %s: rank %d needs its send and receive buffers among %d: %w", tag, j.rank, j.Size(), gpu.ErrInvalid)
+	}
+	if send[j.rank].Len() < sendN || recv[j.rank].Len() < recvN {
+		return fmt.Errorf("sim %s: rank %d's buffers are smaller than %d and %d bytes: %w", tag, j.rank, sendN, recvN, gpu.ErrInvalid)
+	}
+	mine := part(send[j.rank], sendN, -1, true)
+	mine.HasData = mine.HasData && recv[j.rank].HasData()
+	return j.enqueue(&call{tag: tag, parts: []wirePart{mine}, run: func(all [][]wirePart) error {
+		s, r := make([]gpu.Buffer, j.Size()), make([]gpu.Buffer, j.Size())
+		for rank, parts := range all {
+			if rank == j.rank {
+				s[rank], r[rank] = send[rank], recv[rank]
+				continue
+			}
+			if len(parts) != 1 {
+				return fmt.Errorf("sim %s: rank %d brought %d buffers: %w", tag, rank, len(parts), gpu.ErrInvalid)
+			}
+			out := parts[0]
+			out.Send = false
+			s[rank], r[rank] = ghost(rank, parts[0], sendN), ghost(rank, out, recvN)
+		}
+		return run(s, r)
+	}})
+}
+
+func (j *joined) AllReduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op gpu.RedOp) error {
+	n := count * int64(dt.Size())
+	return j.collective(fmt.Sprintf("allreduce(%d %s %s)", count, dt, op), send, recv, n, n, func(s, r []gpu.Buffer) error {
+		return j.c.AllReduce(s, r, count, dt, op)
+	})
+}
+
+func (j *joined) AllGather(send, recv []gpu.Buffer, sendCount int64, dt gpu.DType) error {
+	n := sendCount * int64(dt.Size())
+	return j.collective(fmt.Sprintf("allgather(%d %s)", sendCount, dt), send, recv, n, n*int64(j.Size()), func(s, r []gpu.Buffer) error {
+		return j.c.AllGather(s, r, sendCount, dt)
+	})
+}
+
+func (j *joined) ReduceScatter(send, recv []gpu.Buffer, recvCount int64, dt gpu.DType, op gpu.RedOp) error {
+	n := recvCount * int64(dt.Size())
+	return j.collective(fmt.Sprintf("reducescatter(%d %s %s)", recvCount, dt, op), send, recv, n*int64(j.Size()), n, func(s, r []gpu.Buffer) error {
+		return j.c.ReduceScatter(s, r, recvCount, dt, op)
+	})
+}
+
+func (j *joined) Broadcast(send, recv []gpu.Buffer, count int64, dt gpu.DType, root int) error {
+	n := count * int64(dt.Size())
+	return j.collective(fmt.Sprintf("broadcast(%d %s root %d)", count, dt, root), send, recv, n, n, func(s, r []gpu.Buffer) error {
+		return j.c.Broadcast(s, r, count, dt, root)
+	})
+}
+
+func (j *joined) Reduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op gpu.RedOp, root int) error {
+	n := count * int64(dt.Size())
+	return j.collective(fmt.Sprintf("reduce(%d %s %s root %d)", count, dt, op, root), send, recv, n, n, func(s, r []gpu.Buffer) error {
+		return j.c.Reduce(s, r, count, dt, op, root)
+	})
+}
+
+func (j *joined) AllToAll(send, recv []gpu.Buffer, count int64, dt gpu.DType) error {
+	n := count * int64(dt.Size()) * int64(j.Size())
+	return j.collective(fmt.Sprintf("alltoall(%d %s)", count, dt), send, recv, n, n, func(s, r []gpu.Buffer) error {
+		return j.c.AllToAll(s, r, count, dt)
+	})
+}
+
+// SendRecv takes this rank's operations; the other ranks bring theirs.
+func (j *joined) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
+	n := count * int64(dt.Size())
+	var parts []wirePart
+	for _, o := range ops {
+		if o.Rank != j.rank {
+			return fmt.Errorf("sim sendrecv: rank %d's process was given rank %d's operation: %w", j.rank, o.Rank, gpu.ErrInvalid)
+		}
+		if o.Buf == nil || o.Buf.Len() < n {
+			return fmt.Errorf("sim sendrecv: rank %d's buffer is not %d bytes: %w", j.rank, n, gpu.ErrInvalid)
+		}
+		parts = append(parts, part(o.Buf, n, o.Peer, o.Send))
+	}
+	mine := slices.Clone(ops)
+	return j.enqueue(&call{tag: fmt.Sprintf("sendrecv(%d %s)", count, dt), parts: parts, run: func(all [][]wirePart) error {
+		full := slices.Clone(mine)
+		for rank, ps := range all {
+			if rank == j.rank {
+				continue
+			}
+			for _, p := range ps {
+				full = append(full, gpu.P2POp{Rank: rank, Peer: p.Peer, Send: p.Send, Buf: ghost(rank, p, n)})
+			}
+		}
+		return j.c.SendRecv(full, count, dt)
+	}})
+}
+
+// serveHub is the exchange: it waits for every rank's hello, then, for each call, for every
+// rank's parts, and hands all of them to every rank. A rank that leaves or disagrees ends it, with
+// an error naming that rank sent to the others.
+func serveHub(ln *net.TCPListener) {
+	defer ln.Close()
+	ln.SetDeadline(time.Now().Add(joinWait))
+	var members []*member
+	done := make(chan struct{})
+	defer func() {
+		close(done)
+		for _, m := range members {
+			m.conn.Close()
+		}
+	}()
+	size := 0
+	for size == 0 || len(members) < size {
+		conn, err := ln.Accept()
+		if err != nil {
+			fail(members, fmt.Sprintf("sim: only %d of %d ranks reached the exchange: %v", len(members), size, err))
+			return
+		}
+		m := &member{conn: conn, enc: gob.NewEncoder(conn), dec: gob.NewDecoder(conn)}
+		var hi wireHello
+		conn.SetDeadline(time.Now().Add(joinWait))
+		err = m.dec.Decode(&hi)
+		conn.SetDeadline(time.Time{})
+		switch {
+		case err != nil:
+			conn.Close()
+			continue
+		case size != 0 && hi.Size != size:
+			err = fmt.Errorf("sim: rank %d joined a world of %d ranks, others a world of %d", hi.Rank, hi.Size, size)
+		case slices.ContainsFunc(members, func(o *member) bool { return o.rank == hi.Rank }):
+			err = fmt.Errorf("sim: two processes joined as rank %d", hi.Rank)
+		}
+		if err != nil {
+			fail(append(members, m), err.Error())
+			return
+		}
+		size, m.rank = hi.Size, hi.Rank
+		members = append(members, m)
+	}
+	slices.SortFunc(members, func(a, b *member) int { return a.rank - b.rank })
+	for _, m := range members {
+		if m.enc.Encode(wireReply{}) != nil {
+			fail(members, fmt.Sprintf("sim: rank %d left the exchange as it started", m.rank))
+			return
+		}
+		m.calls = make(chan wireCall)
+		go m.read(done)
+	}
+	for {
+		reply := wireReply{Parts: make([][]wirePart, size)}
+		var tag string
+		for _, m := range members {
+			c, ok := <-m.calls
+			if !ok {
+				// Rank 0's process serves the exchange, so it leaves only when it is done.
+				if m.rank != 0 {
+					why := m.err.Error()
+					if errors.Is(m.err, io.EOF) || errors.Is(m.err, io.ErrUnexpectedEOF) {
+						why = "its process exited or closed the communicator"
+					}
+					fail(members, fmt.Sprintf("sim: rank %d left the communicator: %s", m.rank, why))
+				}
+				return
+			}
+			if tag == "" {
+				tag = c.Tag
+			} else if c.Tag != tag {
+				fail(members, fmt.Sprintf("sim: rank %d called %s while rank 0 called %s", m.rank, c.Tag, tag))
+				return
+			}
+			reply.Parts[m.rank] = c.Parts
+		}
+		var wg sync.WaitGroup
+		for _, m := range members {
+			wg.Go(func() { m.enc.Encode(reply) })
+		}
+		wg.Wait()
+	}
+}
+
+type member struct {
+	rank  int
+	conn  net.Conn
+	enc   *gob.Encoder
+	dec   *gob.Decoder
+	calls chan wireCall
+	err   error // why calls was closed
+}
+
+func (m *member) read(done <-chan struct{}) {
+	defer close(m.calls)
+	for {
+		var c wireCall
+		if m.err = m.dec.Decode(&c); m.err != nil {
+			return
+		}
+		select {
+		case m.calls <- c:
+		case <-done:
+			return
+		}
+	}
+}
+
+// fail tells every member why the exchange ends.
+func fail(members []*member, why string) {
+	for _, m := range members {
+		m.conn.SetWriteDeadline(time.Now().Add(time.Second))
+		m.enc.Encode(wireReply{Err: why})
+	}
+}
