@@ -173,3 +173,10 @@ func NewRegistry(s *Sampler) (*prometheus.Registry, *Bench) {
 	}
 	return reg, NewBench(reg)
 }
+
+// NewTelemetryRegistry returns a private registry with only the telemetry collector of s.
+func NewTelemetryRegistry(s *Sampler) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewTelemetryCollector(s))
+	return reg
+}

@@ -1,0 +1,304 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpubench/gpubench/internal/burnin"
+	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/metrics"
+	"github.com/gpubench/gpubench/internal/metrics/telemetry"
+	"github.com/gpubench/gpubench/internal/sim"
+)
+
+type burninFlags struct {
+	duration, baseline time.Duration
+	collectives        string
+	sizes              string
+	iters, warmup      int
+	p2pSize            string
+	floor, minBusBW    float64
+	references         []string
+	ignoreXID          string
+	maxReplays         float64
+	maxNVLink          float64
+	metricsAddr        string
+	interval           time.Duration
+	results            string
+	hold               time.Duration
+	timeout            int
+	nvmlLib            string
+}
+
+func newBurninCmd(e *env, g *globals) *cobra.Command {
+	f := &burninFlags{}
+	cmd := &cobra.Command{
+		Use:   "burnin",
+		Short: "Keep every GPU and link busy for a set time, watch telemetry, and judge each GPU",
+		Long: "burnin runs collectives and GPU-to-GPU copies at large sizes for --duration, checking every\n" +
+			"result, while it samples each GPU's telemetry (and serves it to Prometheus with --metrics).\n" +
+			"It ends with a verdict per GPU and check: wrong data; bandwidth below a floor (a fraction of\n" +
+			"the first minute's best, of a --reference file, or --min-busbw); new XIDs; new uncorrectable\n" +
+			"ECC errors or row-remap failures; PCIe replays and NVLink errors over their thresholds;\n" +
+			"hardware thermal or power slowdown; clocks below base. Exit 3 when any check fails.\n" +
+			"The clock is the backend's: on the simulator --duration is virtual time, so 2h passes in seconds.",
+		Example: "  gpubench burnin --duration 2h --metrics :9400 --results burnin.jsonl\n" +
+			"  gpubench burnin --backend sim --duration 10m --sim-fault xid=3@5m:48\n" +
+			"  gpubench burnin --reference allreduce.json --output json",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd, e, g) },
+	}
+	fl := cmd.Flags()
+	fl.DurationVar(&f.duration, "duration", time.Hour, "how long to run, on the backend's clock (virtual time on the simulator)")
+	fl.DurationVar(&f.baseline, "baseline", time.Minute, "opening window whose best bandwidths set the floors")
+	fl.StringVar(&f.collectives, "collectives", "allreduce,allgather,reducescatter,alltoall", "collectives to run each pass, comma-separated (or none)")
+	fl.StringVar(&f.sizes, "sizes", "256K:1G:x16", "collective sizes MIN:MAX[:xFACTOR|:+STEP]")
+	fl.IntVarP(&f.iters, "iters", "n", 5, "timed iterations per size")
+	fl.IntVarP(&f.warmup, "warmup", "w", 1, "warm-up iterations per size")
+	fl.StringVar(&f.p2pSize, "p2p-size", "256MiB", "bytes per GPU-to-GPU copy (0: no copies)")
+	fl.Float64Var(&f.floor, "floor", 0.75, "fraction of the baseline or reference bandwidth a measurement must reach")
+	fl.Float64Var(&f.minBusBW, "min-busbw", 0, "busbw in GB/s every collective row must reach (instead of the baseline)")
+	fl.StringArrayVar(&f.references, "reference", nil, "a result file from gpubench <collective> --output json whose busbw sets the floor (repeatable)")
+	fl.StringVar(&f.ignoreXID, "ignore-xid", "13,31,43,45,68", "XIDs that do not fail the burn-in (application errors), comma-separated, or none")
+	fl.Float64Var(&f.maxReplays, "max-pcie-replays", 80, "new PCIe replays per GPU above which the burn-in fails")
+	fl.Float64Var(&f.maxNVLink, "max-nvlink-errors", 100, "new NVLink errors per link above which the burn-in fails")
+	fl.StringVar(&f.metricsAddr, "metrics", "", "serve Prometheus metrics on this address, e.g. :9400 (port 0 picks one)")
+	fl.DurationVar(&f.interval, "sample-interval", metrics.DefaultInterval, "how often to sample GPU telemetry (100ms to 1m)")
+	fl.StringVar(&f.results, "results", "", "stream every result to this file as JSON lines, as they come")
+	fl.DurationVar(&f.hold, "hold", 0, "with --metrics: keep serving this long after the end, so that the verdict is scraped")
+	fl.IntVarP(&f.timeout, "timeout", "T", 300, "seconds to wait for the GPUs before reporting a hang (exit 5)")
+	fl.StringVar(&f.nvmlLib, "nvml-lib", "", "path of libnvidia-ml to load (default: libnvidia-ml.so.1)")
+	return cmd
+}
+
+func (f *burninFlags) options() (burnin.Options, error) {
+	opt := burnin.Options{Duration: f.duration, Baseline: f.baseline, Iters: f.iters, Warmup: f.warmup, Floor: f.floor,
+		MinBusBW: f.minBusBW, MaxPCIeReplays: f.maxReplays, MaxNVLinkErr: f.maxNVLink, Timeout: time.Duration(f.timeout) * time.Second}
+	var err error
+	switch {
+	case f.duration <= 0:
+		return opt, usageErr("invalid --duration %v: give a positive duration such as 2h", f.duration)
+	case f.baseline < 0:
+		return opt, usageErr("invalid --baseline %v: give a duration such as 1m", f.baseline)
+	case f.iters < 1:
+		return opt, usageErr("invalid -n %d: run at least 1 iteration", f.iters)
+	case f.warmup < 0:
+		return opt, usageErr("invalid -w %d: warm-up iterations cannot be negative", f.warmup)
+	case !(f.floor > 0 && f.floor <= 1):
+		return opt, usageErr("invalid --floor %v: use a fraction in (0, 1], e.g. 0.75", f.floor)
+	case !(f.minBusBW >= 0):
+		return opt, usageErr("invalid --min-busbw %v: use GB/s, 0 or more", f.minBusBW)
+	case !(f.maxReplays >= 0) || !(f.maxNVLink >= 0):
+		return opt, usageErr("invalid --max-pcie-replays or --max-nvlink-errors: use a count, 0 or more")
+	case f.interval < metrics.MinInterval || f.interval > metrics.MaxInterval:
+		return opt, usageErr("invalid --sample-interval %v: use %v to %v", f.interval, metrics.MinInterval, metrics.MaxInterval)
+	case f.timeout < 1:
+		return opt, usageErr("invalid --timeout %d: give at least 1 second", f.timeout)
+	case f.hold < 0:
+		return opt, usageErr("invalid --hold %v: give a duration, 0 or more", f.hold)
+	}
+	if f.collectives != "none" {
+		for _, name := range strings.Split(f.collectives, ",") {
+			c := findColl(strings.TrimSpace(name))
+			if c == nil {
+				return opt, usageErr("invalid --collectives: unknown collective %q; use names from allreduce, allgather, reducescatter, broadcast, reduce, alltoall, sendrecv", name)
+			}
+			opt.Collectives = append(opt.Collectives, c)
+		}
+	}
+	if opt.Sweep, err = coll.ParseSizes(f.sizes); err != nil {
+		return opt, usageErr("invalid --sizes %q: %v; use MIN:MAX[:xFACTOR|:+STEP], e.g. 256K:1G:x16", f.sizes, err)
+	}
+	if f.p2pSize != "0" {
+		if opt.P2PSize, err = coll.ParseSize(f.p2pSize); err != nil || opt.P2PSize < 16 {
+			return opt, usageErr("invalid --p2p-size %q: give bytes (at least 16), e.g. 256MiB, or 0 for no copies", f.p2pSize)
+		}
+	}
+	if len(opt.Collectives) == 0 && opt.P2PSize == 0 {
+		return opt, usageErr("nothing to run: give --collectives or a --p2p-size above 0")
+	}
+	if f.ignoreXID != "none" && f.ignoreXID != "" {
+		for _, s := range strings.Split(f.ignoreXID, ",") {
+			x, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || x < 1 {
+				return opt, usageErr("invalid --ignore-xid %q: %q is not an XID number; give a list such as 13,31,43", f.ignoreXID, s)
+			}
+			opt.IgnoredXIDs = append(opt.IgnoredXIDs, x)
+		}
+	}
+	if len(f.references) > 0 {
+		opt.Reference = burnin.Reference{}
+		for _, path := range f.references {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return opt, usageErr("invalid --reference: %v", err)
+			}
+			if err := burnin.ParseReference(data, opt.Reference); err != nil {
+				return opt, usageErr("invalid --reference %s: %v", path, err)
+			}
+		}
+	}
+	return opt, nil
+}
+
+func findColl(name string) *coll.Collective {
+	for _, c := range coll.Collectives {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// openTelemetry returns the telemetry of backend b: the simulator's model on the simulator, NVML
+// on real GPUs (nil, with a notice, when NVML does not load).
+func openTelemetry(e *env, b gpu.Backend, lib string) (src telemetry.Source, virtual bool) {
+	if sb, ok := b.(*sim.Backend); ok {
+		return sim.NewTelemetry(sb), true
+	}
+	src, err := metrics.OpenNVML(lib)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "gpubench: %v; the telemetry checks are skipped\n", err)
+		return nil, false
+	}
+	return src, false
+}
+
+func (f *burninFlags) run(cmd *cobra.Command, e *env, g *globals) error {
+	if err := g.validate("auto", "cuda", "sim"); err != nil {
+		return err
+	}
+	opt, err := f.options()
+	if err != nil {
+		return err
+	}
+	var stream *burnin.Stream
+	if f.results != "" {
+		file, err := os.OpenFile(f.results, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+		if err != nil {
+			return usageErr("invalid --results: %v", err)
+		}
+		defer file.Close()
+		stream = burnin.NewStream(file)
+		opt.Record = stream.Write
+	}
+	b, _, err := g.openColl(e)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	ctx := cmd.Context()
+	src, virtual := openTelemetry(e, b, f.nvmlLib)
+	var sampler *metrics.Sampler
+	if src != nil {
+		defer src.Close()
+		sampler = metrics.NewSampler(src, f.interval)
+		opt.Sampler, opt.PollEachPass = sampler, virtual
+		sampler.Refresh()
+		if !virtual {
+			sctx, stop := context.WithCancel(ctx)
+			defer stop()
+			go sampler.Run(sctx)
+		}
+	}
+	reg, bench := metrics.NewRegistry(sampler)
+	opt.Bench = bench
+	var srv *metrics.Server
+	if f.metricsAddr != "" {
+		if srv, err = metrics.Listen(f.metricsAddr, reg); err != nil {
+			return usageErr("invalid --metrics %q: %v", f.metricsAddr, err)
+		}
+		defer srv.Close()
+		fmt.Fprintf(e.stderr, "gpubench: metrics on http://%s%s\n", srv.Addr(), metrics.MetricsPath)
+	}
+	topology := ""
+	if t := b.Topology(); t != nil {
+		topology = t.Name
+	}
+	start := e.now()
+	if stream != nil {
+		devs := []burnin.Device{}
+		for _, d := range b.Devices() {
+			devs = append(devs, burnin.Device{Index: d.Ordinal, Name: d.Name, PCIBusID: d.PCIBusID})
+		}
+		stream.Write(burnin.Record{Record: "start", Version: e.version, Backend: b.Name(), Topology: topology,
+			StartTime: &start, Planned: opt.Duration.Seconds(), Devices: devs})
+	}
+	lastLine := time.Time{}
+	opt.Progress = func(elapsed time.Duration, pass, failing int) {
+		// Every 10 s of wall time at most: on a terminal a line that updates, else one per line.
+		if time.Since(lastLine) < 10*time.Second && elapsed < opt.Duration {
+			return
+		}
+		lastLine = time.Now()
+		left := max(opt.Duration-elapsed, 0)
+		msg := fmt.Sprintf("gpubench: burnin: %v of %v, %v left, pass %d, %d checks failing", elapsed.Round(time.Second), opt.Duration, left.Round(time.Second), pass, failing)
+		if e.progress {
+			fmt.Fprintf(e.stderr, "\r%s ", msg)
+		} else {
+			fmt.Fprintln(e.stderr, msg)
+		}
+	}
+	rep, runErr := burnin.Run(ctx, b, opt)
+	if e.progress {
+		fmt.Fprintln(e.stderr)
+	}
+	end := e.now()
+	s := &burnin.Summary{Version: e.version, Backend: b.Name(), Topology: topology, StartTime: start,
+		Planned: opt.Duration.Seconds(), Elapsed: rep.Elapsed.Seconds(), Passes: rep.Passes, Devices: rep.Devices,
+		Verdict: rep.Verdict, Interrupted: rep.Interrupted, Checks: rep.Checks}
+	if runErr != nil {
+		msg := runErr.Error()
+		s.Error = &msg
+	}
+	if stream != nil {
+		stream.Write(burnin.Record{Record: "verdict", Checks: rep.Checks, Verdict: rep.Verdict})
+		endRec := burnin.Record{Record: "end", T: rep.Elapsed.Seconds(), Elapsed: rep.Elapsed.Seconds(), Passes: rep.Passes, EndTime: &end, Interrupted: rep.Interrupted, Verdict: rep.Verdict}
+		if s.Error != nil {
+			endRec.Error = *s.Error
+		}
+		stream.Write(endRec)
+	}
+	if err := burnin.Write(e.stdout, g.output, s); err != nil {
+		return runtimeErr(fmt.Errorf("writing results: %w", err))
+	}
+	if srv != nil && f.hold > 0 && ctx.Err() == nil {
+		fmt.Fprintf(e.stderr, "gpubench: serving the final metrics for %v more\n", f.hold)
+		select {
+		case <-ctx.Done():
+		case <-time.After(f.hold):
+		}
+	}
+	switch {
+	case runErr != nil:
+		return runtimeErr(runErr)
+	case stream != nil && stream.Err() != nil:
+		return runtimeErr(fmt.Errorf("writing --results: %w", stream.Err()))
+	case rep.Verdict == burnin.Fail:
+		var failed []string
+		for _, c := range rep.Checks {
+			if c.Verdict == burnin.Fail {
+				failed = append(failed, c.Check+" on "+subjectText(c.Subject))
+			}
+		}
+		return &exitError{code: exitCheck, err: fmt.Errorf("burnin failed: %s", strings.Join(failed, ", "))}
+	}
+	return nil
+}
+
+func subjectText(s string) string {
+	switch {
+	case s == "all":
+		return "all GPUs"
+	case strings.Contains(s, "-"):
+		return "GPUs " + strings.Replace(s, "-", "->", 1)
+	}
+	return "GPU " + s
+}

@@ -1,0 +1,582 @@
+// Package burnin keeps every GPU and link of a machine busy for a set time with collectives and
+// peer copies whose results are all checked, watches the GPUs' telemetry meanwhile, and judges
+// each GPU (and pair, and the set as a whole) per check: pass, warn, fail or skip.
+//
+// The burn-in's clock is the backend's Now(): the wall clock on real GPUs and virtual time on the
+// simulator, where a two-hour burn-in passes in seconds.
+package burnin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/metrics"
+	"github.com/gpubench/gpubench/internal/metrics/telemetry"
+	"github.com/gpubench/gpubench/internal/p2p"
+)
+
+// DefaultIgnoredXIDs are application errors that leave the GPU healthy (NVIDIA's device plugin
+// skips the same set): 13 graphics engine exception, 31 MMU fault, 43 stopped channel, 45
+// preemptive cleanup, 68 video decoder exception.
+var DefaultIgnoredXIDs = []int{13, 31, 43, 45, 68}
+
+// Options describe a burn-in.
+type Options struct {
+	Duration time.Duration // on the backend's clock
+	// Baseline is the opening window whose best bandwidths set the floors (when neither MinBusBW
+	// nor Reference gives one).
+	Baseline    time.Duration
+	Collectives []*coll.Collective
+	Sweep       coll.Sweep
+	Iters       int
+	Warmup      int
+	// P2PSize is the bytes per copy of the peer-bandwidth copies (0: no copies).
+	P2PSize int64
+	// Floor is the fraction of the baseline or reference bandwidth a measurement must reach.
+	Floor float64
+	// MinBusBW, when above 0, is the busbw (GB/s) every collective row must reach.
+	MinBusBW  float64
+	Reference Reference
+	// IgnoredXIDs are XIDs that do not fail the xid check.
+	IgnoredXIDs    []int
+	MaxPCIeReplays float64
+	MaxNVLinkErr   float64
+	Timeout        time.Duration
+
+	// Sampler, when set, supplies telemetry; without it the telemetry checks are skipped.
+	Sampler *metrics.Sampler
+	// PollEachPass polls the sampler after every step instead of reading its cache (the
+	// simulator, whose clock runs faster than the sampler's timer).
+	PollEachPass bool
+	Bench        *metrics.Bench
+	// Record, when set, gets every record as it is made.
+	Record func(Record)
+	// Progress, when set, hears after every step how far the burn-in is.
+	Progress func(elapsed time.Duration, pass int, failing int)
+}
+
+// Report is a finished burn-in.
+type Report struct {
+	Devices     []Device
+	Start       time.Duration // backend clock
+	Elapsed     time.Duration
+	Passes      int
+	Checks      []Check
+	Verdict     string
+	Interrupted bool
+	// Err is why the burn-in stopped early (a hang, a failure), if it did.
+	Err error
+}
+
+type runner struct {
+	b     gpu.Backend
+	opt   Options
+	ctx   context.Context
+	v     *verdicts
+	start time.Duration
+	pass  int
+	devs  []gpu.Device
+
+	collBase map[string]float64 // coll/size -> best busbw in the baseline window
+	p2pBase  map[[2]int]float64
+	// telemetry at the start
+	first    *metrics.Snapshot
+	xidsSeen int
+}
+
+// Run runs the burn-in on b. It returns a report also when it stops early, with the reason in
+// Report.Err and as the error.
+func Run(ctx context.Context, b gpu.Backend, opt Options) (*Report, error) {
+	r := &runner{b: b, opt: opt, ctx: ctx, collBase: map[string]float64{}, p2pBase: map[[2]int]float64{}, devs: b.Devices()}
+	r.v = newVerdicts(func(c Check) {
+		if opt.Bench != nil {
+			opt.Bench.Verdict(c.Subject, c.Check, c.Verdict)
+		}
+	})
+	rep := &Report{}
+	for _, d := range r.devs {
+		rep.Devices = append(rep.Devices, Device{Index: d.Ordinal, Name: d.Name, PCIBusID: d.PCIBusID})
+	}
+	if opt.Sampler != nil {
+		inv := opt.Sampler.Latest().Inventory
+		for i := range rep.Devices {
+			if i < len(inv.Devices) {
+				rep.Devices[i].UUID = inv.Devices[i].UUID
+			}
+		}
+	}
+	r.start = b.Now()
+	rep.Start = r.start
+	r.initChecks()
+	r.observe()
+	err := r.loop()
+	r.observe()
+	r.finishChecks()
+	rep.Elapsed, rep.Passes = b.Now()-r.start, r.pass
+	rep.Checks = r.v.list()
+	rep.Verdict = Overall(rep.Checks)
+	rep.Interrupted = errors.Is(err, context.Canceled)
+	rep.Err = err
+	if opt.Bench != nil {
+		opt.Bench.State(false, opt.Duration.Seconds(), rep.Elapsed.Seconds())
+	}
+	return rep, err
+}
+
+func (r *runner) elapsed() time.Duration { return r.b.Now() - r.start }
+
+func (r *runner) record(rec Record) {
+	if r.opt.Record != nil {
+		rec.T = r.elapsed().Seconds()
+		r.opt.Record(rec)
+	}
+}
+
+func (r *runner) initChecks() {
+	all := "all"
+	r.v.set(all, CheckData, Pass, "0 wrong elements", "every checked collective result matched")
+	for _, d := range r.devs {
+		r.v.set(strconv.Itoa(d.Ordinal), CheckData, Pass, "0 wrong bytes", "every checked copy into the GPU matched")
+	}
+	if r.opt.P2PSize > 0 {
+		if _, ok := r.b.(p2p.Backend); !ok {
+			r.v.set(all, CheckP2PBandwidth, Skip, "", "this backend makes no peer copies")
+		}
+	}
+	if r.opt.Sampler == nil {
+		for _, c := range []string{CheckXID, CheckECC, CheckPCIeReplay, CheckNVLink, CheckThrottle, CheckClocks} {
+			r.v.set(all, c, Skip, "", "no telemetry (NVML is not available)")
+		}
+	}
+}
+
+// floorText describes the collective floor when it is known before the run.
+func (r *runner) floorText() (threshold, source string) {
+	switch {
+	case r.opt.MinBusBW > 0:
+		return fmt.Sprintf("busbw >= %g GB/s", r.opt.MinBusBW), "--min-busbw"
+	case len(r.opt.Reference) > 0:
+		return fmt.Sprintf("busbw >= %g x reference", r.opt.Floor), "reference file"
+	}
+	return fmt.Sprintf("busbw >= %g x best of the first %v", r.opt.Floor, r.opt.Baseline), "baseline"
+}
+
+func (r *runner) loop() error {
+	if r.opt.Bench != nil {
+		r.opt.Bench.State(true, r.opt.Duration.Seconds(), 0)
+	}
+	for r.elapsed() < r.opt.Duration {
+		r.pass++
+		for _, c := range r.opt.Collectives {
+			if err := r.collective(c); err != nil {
+				return err
+			}
+			if r.elapsed() >= r.opt.Duration {
+				break
+			}
+		}
+		if r.opt.P2PSize > 0 && r.elapsed() < r.opt.Duration {
+			if err := r.copies(); err != nil {
+				return err
+			}
+		}
+		if r.opt.Bench != nil {
+			r.opt.Bench.Pass()
+		}
+	}
+	return nil
+}
+
+// step ends every measurement: the context, telemetry, metrics and progress.
+func (r *runner) step() error {
+	r.observe()
+	if r.opt.Bench != nil {
+		r.opt.Bench.State(true, r.opt.Duration.Seconds(), r.elapsed().Seconds())
+	}
+	if r.opt.Progress != nil {
+		failing := 0
+		for _, c := range r.v.list() {
+			if c.Verdict == Fail {
+				failing++
+			}
+		}
+		r.opt.Progress(r.elapsed(), r.pass, failing)
+	}
+	return r.ctx.Err()
+}
+
+func (r *runner) collective(c *coll.Collective) error {
+	opt := coll.Options{Coll: c, Sweep: r.opt.Sweep, DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum},
+		Iters: r.opt.Iters, Warmup: r.opt.Warmup, Check: 1, Average: 1, Seed: uint64(r.pass), Timeout: r.opt.Timeout}
+	opt.OnResult = func(res coll.Result) { r.collResult(c, res) }
+	_, err := coll.Run(r.ctx, r.b, opt)
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.Name, err)
+	}
+	return r.step()
+}
+
+func (r *runner) collResult(c *coll.Collective, res coll.Result) {
+	t := r.elapsed()
+	op, ip := res.OutOfPlace, res.InPlace
+	rec := Record{Record: "result", Kind: "collective", Pass: r.pass, Collective: c.Name, Size: res.Size, Type: res.Type,
+		TimeUS: ptr(op.TimeUS), AlgBW: ptr(op.AlgBW), BusBW: ptr(op.BusBW), Wrong: op.Wrong, InPlaceBW: ptr(ip.BusBW), InWrong: ip.Wrong}
+	if r.opt.Bench != nil {
+		r.opt.Bench.Coll(c.Name, res.Size, op.BusBW, op.AlgBW, op.TimeUS)
+	}
+	wrong := int64(0)
+	for _, w := range []*int64{op.Wrong, ip.Wrong} {
+		if w != nil {
+			wrong += *w
+		}
+	}
+	if wrong > 0 {
+		r.v.set("all", CheckData, Fail, "", "%s at %d bytes: %d wrong elements (pass %d, %v in)", c.Name, res.Size, wrong, r.pass, round(t))
+		r.failed(CheckData, 1)
+	}
+	key := c.Name + "/" + strconv.FormatInt(res.Size, 10)
+	floor, src := 0.0, ""
+	switch {
+	case r.opt.MinBusBW > 0:
+		floor, src = r.opt.MinBusBW, "--min-busbw"
+	case len(r.opt.Reference) > 0:
+		if ref, ok := r.opt.Reference[c.Name][res.Size]; ok {
+			floor, src = r.opt.Floor*ref, fmt.Sprintf("%g x reference %.2f GB/s", r.opt.Floor, ref)
+		}
+	case t <= r.opt.Baseline:
+		r.collBase[key] = math.Max(r.collBase[key], op.BusBW)
+	default:
+		if base, ok := r.collBase[key]; ok {
+			floor, src = r.opt.Floor*base, fmt.Sprintf("%g x baseline %.2f GB/s", r.opt.Floor, base)
+		}
+	}
+	if floor > 0 {
+		rec.Floor = ptr(floor)
+		thr, how := r.floorText()
+		r.v.set("all", CheckBandwidth, Pass, thr, "every collective row at or above its floor (%s)", how)
+		if op.BusBW < floor {
+			r.v.set("all", CheckBandwidth, Fail, thr, "%s at %d bytes: busbw %.2f GB/s below %.2f GB/s (%s) at %v", c.Name, res.Size, op.BusBW, floor, src, round(t))
+			r.failed(CheckBandwidth, 1)
+		}
+	}
+	r.record(rec)
+}
+
+func (r *runner) failed(check string, n int) {
+	if r.opt.Bench != nil {
+		r.opt.Bench.CheckFailed(check, n)
+		if check == CheckData {
+			r.opt.Bench.Miscompares(n)
+		}
+	}
+}
+
+// copies measures every ordered pair's copy bandwidth and checks every copy's data.
+func (r *runner) copies() error {
+	pb, ok := r.b.(p2p.Backend)
+	if !ok {
+		return nil
+	}
+	res, err := p2p.Run(r.ctx, pb, p2p.Options{Size: r.opt.P2PSize, Repeat: 1, Samples: 1, Verify: true, Timeout: r.opt.Timeout})
+	if errors.Is(err, p2p.ErrTooBig) {
+		r.v.set("all", CheckP2PBandwidth, Skip, "", "copies of %d bytes do not fit: %v", r.opt.P2PSize, err)
+		r.opt.P2PSize = 0
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("p2p: %w", err)
+	}
+	if res.Unverified > 0 && res.Verified+res.Mismatched == 0 {
+		// The simulator's data cap left the large copies timing-only: check data with small ones.
+		small, err := p2p.Run(r.ctx, pb, p2p.Options{Size: 64 << 10, Repeat: 1, Samples: 1, Verify: true, Timeout: r.opt.Timeout})
+		if err != nil && !errors.Is(err, p2p.ErrTooBig) {
+			return fmt.Errorf("p2p: %w", err)
+		}
+		if small != nil {
+			r.copyData(small)
+		}
+	}
+	r.copyData(res)
+	r.copyBandwidth(res)
+	return r.step()
+}
+
+func (r *runner) copyData(res *p2p.Result) {
+	bad := map[int][]string{}
+	for _, m := range res.Matrices {
+		for i, row := range m.Cells {
+			for j, c := range row {
+				if !c.Bad {
+					continue
+				}
+				a, d := res.Devices[i].Ordinal, res.Devices[j].Ordinal
+				bad[d] = append(bad[d], fmt.Sprintf("%s %d->%d", m.Key, a, d))
+				if strings.HasPrefix(m.Key, "bi") {
+					bad[a] = append(bad[a], fmt.Sprintf("%s %d->%d", m.Key, d, a))
+				}
+			}
+		}
+	}
+	for i, h := range res.Host {
+		for _, c := range []p2p.Cell{h.H2D, h.D2H, h.Bidir, h.Local} {
+			if c.Bad {
+				d := res.Devices[i].Ordinal
+				bad[d] = append(bad[d], "host copy")
+			}
+		}
+	}
+	for d, where := range bad {
+		r.v.set(strconv.Itoa(d), CheckData, Fail, "", "copies into GPU %d delivered wrong data (%s; pass %d)", d, strings.Join(where[:min(len(where), 3)], ", "), r.pass)
+		r.failed(CheckData, len(where))
+		r.record(Record{Record: "result", Kind: "p2p_data", Pass: r.pass, Dst: ptr(d), Mismatched: ptr(len(where))})
+	}
+}
+
+func (r *runner) copyBandwidth(res *p2p.Result) {
+	var m *p2p.Matrix
+	for _, key := range []string{"uni_enabled", "uni_disabled"} {
+		for i := range res.Matrices {
+			if res.Matrices[i].Key == key && m == nil && hasValues(res.Matrices[i]) {
+				m = &res.Matrices[i]
+			}
+		}
+	}
+	if m == nil {
+		r.v.set("all", CheckP2PBandwidth, Skip, "", "no pair could be measured")
+		return
+	}
+	t := r.elapsed()
+	thr := fmt.Sprintf("copy GB/s >= %g x best of the first %v", r.opt.Floor, r.opt.Baseline)
+	slow := map[int]int{}
+	nslow := 0
+	for i, row := range m.Cells {
+		for j, c := range row {
+			if i == j || c.Value == nil {
+				continue
+			}
+			a, d := res.Devices[i].Ordinal, res.Devices[j].Ordinal
+			gbs := *c.Value
+			if r.opt.Bench != nil {
+				r.opt.Bench.P2P(a, d, gbs)
+			}
+			rec := Record{Record: "result", Kind: "p2p", Pass: r.pass, Src: ptr(a), Dst: ptr(d), Size: r.opt.P2PSize, GBs: ptr(gbs)}
+			k := [2]int{a, d}
+			if t <= r.opt.Baseline {
+				r.p2pBase[k] = math.Max(r.p2pBase[k], gbs)
+			} else if base, ok := r.p2pBase[k]; ok {
+				floor := r.opt.Floor * base
+				rec.Floor = ptr(floor)
+				subject := fmt.Sprintf("%d-%d", a, d)
+				if gbs < floor {
+					r.v.set(subject, CheckP2PBandwidth, Fail, thr, "copies %d->%d at %.2f GB/s, below %.2f GB/s (%g x baseline %.2f) at %v", a, d, gbs, floor, r.opt.Floor, base, round(t))
+					r.failed(CheckP2PBandwidth, 1)
+					slow[a]++
+					slow[d]++
+					nslow++
+				}
+			}
+			r.record(rec)
+		}
+	}
+	if t <= r.opt.Baseline {
+		return
+	}
+	if nslow == 0 {
+		r.v.set("all", CheckP2PBandwidth, Pass, thr, "every pair at or above its floor")
+		return
+	}
+	suspect := ""
+	for g, n := range slow {
+		if n == nslow {
+			suspect = fmt.Sprintf("; every slow pair involves GPU %d: suspect its link", g)
+		}
+	}
+	r.v.set("all", CheckP2PBandwidth, Fail, thr, "%d pairs below their floor at %v%s", nslow, round(t), suspect)
+}
+
+func hasValues(m p2p.Matrix) bool {
+	for i, row := range m.Cells {
+		for j, c := range row {
+			if i != j && c.Value != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func round(d time.Duration) time.Duration {
+	if d > time.Minute {
+		return d.Round(time.Second)
+	}
+	return d.Round(time.Millisecond)
+}
+
+// finishChecks settles checks that could not be judged.
+func (r *runner) finishChecks() {
+	if _, ok := r.v.get("all", CheckBandwidth); !ok {
+		r.v.set("all", CheckBandwidth, Skip, "", "the burn-in ran %v, not past the %v baseline window: no floor to judge by (give --min-busbw or --reference, or a longer --duration)", round(r.elapsed()), r.opt.Baseline)
+	}
+	if r.opt.P2PSize > 0 {
+		if _, ok := r.v.get("all", CheckP2PBandwidth); !ok {
+			r.v.set("all", CheckP2PBandwidth, Skip, "", "the burn-in did not run past the %v baseline window", r.opt.Baseline)
+		}
+	}
+}
+
+// observe reads telemetry and judges the telemetry checks on it.
+func (r *runner) observe() {
+	if r.opt.Sampler == nil {
+		return
+	}
+	var snap metrics.Snapshot
+	if r.opt.PollEachPass {
+		snap = r.opt.Sampler.Refresh()
+	} else {
+		snap = r.opt.Sampler.Latest()
+	}
+	if snap.Samples == 0 {
+		return
+	}
+	if r.first == nil {
+		r.first = &snap
+		r.xidsSeen = len(snap.XIDs)
+	}
+	ignored := map[int]bool{}
+	for _, x := range r.opt.IgnoredXIDs {
+		ignored[x] = true
+	}
+	for _, x := range snap.XIDs[r.xidsSeen:] {
+		g := strconv.Itoa(x.GPU)
+		r.record(Record{Record: "event", Kind: "xid", GPU: ptr(x.GPU), XID: x.Code})
+		if ignored[x.Code] {
+			r.v.set(g, CheckXID, Warn, "", "XID %d (an application error, ignored) at %v", x.Code, round(r.elapsed()))
+			continue
+		}
+		r.v.set(g, CheckXID, Fail, "", "XID %d on GPU %d at %v", x.Code, x.GPU, round(r.elapsed()))
+		r.failed(CheckXID, 1)
+	}
+	r.xidsSeen = len(snap.XIDs)
+	base := map[int]telemetry.GPU{}
+	for _, g := range r.first.Sample.GPUs {
+		base[g.Index] = g
+	}
+	baseClock := map[int]float64{}
+	for _, d := range snap.Inventory.Devices {
+		baseClock[d.Index] = d.BaseSMClockHz
+	}
+	for _, g := range snap.Sample.GPUs {
+		r.judgeGPU(g, base[g.Index], baseClock[g.Index])
+	}
+}
+
+func (r *runner) judgeGPU(g, first telemetry.GPU, baseClock float64) {
+	s := strconv.Itoa(g.Index)
+	r.v.set(s, CheckXID, Pass, "", "no new XID (ignoring %s)", intList(r.opt.IgnoredXIDs))
+	known := telemetry.Known
+	at := round(r.elapsed())
+	// ECC and row remapping.
+	switch {
+	case !known(g.ECCUncorrected) && !known(g.RemapFailed):
+		r.v.set(s, CheckECC, Skip, "", "ECC and row remapping are not reported")
+	case known(g.ECCUncorrected) && known(first.ECCUncorrected) && g.ECCUncorrected > first.ECCUncorrected:
+		r.v.set(s, CheckECC, Fail, "0 new", "%g new uncorrectable ECC errors by %v", g.ECCUncorrected-first.ECCUncorrected, at)
+	case known(g.RemapFailed) && g.RemapFailed > 0 && !(known(first.RemapFailed) && first.RemapFailed > 0):
+		r.v.set(s, CheckECC, Fail, "0 new", "a row remap failed by %v", at)
+	default:
+		r.v.set(s, CheckECC, Pass, "0 new", "no new uncorrectable ECC error or row-remap failure")
+	}
+	// PCIe replays.
+	if known(g.PCIeReplays) && known(first.PCIeReplays) {
+		d := g.PCIeReplays - first.PCIeReplays
+		thr := fmt.Sprintf("<= %g new", r.opt.MaxPCIeReplays)
+		switch {
+		case d > r.opt.MaxPCIeReplays:
+			r.v.set(s, CheckPCIeReplay, Fail, thr, "%g PCIe replays since the start (by %v)", d, at)
+		case d > 0:
+			r.v.set(s, CheckPCIeReplay, Warn, thr, "%g PCIe replays since the start", d)
+		default:
+			r.v.set(s, CheckPCIeReplay, Pass, thr, "no PCIe replay")
+		}
+	} else {
+		r.v.set(s, CheckPCIeReplay, Skip, "", "PCIe replays are not reported")
+	}
+	// NVLink errors.
+	if len(g.Links) == 0 {
+		r.v.set(s, CheckNVLink, Skip, "", "no NVLink reported")
+	} else {
+		firstErr := map[int][4]float64{}
+		for _, l := range first.Links {
+			firstErr[l.Link] = l.Errors
+		}
+		worst, worstLink, down := 0.0, -1, []string{}
+		for _, l := range g.Links {
+			sum := 0.0
+			for e, v := range l.Errors {
+				if known(v) && known(firstErr[l.Link][e]) {
+					sum += v - firstErr[l.Link][e]
+				}
+			}
+			if sum > worst {
+				worst, worstLink = sum, l.Link
+			}
+			if !l.Up {
+				down = append(down, strconv.Itoa(l.Link))
+			}
+		}
+		thr := fmt.Sprintf("<= %g new per link", r.opt.MaxNVLinkErr)
+		switch {
+		case worst > r.opt.MaxNVLinkErr:
+			r.v.set(s, CheckNVLink, Fail, thr, "NVLink %d: %g new errors (replay, recovery, CRC) by %v", worstLink, worst, at)
+		case len(down) > 0:
+			r.v.set(s, CheckNVLink, Fail, thr, "NVLink %s down at %v", strings.Join(down, ","), at)
+		case worst > 0:
+			r.v.set(s, CheckNVLink, Warn, thr, "NVLink %d: %g new errors", worstLink, worst)
+		default:
+			r.v.set(s, CheckNVLink, Pass, thr, "no new NVLink error")
+		}
+	}
+	// Hardware slowdown.
+	if !g.ReasonsKnown {
+		r.v.set(s, CheckThrottle, Skip, "", "clock-event reasons are not reported")
+	} else if hw := g.ClockReasons & telemetry.ReasonsHardwareSlowing; hw != 0 {
+		var names []string
+		for _, rn := range telemetry.ReasonNames {
+			if hw&rn.Bit != 0 {
+				names = append(names, rn.Name)
+			}
+		}
+		r.v.set(s, CheckThrottle, Fail, "no hardware slowdown", "%s active at %v (%.0f C, %.0f W)", strings.Join(names, ", "), at, g.TemperatureCelsius, g.PowerWatts)
+	} else {
+		r.v.set(s, CheckThrottle, Pass, "no hardware slowdown", "no hardware thermal or power slowdown")
+	}
+	// Clocks under load.
+	switch {
+	case !known(g.SMClockHz) || !known(baseClock) || baseClock <= 0:
+		r.v.set(s, CheckClocks, Skip, "", "SM clock or base clock not reported")
+	case known(g.Utilization) && g.Utilization < 0.5:
+		r.v.set(s, CheckClocks, Pass, "", "") // idle: nothing to judge yet; a loaded sample decides
+	case g.SMClockHz < baseClock:
+		r.v.set(s, CheckClocks, Warn, fmt.Sprintf(">= base %.0f MHz under load", baseClock/1e6), "SM clock %.0f MHz below base %.0f MHz under load at %v", g.SMClockHz/1e6, baseClock/1e6, at)
+	default:
+		r.v.set(s, CheckClocks, Pass, fmt.Sprintf(">= base %.0f MHz under load", baseClock/1e6), "SM clock at or above base under load")
+	}
+}
+
+func intList(v []int) string {
+	if len(v) == 0 {
+		return "none"
+	}
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
