@@ -1,0 +1,184 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpubench/gpubench/internal/golden"
+)
+
+// simRuns writes simulated all-reduce sweeps into a new folder, and returns it: base, the same
+// machine with GPU 0's NVLink at half speed, and two runs with 2% jitter and different seeds.
+func simRuns(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	runs := map[string][]string{
+		"base.json": nil,
+		"slow.json": {"--sim-fault", "slow-link=gpu0,nvswitch,0.5"},
+		"j1.json":   {"--sim-jitter", "0.02", "--seed", "1"},
+		"j2.json":   {"--sim-jitter", "0.02", "--seed", "2"},
+	}
+	for name, extra := range runs {
+		args := append([]string{"allreduce", "--backend", "sim", "--topology", "dgx-h100", "--sizes", "1M:1G:x4", "--output", "json"}, extra...)
+		out, errOut, code := gpubench(t, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d, %s", args, code, errOut)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// inDir runs gpubench with file arguments taken relative to dir, and shows paths relative to it.
+func inDir(t *testing.T, dir string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var full []string
+	for _, a := range args {
+		if strings.Contains(a, ".") && !strings.HasPrefix(a, "-") {
+			a = filepath.Join(dir, a)
+		}
+		full = append(full, a)
+	}
+	out, errOut, code := gpubench(t, full...)
+	return strings.ReplaceAll(out, dir+string(filepath.Separator), ""), strings.ReplaceAll(errOut, dir+string(filepath.Separator), ""), code
+}
+
+// toLines rewrites a JSON document as the JSON lines --out streams, optionally without its end.
+func toLines(t *testing.T, doc string, withEnd bool) string {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(doc), &m); err != nil {
+		t.Fatal(err)
+	}
+	start, end := map[string]any{"record": "start"}, map[string]any{"record": "end"}
+	for k, v := range m {
+		switch k {
+		case "results":
+		case "out_of_bounds", "avg_busbw_gbs", "best", "bus_peak", "timing_only_from_bytes", "interrupted", "error":
+			end[k] = v
+		default:
+			start[k] = v
+		}
+	}
+	recs := []any{start}
+	for _, r := range m["results"].([]any) {
+		r.(map[string]any)["record"] = "result"
+		recs = append(recs, r)
+	}
+	if withEnd {
+		recs = append(recs, end)
+	}
+	var b strings.Builder
+	for _, r := range recs {
+		line, _ := json.Marshal(r)
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// A slowed NVLink is found at every size (exit 3); two jittered runs of the same machine are not.
+func TestCompareSimulatedRuns(t *testing.T) {
+	dir := simRuns(t)
+	for _, format := range []string{"table", "markdown", "json"} {
+		out, errOut, code := inDir(t, dir, "compare", "base.json", "slow.json", "--output", format)
+		if code != exitCheck || errOut != "gpubench: compare: 12 regressions past 5% (marked REGRESSION)\n" {
+			t.Fatalf("%s: exit %d, stderr %q; want 3 and the count of regressions", format, code, errOut)
+		}
+		golden.Check(t, "compare-slow-link."+format, out)
+	}
+	out, errOut, code := inDir(t, dir, "compare", "j1.json", "j2.json", "--output", "json")
+	if code != 0 || errOut != "" {
+		t.Fatalf("jittered runs: exit %d, stderr %q", code, errOut)
+	}
+	var doc struct {
+		Regressions int `json:"regressions"`
+		Comparisons []struct {
+			Counts map[string]int `json:"counts"`
+		} `json:"comparisons"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Regressions != 0 || doc.Comparisons[0].Counts["same"] != 12 {
+		t.Errorf("jittered runs: %+v; want 12 rows the same", doc)
+	}
+	// Several NEW files are each set against OLD.
+	out, _, code = inDir(t, dir, "compare", "--threshold", "5%", "j1.json", "j2.json", "slow.json")
+	if code != exitCheck || strings.Count(out, "# OLD j1.json") != 2 || !strings.Contains(out, "# 0 regressions") || !strings.Contains(out, "# 12 regressions") {
+		t.Errorf("two NEW files: exit %d\n%s", code, out)
+	}
+}
+
+// The streamed form compares as the document does; a stream without its end is compared on its
+// rows, with a notice and complete: false.
+func TestCompareStreamed(t *testing.T) {
+	dir := simRuns(t)
+	base, _ := os.ReadFile(filepath.Join(dir, "base.json"))
+	slow, _ := os.ReadFile(filepath.Join(dir, "slow.json"))
+	os.WriteFile(filepath.Join(dir, "base.jsonl"), []byte(toLines(t, string(base), true)), 0o644)
+	os.WriteFile(filepath.Join(dir, "slow-crashed.out"), []byte(toLines(t, string(slow), false)), 0o644)
+	want, _, _ := inDir(t, dir, "compare", "base.json", "slow.json")
+	got, errOut, code := inDir(t, dir, "compare", "base.jsonl", "slow.json")
+	if code != exitCheck || got != strings.Replace(want, "# OLD base.json", "# OLD base.jsonl", 1) {
+		t.Errorf("streamed OLD: exit %d, stderr %q, output\n%s\nwant\n%s", code, errOut, got, want)
+	}
+	out, errOut, code := inDir(t, dir, "compare", "base.json", "slow-crashed.out", "--output", "json")
+	if code != exitCheck || !strings.Contains(errOut, "gpubench: slow-crashed.out: the run did not finish (no end record): 6 rows") {
+		t.Errorf("crashed NEW: exit %d, stderr %q", code, errOut)
+	}
+	var doc struct {
+		Comparisons []struct {
+			New struct {
+				Complete bool   `json:"complete"`
+				Form     string `json:"form"`
+			} `json:"new"`
+			Notes []string `json:"notes"`
+		} `json:"comparisons"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if c := doc.Comparisons[0]; c.New.Complete || c.New.Form != "jsonl" || len(c.Notes) != 1 {
+		t.Errorf("crashed NEW in JSON: %+v; want complete false, form jsonl, a note", c)
+	}
+}
+
+// Per-iteration fixtures through the CLI: one regression, one noisy row, rows on one side only.
+func TestComparePerIter(t *testing.T) {
+	out, _, code := inDir(t, "../../internal/results/testdata", "compare", "periter-old.json", "periter-new.json")
+	if code != exitCheck {
+		t.Fatalf("exit %d", code)
+	}
+	golden.Check(t, "compare-periter.table", out)
+}
+
+func TestCompareBadInput(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "text.txt"), []byte("#  size count type\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "p2p.json"), []byte(`{"command": "p2p", "backend": "sim", "devices": [], "matrices": {}}`), 0o644)
+	os.WriteFile(filepath.Join(dir, "ok.json"), []byte(`{"collective": "allreduce", "backend": "sim", "results": []}`), 0o644)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"compare", "ok.json"}, "compare needs two files or more"},
+		{[]string{"compare", "ok.json", "missing.json"}, "missing.json: no such file or directory"},
+		{[]string{"compare", "ok.json", "text.txt"}, "text.txt: not gpubench JSON results"},
+		{[]string{"compare", "ok.json", "p2p.json"}, "p2p.json: compare reads collective results"},
+		{[]string{"compare", "--threshold", "five", "ok.json", "ok.json"}, `invalid --threshold "five"`},
+		{[]string{"compare", "--threshold", "-1", "ok.json", "ok.json"}, `invalid --threshold "-1"`},
+		{[]string{"compare", "--output", "csv", "ok.json", "ok.json"}, `unknown --output "csv" for compare`},
+	}
+	for _, c := range cases {
+		out, errOut, code := inDir(t, dir, c.args...)
+		if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2, one line containing %q", c.args, code, out, errOut, c.want)
+		}
+	}
+}
