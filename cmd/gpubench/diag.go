@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpubench/gpubench/internal/diag"
 	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/sim"
 	"github.com/gpubench/gpubench/internal/topo"
 )
 
@@ -62,8 +63,8 @@ func (f *diagFlags) run(cmd *cobra.Command, e *env, g *globals, read func(string
 	if st, err := os.Stat(f.root); err != nil || !st.IsDir() {
 		return usageErr("invalid --root %q: give a directory that holds sys/ and proc/", f.root)
 	}
-	if g.backend == "sim" && (cmd.Flags().Changed("root") || cmd.Flags().Changed("nvml-lib")) {
-		return usageErr("--root and --nvml-lib read a real machine: drop them, or drop --backend sim")
+	if g.backend == "sim" && cmd.Flags().Changed("nvml-lib") {
+		return usageErr("--nvml-lib reads a real machine's GPUs: drop it, or drop --backend sim")
 	}
 	opt := diag.Options{Root: f.root, Env: diagEnviron(), NVMLLib: f.nvmlLib, Quick: f.quick, ReadDevices: read, Context: cmd.Context()}
 	if g.backend == "sim" {
@@ -72,7 +73,12 @@ func (f *diagFlags) run(cmd *cobra.Command, e *env, g *globals, read func(string
 			return err
 		}
 		defer b.Close()
-		opt.Sim, opt.Backend, opt.Nominal = b.Topology().Name, b, b.Topology()
+		// The nominal figures come from the topology as written, without --sim-fault's slow links.
+		nominal, err := sim.LoadTopology(g.topology)
+		if err != nil {
+			return usageErr("invalid --topology: %v", err)
+		}
+		opt.Sim, opt.Backend, opt.Nominal = nominal.Name, b, nominal
 	} else {
 		var b gpu.Backend
 		opt.CUDA, opt.NCCL, b, opt.BackendErr = diag.OpenLibraries(g.cudaLib, g.ncclLib)

@@ -87,6 +87,9 @@ func checkCUDA(f *Facts) Result {
 		return skip("this gpubench was built without cgo, so it cannot load the CUDA runtime", "use a gpubench built with cgo")
 	}
 	c := f.opt.CUDA
+	if c.Path == "" && c.Err == nil {
+		return skip("the CUDA runtime was not loaded", "")
+	}
 	if c.Err != nil {
 		return fail("install the CUDA runtime (pip install nvidia-cuda-runtime-cu12, or the CUDA toolkit) or point --cuda-lib or GPUBENCH_CUDART at libcudart.so",
 			c.Err.Error())
@@ -120,6 +123,9 @@ func checkNCCL(f *Facts) Result {
 		return skip("NCCL needs the CUDA runtime, which did not load", "see the cuda-runtime check")
 	}
 	n := f.opt.NCCL
+	if n.Path == "" && n.Err == nil {
+		return skip("NCCL was not loaded", "")
+	}
 	if n.Err != nil {
 		return fail("install NCCL (pip install nvidia-nccl-cu12) or point --nccl-lib or GPUBENCH_NCCL at libnccl.so.2", n.Err.Error())
 	}
