@@ -1,0 +1,219 @@
+package main
+
+import (
+	"encoding/xml"
+	"image"
+	"image/color"
+	"image/png"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"gonum.org/v1/plot/plotutil"
+)
+
+// svgInfo is what a test checks in an SVG: its size, the paths drawn, and the texts written.
+type svgInfo struct {
+	width, height string
+	paths         []svgPath
+	texts         []string
+}
+
+type svgPath struct{ d, style string }
+
+func parseSVG(t *testing.T, path string) svgInfo {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var info svgInfo
+	dec := xml.NewDecoder(f)
+	inText := false
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			break
+		}
+		switch e := tok.(type) {
+		case xml.StartElement:
+			attr := map[string]string{}
+			for _, a := range e.Attr {
+				attr[a.Name.Local] = a.Value
+			}
+			switch e.Name.Local {
+			case "svg":
+				info.width, info.height = attr["width"], attr["height"]
+			case "path":
+				info.paths = append(info.paths, svgPath{d: attr["d"], style: attr["style"]})
+			case "text":
+				inText = true
+			}
+		case xml.CharData:
+			if inText {
+				info.texts = append(info.texts, string(e))
+			}
+		case xml.EndElement:
+			inText = false
+		}
+	}
+	if info.width == "" {
+		t.Fatalf("%s: no <svg> element with a width", path)
+	}
+	return info
+}
+
+func hexColor(c color.Color) string {
+	r, g, b, _ := c.RGBA()
+	return strings.ToUpper(string([]byte{hexDigit(r >> 12), hexDigit(r >> 8 & 15), hexDigit(g >> 12), hexDigit(g >> 8 & 15), hexDigit(b >> 12), hexDigit(b >> 8 & 15)}))
+}
+
+func hexDigit(v uint32) byte { return "0123456789ABCDEF"[v&15] }
+
+// Three runs overlaid: an SVG of the size asked, one data line per run with one vertex per size,
+// a legend entry per run and the nominal peak.
+func TestPlotSVG(t *testing.T) {
+	dir := simRuns(t)
+	_, errOut, code := inDir(t, dir, "plot", "base.json", "slow.json", "j1.json", "-o", "busbw.svg", "--size", "800x500")
+	if code != 0 || errOut != "gpubench: plot: wrote busbw.svg (800x500 SVG)\n" {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	svg := parseSVG(t, filepath.Join(dir, "busbw.svg"))
+	if svg.width != "600pt" || svg.height != "375pt" {
+		t.Errorf("size %s x %s; want 600pt x 375pt (800x500 CSS pixels)", svg.width, svg.height)
+	}
+	for i, name := range []string{"base", "slow", "j1"} {
+		stroke := "stroke:#" + hexColor(plotutil.Color(i))
+		lines := 0
+		for _, p := range svg.paths {
+			// the series' line: its colour, 6 sizes from 1M to 1G, so 5 segments
+			if strings.Contains(p.style, stroke) && strings.Contains(p.style, "stroke-width:1.5") && strings.Count(p.d, "L") == 5 {
+				lines++
+			}
+		}
+		if lines != 1 {
+			t.Errorf("%s: %d data lines in %s; want 1", name, lines, stroke)
+		}
+	}
+	legend := regexp.MustCompile(`^(base|slow|j1|nominal bus peak 450 GB/s \(nvlink\))$`)
+	n := 0
+	for _, text := range svg.texts {
+		if legend.MatchString(text) {
+			n++
+		}
+	}
+	if n != 4 || !slices.Contains(svg.texts, "allreduce: bus bandwidth against size") || !slices.Contains(svg.texts, "1G") {
+		t.Errorf("texts %q; want 4 legend entries, the title and size labels", svg.texts)
+	}
+}
+
+func decodePNG(t *testing.T, path string) image.Image {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return img
+}
+
+func countColor(img image.Image, c color.Color) int {
+	r0, g0, b0, _ := c.RGBA()
+	n := 0
+	b := img.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			if r>>8 == r0>>8 && g>>8 == g0>>8 && bl>>8 == b0>>8 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// A PNG of the size asked, the time plot with both placements, each series' colour drawn.
+func TestPlotPNG(t *testing.T) {
+	dir := simRuns(t)
+	if _, errOut, code := inDir(t, dir, "plot", "base.json", "slow.json", "--y", "time", "--placement", "both", "-o", "time.png", "--size", "640x480"); code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	img := decodePNG(t, filepath.Join(dir, "time.png"))
+	if b := img.Bounds(); b.Dx() != 640 || b.Dy() != 480 {
+		t.Errorf("image %v; want 640x480", b)
+	}
+	for i := 0; i < 4; i++ { // base and slow, out-of-place and in-place
+		if n := countColor(img, plotutil.Color(i)); n < 50 {
+			t.Errorf("series %d: %d pixels of its colour; want a drawn line", i, n)
+		}
+	}
+	if n := countColor(img, plotutil.Color(4)); n != 0 {
+		t.Errorf("%d pixels of a fifth series' colour; want none", n)
+	}
+}
+
+// p2p heat maps: the size asked, and the N/A cells of a machine without P2P drawn grey.
+func TestPlotP2PHeatMap(t *testing.T) {
+	dir := t.TempDir()
+	for _, topo := range []string{"dgx-h100", "pcie-4090x8"} {
+		out, errOut, code := gpubench(t, "p2p", "--backend", "sim", "--topology", topo, "--size", "4M", "--output", "json")
+		if code != 0 {
+			t.Fatalf("p2p %s: exit %d, %s", topo, code, errOut)
+		}
+		os.WriteFile(filepath.Join(dir, topo+".json"), []byte(out), 0o644)
+	}
+	grey := color.Gray{Y: 0xdd}
+	if _, errOut, code := inDir(t, dir, "plot", "dgx-h100.json", "-o", "h100.png"); code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	img := decodePNG(t, filepath.Join(dir, "h100.png"))
+	if b := img.Bounds(); b.Dx() != 960 || b.Dy() != 600 || countColor(img, grey) > 200 { // a few from anti-aliased text
+		t.Errorf("dgx-h100: image %v, %d N/A pixels; want 960x600 and every cell measured", b, countColor(img, grey))
+	}
+	if _, errOut, code := inDir(t, dir, "plot", "pcie-4090x8.json", "dgx-h100.json", "--matrix", "uni_enabled,bi_enabled", "-o", "both.png", "--size", "1200x1000"); code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	img = decodePNG(t, filepath.Join(dir, "both.png"))
+	if b := img.Bounds(); b.Dx() != 1200 || b.Dy() != 1000 || countColor(img, grey) < 10000 {
+		t.Errorf("4090 and H100: image %v, %d N/A pixels; want 1200x1000 and the 4090's peer cells N/A", b, countColor(img, grey))
+	}
+}
+
+func TestPlotBadInput(t *testing.T) {
+	dir := simRuns(t)
+	out, _, _ := gpubench(t, "p2p", "--backend", "sim", "--size", "4M", "--output", "json")
+	os.WriteFile(filepath.Join(dir, "p2p.json"), []byte(out), 0o644)
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plot", "base.json"}, "add -o FILE.svg"},
+		{[]string{"plot", "-o", "x.svg"}, "plot needs a result file"},
+		{[]string{"plot", "base.json", "-o", "x.pdf"}, `invalid -o "x.pdf"`},
+		{[]string{"plot", "base.json", "-o", "x.svg", "--size", "10x10"}, `invalid --size "10x10"`},
+		{[]string{"plot", "base.json", "-o", "x.svg", "--y", "speed"}, `invalid --y "speed"`},
+		{[]string{"plot", "base.json", "-o", "x.svg", "--placement", "middle"}, `invalid --placement "middle"`},
+		{[]string{"plot", "base.json", "p2p.json", "-o", "x.svg"}, "plot collective results and p2p results separately"},
+		{[]string{"plot", "base.json", "-o", "x.svg", "--matrix", "bi_enabled"}, "--matrix is for p2p results"},
+		{[]string{"plot", "p2p.json", "-o", "x.svg", "--y", "time"}, "--y and --placement are for collective results"},
+		{[]string{"plot", "p2p.json", "-o", "x.svg", "--matrix", "uni"}, `has no matrix "uni": it holds bi_disabled, bi_enabled`},
+		{[]string{"plot", "missing.json", "-o", "x.svg"}, "missing.json: no such file or directory"},
+	}
+	for _, c := range cases {
+		out, errOut, code := inDir(t, dir, c.args...)
+		if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2, one line containing %q", c.args, code, out, errOut, c.want)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "x.svg")); err == nil {
+			t.Fatalf("%v: wrote x.svg", c.args)
+		}
+	}
+}
