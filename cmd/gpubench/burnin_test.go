@@ -1,0 +1,290 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+type burninDoc struct {
+	Verdict string `json:"verdict"`
+	Passes  int    `json:"passes"`
+	Checks  []struct {
+		Subject, Check, Verdict, Reason string
+	} `json:"checks"`
+}
+
+func (d burninDoc) failed() map[string]string {
+	m := map[string]string{}
+	for _, c := range d.Checks {
+		if c.Verdict == "fail" {
+			m[c.Subject+"/"+c.Check] = c.Reason
+		}
+	}
+	return m
+}
+
+// Each simulated fault turns the verdict to fail, exit 3, naming the GPU or the pair; a healthy
+// machine passes. 25 s of simulated time each, a few seconds of wall time.
+func TestBurninFaults(t *testing.T) {
+	base := []string{"burnin", "--backend", "sim", "--duration", "25s", "--baseline", "10s", "--output", "json", "--collectives", "allreduce,alltoall"}
+	tests := []struct {
+		name  string
+		fault string
+		code  int
+		want  []string // failed subject/check keys
+	}{
+		{"healthy", "", 0, nil},
+		{"corrupt", "corrupt=2", 3, []string{"2/data", "all/data"}},
+		{"xid", "xid=3@15s:48", 3, []string{"3/xid"}},
+		{"slow link", "slow-link=gpu1,nvswitch,0.25@15s", 3, []string{"all/bandwidth", "all/p2p_bandwidth", "1-0/p2p_bandwidth", "0-1/p2p_bandwidth"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			args := base
+			if tc.fault != "" {
+				args = append(append([]string(nil), base...), "--sim-fault", tc.fault)
+			}
+			out, errOut, code := gpubench(t, args...)
+			if code != tc.code {
+				t.Fatalf("exit %d; want %d\nstderr: %s", code, tc.code, errOut)
+			}
+			var doc burninDoc
+			if err := json.Unmarshal([]byte(out), &doc); err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			failed := doc.failed()
+			for _, k := range tc.want {
+				if _, ok := failed[k]; !ok {
+					t.Errorf("check %s did not fail; failed: %v", k, failed)
+				}
+			}
+			if tc.want == nil && (len(failed) != 0 || doc.Verdict != "pass") {
+				t.Errorf("healthy machine: verdict %s, failed %v", doc.Verdict, failed)
+			}
+			if tc.name == "xid" {
+				if r := failed["3/xid"]; !strings.Contains(r, "XID 48 on GPU 3") {
+					t.Errorf("xid reason %q", r)
+				}
+				for k := range failed {
+					if k != "3/xid" {
+						t.Errorf("an XID on GPU 3 also failed %s", k)
+					}
+				}
+			}
+			if tc.code == 3 && !strings.Contains(errOut, "burnin failed: ") {
+				t.Errorf("stderr %q; want the failed checks named", errOut)
+			}
+		})
+	}
+}
+
+// The results stream: one JSON object per line, start first, a result per row, verdict and end
+// last.
+func TestBurninResultsStream(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.jsonl")
+	_, errOut, code := gpubench(t, "burnin", "--backend", "sim", "--duration", "5s", "--baseline", "2s", "--results", path, "--sim-fault", "xid=1@1s")
+	if code != 3 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	kinds := map[string]int{}
+	var records []string
+	for i, l := range lines {
+		var r struct {
+			Record string `json:"record"`
+			Kind   string `json:"kind"`
+		}
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatalf("line %d: %v: %s", i+1, err, l)
+		}
+		records = append(records, r.Record)
+		kinds[r.Record+"/"+r.Kind]++
+	}
+	if records[0] != "start" || records[len(records)-2] != "verdict" || records[len(records)-1] != "end" {
+		t.Errorf("records run %s ... %v", records[0], records[len(records)-2:])
+	}
+	if kinds["result/collective"] == 0 || kinds["result/p2p"] == 0 || kinds["event/xid"] != 1 {
+		t.Errorf("record kinds %v; want collective and p2p results and one xid event", kinds)
+	}
+}
+
+func TestBurninUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"--duration", "0s"}, {"--duration", "soon"}, {"--floor", "1.5"}, {"--collectives", "allreduce,bogus"},
+		{"--sizes", "1G:1K"}, {"--ignore-xid", "13,x"}, {"--p2p-size", "8"}, {"--collectives", "none", "--p2p-size", "0"},
+		{"--sample-interval", "1ms"}, {"--reference", "/nonexistent.json"}, {"--metrics", "256.0.0.1:1"},
+		{"--sim-fault", "xid=99@1s"}, {"--sim-fault", "slow-link=gpu0,nowhere,0.5@1s"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			out, errOut, code := gpubench(t, append([]string{"burnin", "--backend", "sim", "--duration", "1s"}, args...)...)
+			if code != 2 || out != "" || strings.Count(errOut, "\n") != 1 {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 and one line", code, out, errOut)
+			}
+		})
+	}
+}
+
+// requireTool finds a binary the test needs: it skips without it, except under CI=1, where
+// .ci/run installs it and its absence is a failure.
+func requireTool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CI") == "1" {
+			t.Fatalf("%s is not installed (CI=1 requires it; .ci/run installs Debian's prometheus package)", name)
+		}
+		t.Skipf("%s is not installed", name)
+	}
+	return p
+}
+
+// liveBurnin starts a simulated burn-in in this process with a metrics endpoint on a free
+// loopback port, and returns the endpoint's address; the burn-in stops when the test ends.
+func liveBurnin(t *testing.T, args ...string) string {
+	t.Helper()
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan int, 1)
+	e := &env{stdout: io.Discard, stderr: pw, pid: 4242, version: "test", now: time.Now}
+	go func() {
+		done <- run(ctx, e, append([]string{"burnin", "--backend", "sim", "--metrics", "127.0.0.1:0"}, args...))
+		pw.Close()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		re := regexp.MustCompile(`metrics on http://([^/]+)/metrics`)
+		for sc.Scan() {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				addr <- m[1]
+			}
+		}
+		close(addr)
+	}()
+	select {
+	case a, ok := <-addr:
+		if !ok {
+			t.Fatal("the burn-in ended without serving metrics")
+		}
+		return a
+	case <-time.After(30 * time.Second):
+		t.Fatal("no metrics address after 30 s")
+	}
+	return ""
+}
+
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("scrape: %d %v", resp.StatusCode, err)
+	}
+	return string(b)
+}
+
+// promtool finds nothing wrong with a live scrape of a running burn-in.
+func TestBurninPromtoolCheckMetrics(t *testing.T) {
+	promtool := requireTool(t, "promtool")
+	addr := liveBurnin(t, "--duration", "2h", "--hold", "1m")
+	time.Sleep(500 * time.Millisecond)
+	body := scrape(t, addr)
+	for _, want := range []string{"gpubench_gpu_temperature_celsius{", "gpubench_burn_running 1", "gpubench_bench_bus_bandwidth_bytes_per_second{", "gpubench_gpu_info{"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("scrape lacks %q", want)
+		}
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Debian's Prometheus server scrapes a simulated burn-in on loopback, and its HTTP API returns a
+// gpubench series.
+func TestBurninPrometheusEndToEnd(t *testing.T) {
+	prom := requireTool(t, "prometheus")
+	addr := liveBurnin(t, "--duration", "2h", "--hold", "2m", "--sim-fault", "xid=2@1s:48")
+	dir := t.TempDir()
+	cfg := fmt.Sprintf("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n  - job_name: gpubench\n    static_configs:\n      - targets: ['%s']\n", addr)
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	web := freePort(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, prom, "--config.file="+filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+web)
+	var log strings.Builder
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		_ = cmd.Wait()
+	}()
+	query := "http://" + web + "/api/v1/query?query=" + url.QueryEscape(`gpubench_gpu_xid_errors_total{gpu="2",xid="48"}`)
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		time.Sleep(time.Second)
+		resp, err := http.Get(query)
+		if err != nil {
+			continue
+		}
+		var r struct {
+			Status string
+			Data   struct {
+				Result []struct {
+					Metric map[string]string
+					Value  []any
+				}
+			}
+		}
+		err = json.NewDecoder(resp.Body).Decode(&r)
+		resp.Body.Close()
+		if err == nil && r.Status == "success" && len(r.Data.Result) == 1 {
+			if v := r.Data.Result[0].Value; len(v) != 2 || v[1] != "1" || r.Data.Result[0].Metric["job"] != "gpubench" {
+				t.Fatalf("series %+v", r.Data.Result[0])
+			}
+			return
+		}
+	}
+	t.Fatalf("Prometheus never returned the XID series\n%s", log.String())
+}
