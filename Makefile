@@ -51,6 +51,7 @@ fuzz:
 	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzParseBusID$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzSysfsValues$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/results -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/burnin -run '^$$' -fuzz '^FuzzParseReference$$' -fuzztime $(FUZZTIME)
 
 # CPU seconds and peak memory of the simulated 8B:8GB all-reduce sweep.
 bench:
