@@ -53,7 +53,7 @@ func checkDevShm(f *Facts) Result {
 		return fail("mount a tmpfs on /dev/shm (mount -t tmpfs -o size=1G tmpfs /dev/shm)",
 			"nothing is mounted on /dev/shm: NCCL cannot create its shared memory segments and fails to start")
 	}
-	how := "size= " + bytesText(size)
+	how := "size=" + bytesText(size)
 	if size < 0 { // tmpfs without size= takes half of RAM
 		mem, ok := parseMemTotal(func() string { s, _ := f.fs.read("proc", "meminfo"); return s }())
 		if !ok {
