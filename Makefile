@@ -50,6 +50,8 @@ fuzz:
 	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzParseVisibleDevices$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzParseBusID$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzSysfsValues$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/diag -run '^$$' -fuzz '^FuzzParsers$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/diag -run '^$$' -fuzz '^FuzzParseACSControl$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/results -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/burnin -run '^$$' -fuzz '^FuzzParseReference$$' -fuzztime $(FUZZTIME)
 

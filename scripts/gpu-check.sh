@@ -38,6 +38,7 @@ step allreduce-graph "$bin" allreduce --backend cuda -g "$g" --sizes 8B:1GB:x8 -
 step allreduce-json "$bin" allreduce --backend cuda -g "$g" --sizes 8B:1GB:x32 --output json -T 60 || status=1
 step allreduce-1rank "$bin" allreduce --backend cuda -g 1 --sizes 8B:1GB:x134217728 -T 60 || status=1
 step allreduce-reference python3 scripts/allreduce_reference.py || status=1
+step diag "$bin" diag --backend cuda --output json || [ $? -eq 3 ] || status=1 # 3: the machine has a fault diag names
 if [ -x scripts/gpu-check-topo.sh ]; then step topo scripts/gpu-check-topo.sh "$out" "$bin" || status=1; fi
 GPUBENCH_REQUIRE_GPU=1 step tests go test -count=1 -run 'RealGPU|GPU' -v ./... || status=1
 exit $status
