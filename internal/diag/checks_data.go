@@ -168,6 +168,11 @@ func checkAllReduce(f *Facts) Result {
 	if len(devs) < 2 {
 		return skip(fmt.Sprintf("%d GPU: all-reduce moves no data between GPUs", len(devs)), "")
 	}
+	for _, d := range devs {
+		if d.MemoryBytes > 0 && coll.MemoryLimit(d.MemoryBytes, true) < 1 {
+			return skip(fmt.Sprintf("device %d has %s of memory, too little for nccl-tests' reserve and buffers", d.Ordinal, bytesText(d.MemoryBytes)), "")
+		}
+	}
 	s, err := coll.Run(f.opt.Context, b, coll.Options{Coll: coll.AllReduce,
 		Sweep:  coll.Sweep{Min: allReduceBytes, Max: allReduceBytes, Factor: 2},
 		DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum},
