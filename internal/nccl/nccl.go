@@ -171,7 +171,7 @@ func (b *Backend) NewComm(devices []int) (gpu.Comm, error) {
 	if n == 0 {
 		return nil, fmt.Errorf("nccl comm: no devices: %w", gpu.ErrInvalid)
 	}
-	c := &comm{b: b, devs: make([]C.int, n), comms: make([]unsafe.Pointer, n), streams: make([]unsafe.Pointer, n)}
+	c := &comm{b: b, devs: make([]C.int, n), comms: make([]unsafe.Pointer, n), streams: make([]unsafe.Pointer, n), world: n}
 	for i, d := range devices {
 		c.devs[i] = C.int(d)
 	}
@@ -182,10 +182,41 @@ func (b *Backend) NewComm(devices []int) (gpu.Comm, error) {
 	return c, nil
 }
 
+var _ gpu.Joiner = (*Backend)(nil)
+
+// NewUniqueID returns a new ncclUniqueId: NCCL's bootstrap root, listening in this process.
+func (b *Backend) NewUniqueID() ([]byte, error) {
+	id := make([]byte, uniqueIDBytes)
+	if err := check("ncclGetUniqueId", C.gn_unique_id((*C.char)(unsafe.Pointer(&id[0])))); err != nil {
+		return nil, err
+	}
+	return id, nil
+}
+
+// uniqueIDBytes is NCCL_UNIQUE_ID_BYTES.
+const uniqueIDBytes = 128
+
+// JoinComm makes this process's rank of a communicator across processes (ncclCommInitRank), on
+// device dev, configured as NewComm's.
+func (b *Backend) JoinComm(id []byte, size, rank, dev int) (gpu.Comm, error) {
+	if len(id) != uniqueIDBytes || size < 1 || rank < 0 || rank >= size {
+		return nil, fmt.Errorf("nccl: joining as rank %d of %d with a %d-byte id: %w", rank, size, len(id), gpu.ErrInvalid)
+	}
+	c := &comm{b: b, devs: []C.int{C.int(dev)}, comms: make([]unsafe.Pointer, 1), streams: make([]unsafe.Pointer, 1), first: rank, world: size}
+	cid := C.CBytes(id)
+	defer C.free(cid)
+	if err := check("ncclCommInitRankConfig", C.gn_comm_init_rank(C.int(dev), C.int(size), (*C.char)(cid), C.int(rank), &c.comms[0], &c.streams[0])); err != nil {
+		C.gn_comm_destroy(1, &c.devs[0], &c.comms[0], &c.streams[0], 1)
+		return nil, err
+	}
+	return c, nil
+}
+
 type comm struct {
 	b              *Backend
-	devs           []C.int
-	comms, streams []unsafe.Pointer // C handles, one per rank
+	devs           []C.int          // this process's ranks' devices
+	first, world   int              // the rank of devs[0], and the number of ranks in every process
+	comms, streams []unsafe.Pointer // C handles, one per rank of this process's
 	aborted        bool             // the communicators are gone
 	failed         bool             // a call failed: close by aborting
 	capturing      bool
@@ -193,7 +224,13 @@ type comm struct {
 
 var _ gpu.GraphComm = (*comm)(nil)
 
-func (c *comm) Size() int { return len(c.devs) }
+func (c *comm) Size() int { return c.world }
+
+// local returns the index among this process's ranks of a rank, or false.
+func (c *comm) local(rank int) (int, bool) {
+	i := rank - c.first
+	return i, i >= 0 && i < len(c.devs)
+}
 
 func (c *comm) Close() error {
 	if c.aborted {
@@ -217,19 +254,19 @@ func (c *comm) failure(err error) error {
 
 // ptrs turns per-rank buffers into device addresses, checking each is on its rank's device.
 func (c *comm) ptrs(bufs []gpu.Buffer) ([]unsafe.Pointer, error) {
-	if len(bufs) != len(c.devs) {
-		return nil, fmt.Errorf("nccl: %d buffers for %d ranks: %w", len(bufs), len(c.devs), gpu.ErrInvalid)
+	if len(bufs) != c.world {
+		return nil, fmt.Errorf("nccl: %d buffers for %d ranks: %w", len(bufs), c.world, gpu.ErrInvalid)
 	}
-	out := make([]unsafe.Pointer, len(bufs))
-	for r, x := range bufs {
+	out := make([]unsafe.Pointer, len(c.devs))
+	for i, x := range bufs[c.first : c.first+len(c.devs)] {
 		p, dev, err := cuda.Pointer(x)
 		if err != nil {
 			return nil, err
 		}
-		if dev != int(c.devs[r]) {
-			return nil, fmt.Errorf("nccl: rank %d's buffer is on device %d, not %d: %w", r, dev, c.devs[r], gpu.ErrInvalid)
+		if dev != int(c.devs[i]) {
+			return nil, fmt.Errorf("nccl: rank %d's buffer is on device %d, not %d: %w", c.first+i, dev, c.devs[i], gpu.ErrInvalid)
 		}
-		out[r] = p
+		out[i] = p
 	}
 	return out, nil
 }
@@ -274,14 +311,16 @@ func (c *comm) Reduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op gpu
 // (which ncclAlltoAll does not support), a group of sends and receives to and from every peer, as
 // NCCL's documentation shows.
 func (c *comm) AllToAll(send, recv []gpu.Buffer, count int64, dt gpu.DType) error {
-	if C.gn_has(C.GN_HAS_ALLTOALL) == 1 && !sameStart(send[0], recv[0]) {
+	if len(send) != c.world || len(recv) != c.world {
+		return fmt.Errorf("nccl alltoall: %d and %d buffers for %d ranks: %w", len(send), len(recv), c.world, gpu.ErrInvalid)
+	}
+	if C.gn_has(C.GN_HAS_ALLTOALL) == 1 && !sameStart(send[c.first], recv[c.first]) {
 		return c.collective("ncclAlltoAll", C.GN_ALLTOALL, send, recv, count, dt, 0, 0)
 	}
-	n := len(c.devs)
 	chunk := count * int64(dt.Size())
 	var ops []gpu.P2POp
-	for r := 0; r < n; r++ {
-		for p := 0; p < n; p++ {
+	for r := c.first; r < c.first+len(c.devs); r++ {
+		for p := 0; p < c.world; p++ {
 			ops = append(ops,
 				gpu.P2POp{Rank: r, Peer: p, Send: true, Buf: send[r].Slice(int64(p)*chunk, chunk)},
 				gpu.P2POp{Rank: r, Peer: p, Buf: recv[r].Slice(int64(p)*chunk, chunk)})
@@ -308,17 +347,18 @@ func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 	rank, peer, isSend := make([]C.int, n), make([]C.int, n), make([]C.int, n)
 	bufs := make([]unsafe.Pointer, n)
 	for i, o := range ops {
-		if o.Rank < 0 || o.Rank >= len(c.devs) || o.Peer < 0 || o.Peer >= len(c.devs) {
-			return fmt.Errorf("nccl send/recv: rank %d or peer %d outside 0-%d: %w", o.Rank, o.Peer, len(c.devs)-1, gpu.ErrInvalid)
+		l, ok := c.local(o.Rank)
+		if !ok || o.Peer < 0 || o.Peer >= c.world {
+			return fmt.Errorf("nccl send/recv: rank %d (this process has %d-%d) or peer %d (of %d): %w", o.Rank, c.first, c.first+len(c.devs)-1, o.Peer, c.world, gpu.ErrInvalid)
 		}
 		p, dev, err := cuda.Pointer(o.Buf)
 		if err != nil {
 			return err
 		}
-		if dev != int(c.devs[o.Rank]) {
+		if dev != int(c.devs[l]) {
 			return fmt.Errorf("nccl send/recv: rank %d's buffer is on device %d: %w", o.Rank, dev, gpu.ErrInvalid)
 		}
-		rank[i], peer[i], bufs[i] = C.int(o.Rank), C.int(o.Peer), p
+		rank[i], peer[i], bufs[i] = C.int(l), C.int(o.Peer), p
 		if o.Send {
 			isSend[i] = 1
 		}
@@ -344,7 +384,7 @@ func (c *comm) Synchronize(ctx context.Context) error {
 		idle := true
 		for r := range busy {
 			if async[r] != 0 {
-				err := check(fmt.Sprintf("ncclCommGetAsyncError (rank %d)", r), async[r])
+				err := check(fmt.Sprintf("ncclCommGetAsyncError (rank %d)", c.first+r), async[r])
 				c.abort()
 				return err
 			}
@@ -357,7 +397,7 @@ func (c *comm) Synchronize(ctx context.Context) error {
 			var ranks []int
 			for r := range busy {
 				if busy[r] != 0 {
-					ranks = append(ranks, r)
+					ranks = append(ranks, c.first+r)
 				}
 			}
 			c.abort()

@@ -41,6 +41,7 @@ static struct {
   ncclResult_t (*ncclGetVersion)(int *);
   ncclResult_t (*ncclGetUniqueId)(ncclUniqueId *);
   ncclResult_t (*ncclCommInitAll)(ncclComm_t *, int, const int *);
+  ncclResult_t (*ncclCommInitRank)(ncclComm_t *, int, ncclUniqueId, int);
   ncclResult_t (*ncclCommInitRankConfig)(ncclComm_t *, int, ncclUniqueId, int, gnConfig *); // optional, 2.14
   ncclResult_t (*ncclCommDestroy)(ncclComm_t);
   ncclResult_t (*ncclCommAbort)(ncclComm_t);
@@ -95,7 +96,8 @@ int gn_load(const char *nccl_path, const char *cudart_path, char *err, size_t er
     return 0;
   }
   int ok = NEED(h, ncclGetVersion, nccl_path) && NEED(h, ncclGetUniqueId, nccl_path) &&
-           NEED(h, ncclCommInitAll, nccl_path) && NEED(h, ncclCommDestroy, nccl_path) &&
+           NEED(h, ncclCommInitAll, nccl_path) && NEED(h, ncclCommInitRank, nccl_path) &&
+           NEED(h, ncclCommDestroy, nccl_path) &&
            NEED(h, ncclCommAbort, nccl_path) && NEED(h, ncclCommGetAsyncError, nccl_path) &&
            NEED(h, ncclGetErrorString, nccl_path) && NEED(h, ncclGroupStart, nccl_path) &&
            NEED(h, ncclGroupEnd, nccl_path) && NEED(h, ncclAllReduce, nccl_path) &&
@@ -185,6 +187,18 @@ static int group_end(int n, void **comms) {
   return 0;
 }
 
+// config is the communicators' configuration: blocking, and from 2.28 nvlinkCentricSched.
+static gnConfig config(void) {
+  gnConfig cfg = {24, 0xcafebeef, 21400, 1, INT_MIN, INT_MIN, INT_MIN, NULL, INT_MIN, INT_MIN, NULL,
+                  INT_MIN, INT_MIN, INT_MIN, INT_MIN, INT_MIN, INT_MIN};
+  if (N.version >= 22800) {
+    cfg.size = sizeof cfg;
+    cfg.version = 22800;
+    cfg.nvlinkCentricSched = 1;
+  }
+  return cfg;
+}
+
 int gn_comm_init(int n, const int *devs, void **comms, void **streams) {
   if (!N.loaded) return GN_ERR_NOT_LOADED;
   for (int i = 0; i < n; i++) {
@@ -195,13 +209,7 @@ int gn_comm_init(int n, const int *devs, void **comms, void **streams) {
   ncclUniqueId id;
   int rc = N.ncclGetUniqueId(&id);
   if (rc) return rc;
-  gnConfig cfg = {24, 0xcafebeef, 21400, 1, INT_MIN, INT_MIN, INT_MIN, NULL, INT_MIN, INT_MIN, NULL,
-                  INT_MIN, INT_MIN, INT_MIN, INT_MIN, INT_MIN, INT_MIN};
-  if (N.version >= 22800) {
-    cfg.size = sizeof cfg;
-    cfg.version = 22800;
-    cfg.nvlinkCentricSched = 1;
-  }
+  gnConfig cfg = config();
   rc = N.ncclGroupStart();
   for (int i = 0; i < n && !rc; i++) {
     int c = N.cudaSetDevice(devs[i]);
@@ -214,6 +222,32 @@ int gn_comm_init(int n, const int *devs, void **comms, void **streams) {
   }
   int end = group_end(n, comms);
   return rc ? rc : end;
+}
+
+int gn_unique_id(char *out) {
+  if (!N.loaded) return GN_ERR_NOT_LOADED;
+  ncclUniqueId id;
+  int rc = N.ncclGetUniqueId(&id);
+  if (!rc) memcpy(out, &id, sizeof id);
+  return rc;
+}
+
+int gn_comm_init_rank(int dev, int nranks, const char *id_bytes, int rank, void **comm, void **stream) {
+  if (!N.loaded) return GN_ERR_NOT_LOADED;
+  CUDA(N.cudaSetDevice(dev));
+  CUDA(N.cudaStreamCreateWithFlags(stream, cudaStreamNonBlocking));
+  ncclUniqueId id;
+  memcpy(&id, id_bytes, sizeof id);
+  if (!gn_has(GN_HAS_CONFIG)) return N.ncclCommInitRank((ncclComm_t *)comm, nranks, id, rank);
+  gnConfig cfg = config();
+  int rc = N.ncclCommInitRankConfig((ncclComm_t *)comm, nranks, id, rank, &cfg);
+  while (rc == ncclInProgress) { // only when NCCL_COMM_BLOCKING=0 overrides the configuration
+    ncclResult_t state = ncclInProgress;
+    rc = N.ncclCommGetAsyncError(*comm, &state);
+    if (!rc) rc = state;
+    if (rc == ncclInProgress) sched_yield();
+  }
+  return rc;
 }
 
 int gn_comm_destroy(int n, const int *devs, void **comms, void **streams, int abort) {

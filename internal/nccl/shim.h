@@ -25,6 +25,11 @@ const char *gn_last_error(void);
 // communicators are blocking, as nccl-tests makes them; from NCCL 2.28 they are configured with
 // nvlinkCentricSched as nccl-tests configures them.
 int gn_comm_init(int n, const int *devs, void **comms, void **streams);
+// gn_unique_id writes a new ncclUniqueId (128 bytes) to out.
+int gn_unique_id(char *out);
+// gn_comm_init_rank makes this process's rank of a communicator spanning processes, on device
+// dev, with a non-blocking stream, configured as gn_comm_init's.
+int gn_comm_init_rank(int dev, int nranks, const char *id, int rank, void **comm, void **stream);
 // gn_comm_destroy destroys the communicators, or aborts them (abort != 0: after any error, since
 // a destroy can leave NCCL's group state open on a failed communicator), then the streams.
 int gn_comm_destroy(int n, const int *devs, void **comms, void **streams, int abort);
