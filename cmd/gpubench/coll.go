@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -26,6 +27,7 @@ type collFlags struct {
 	dtype, op            string
 	timeout              int
 	graph, blocking      int
+	launch               launchFlags
 }
 
 // newCollCmd builds the command for one collective (gpubench allreduce, allgather, ...).
@@ -57,6 +59,7 @@ func newCollCmd(e *env, g *globals, c *coll.Collective) *cobra.Command {
 	fl.IntVarP(&f.timeout, "timeout", "T", 0, "seconds to wait for the GPUs before reporting a hang (exit 5); 0 waits for ever")
 	fl.IntVarP(&f.graph, "graph", "G", 0, "capture the timed loop as a graph and time this many launches of it (0: no graph)")
 	fl.IntVarP(&f.blocking, "blocking", "z", 0, "0: queue the timed calls; 1, 2: wait after each call; 3: wait after each iteration")
+	f.launch.add(cmd)
 	complete(cmd, "dtype", append(typeList(), "all"))
 	if c.Reduces {
 		fl.StringVarP(&f.op, "op", "o", "sum", "reduction: sum, prod, max, min, avg, or all")
@@ -191,6 +194,20 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 	if err != nil {
 		return err
 	}
+	proc, err := f.launch.process()
+	if err != nil {
+		return err
+	}
+	var addr string
+	if proc.Multi() {
+		if addr, err = proc.Address(f.launch.rendezvous); err != nil {
+			return usageErr("%s", launchMsg(err))
+		}
+		if opt.NGPUs > 1 {
+			return usageErr("invalid -g %d: across processes each process drives one GPU; drop -g", opt.NGPUs)
+		}
+		g.hubHost = hubHost(addr)
+	}
 	if _, set := os.LookupEnv("NCCL_GRAPH_MIXING_SUPPORT"); opt.Graph > 0 && !set {
 		// NCCL's advice for graphs over several GPUs launched from one thread: without it, they
 		// can deadlock.
@@ -207,18 +224,32 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 		}
 	}
 	n := len(b.Devices())
-	if opt.NGPUs > n {
+	switch {
+	case proc.Multi():
+		n, opt.NGPUs = proc.Size, 0
+	case opt.NGPUs > n:
 		return usageErr("invalid -g %d: only %d GPUs were found", opt.NGPUs, n)
-	}
-	if opt.NGPUs > 0 {
+	case opt.NGPUs > 0:
 		n = opt.NGPUs
 	}
 	if c.Rooted && opt.Root >= n {
 		return usageErr("invalid -r %d: %d ranks have roots 0-%d (or -1 for every rank)", opt.Root, n, n-1)
 	}
-	w, err := report.NewCollWriter(g.output, e.stdout)
+	out := e.stdout
+	if proc.Rank != 0 { // rank 0 prints the whole world's results
+		out = io.Discard
+	}
+	w, err := report.NewCollWriter(g.output, out)
 	if err != nil {
 		return usageErr("%v", err)
+	}
+	ctx := cmd.Context()
+	var wd *world
+	if proc.Multi() {
+		if wd, err = joinWorld(cmd, e, b, proc, addr, &f.launch, &opt); err != nil {
+			return err
+		}
+		ctx = wd.group.Context()
 	}
 	topology := ""
 	if t := b.Topology(); t != nil {
@@ -226,6 +257,9 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 	}
 	r := &report.CollRun{Version: e.version, Coll: c, Backend: b.Name(), Topology: topology,
 		Opt: opt, PID: e.pid, Start: e.now(), DataCap: dataCap}
+	if wd != nil {
+		r.PIDs, r.Launch = wd.pids, wd.line
+	}
 	if d, ok := b.(describer); ok {
 		r.Runtime = d.Describe()
 	}
@@ -240,13 +274,16 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 			writeErr = w.Row(r, res)
 		}
 		rows++
-		if e.progress && g.output != "table" { // the table shows its own progress
+		if e.progress && proc.Rank == 0 && g.output != "table" { // the table shows its own progress
 			fmt.Fprintf(e.stderr, "\rgpubench: %s: %d rows measured, last %d B ", c.Name, rows, res.Size)
 		}
 	}
 	r.Opt = opt
-	s, runErr := coll.Run(cmd.Context(), b, opt)
-	if e.progress && g.output != "table" && rows > 0 {
+	s, runErr := coll.Run(ctx, b, opt)
+	if wd != nil {
+		runErr = wd.close(runErr)
+	}
+	if e.progress && proc.Rank == 0 && g.output != "table" && rows > 0 {
 		fmt.Fprintln(e.stderr)
 	}
 	if s != nil && r.Summary != nil {

@@ -27,6 +27,7 @@ type globals struct {
 	faults   []string
 	cudaLib  string
 	ncclLib  string
+	hubHost  string // a simulated run across processes: rank 0's host (sim.Options.HubHost)
 }
 
 func run(ctx context.Context, e *env, args []string) int {
@@ -114,7 +115,7 @@ func (g *globals) openSim() (*sim.Backend, int64, error) {
 	if !(g.jitter >= 0 && g.jitter <= 1) {
 		return nil, 0, usageErr("invalid --sim-jitter %v: use a fraction from 0 to 1", g.jitter)
 	}
-	opt := sim.Options{DataCap: capBytes, Jitter: g.jitter, Seed: g.seed}
+	opt := sim.Options{DataCap: capBytes, Jitter: g.jitter, Seed: g.seed, HubHost: g.hubHost}
 	for _, f := range g.faults {
 		fault, err := sim.ParseFault(f)
 		if err != nil {

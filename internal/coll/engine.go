@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/gpubench/gpubench/internal/gpu"
@@ -63,7 +64,8 @@ type Placement struct {
 	// TimingOnly: the backend held no data for this size (the simulator's data cap).
 	TimingOnly bool
 	// RankTimesUS is every process's own time, and SlowestRank the rank with the longest, when
-	// the run spans processes (nil otherwise).
+	// the run spans processes (nil otherwise; SlowestRank is nil too when every rank took the
+	// same time).
 	RankTimesUS []float64
 	SlowestRank *int
 }
@@ -474,7 +476,9 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 			}
 			p.RankTimesUS = append(p.RankTimesUS, v[0]*1e6)
 		}
-		p.SlowestRank = &slowest
+		if slices.Min(times) < times[slowest] { // a tie names no rank
+			p.SlowestRank = &slowest
+		}
 	}
 	sec := Combine(times, r.opt.Average)
 	p.TimeUS = sec * 1e6

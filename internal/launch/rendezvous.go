@@ -245,7 +245,8 @@ func (g *Group) join(me Member, timeout time.Duration) error {
 	}
 	stop := context.AfterFunc(g.ctx, func() { conn.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
-	conn.SetReadDeadline(deadline)
+	// Rank 0 waits as long for the others; the grace lets its word on who is missing arrive.
+	conn.SetReadDeadline(deadline.Add(helloWait))
 	var m message
 	err := q.dec.Decode(&m)
 	conn.SetReadDeadline(time.Time{})

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,10 @@ type CollRun struct {
 	Runtime  string // on real GPUs: the CUDA and NCCL versions and the libraries loaded
 	Opt      coll.Options
 	PID      int
+	// PIDs is every rank's process id when the run spans processes (nil: PID for every rank).
+	PIDs []int
+	// Launch says, for a run across processes, who started it and where the ranks met.
+	Launch string
 	Start    time.Time
 	DataCap  int64 // the simulator's data cap, bytes; 0 for a real backend
 	Summary  *coll.Summary
@@ -104,9 +109,60 @@ func factorText(c *coll.Collective) string {
 	return "1"
 }
 
+// pid is rank's process id.
+func (r *CollRun) pid(rank int) int {
+	if rank < len(r.PIDs) {
+		return r.PIDs[rank]
+	}
+	return r.PID
+}
+
+// slowest names, for a run across processes, the rank that was slowest most often.
+func slowest(s *coll.Summary) string {
+	counts := map[int]int{}
+	total, ties := 0, 0
+	for _, res := range s.Results {
+		for _, p := range []coll.Placement{res.OutOfPlace, res.InPlace} {
+			switch {
+			case p.SlowestRank != nil:
+				counts[*p.SlowestRank]++
+				total++
+			case p.RankTimesUS != nil:
+				ties++
+				total++
+			}
+		}
+	}
+	if total == 0 {
+		return ""
+	}
+	if ties == total {
+		return fmt.Sprintf("Slowest rank         : none, every rank took the same time in all %d results", total)
+	}
+	ranks := make([]int, 0, len(counts))
+	for r := range counts {
+		ranks = append(ranks, r)
+	}
+	sort.Slice(ranks, func(i, j int) bool {
+		a, b := ranks[i], ranks[j]
+		return counts[a] > counts[b] || counts[a] == counts[b] && a < b
+	})
+	var parts []string
+	for _, r := range ranks {
+		parts = append(parts, fmt.Sprintf("rank %d in %d", r, counts[r]))
+	}
+	if ties > 0 {
+		parts = append(parts, fmt.Sprintf("a tie in %d", ties))
+	}
+	return fmt.Sprintf("Slowest rank         : %s of %d results (per result in JSON)", strings.Join(parts, ", "), total)
+}
+
 func footerNotes(r *CollRun) []string {
 	s := r.Summary
 	var notes []string
+	if line := slowest(s); line != "" {
+		notes = append(notes, line)
+	}
 	if s.BestBusBW > 0 && s.BusPeak > 0 {
 		notes = append(notes, fmt.Sprintf("Best bus bandwidth   : %.2f GB/s at %d B, %.0f%% of the %.2f GB/s nominal bus peak (%s)",
 			s.BestBusBW, s.BestSize, 100*s.BestBusBW/s.BusPeak, s.BusPeak, s.PeakLimit))
@@ -136,15 +192,22 @@ func (t *tableWriter) Start(r *CollRun) error {
 	if r.Runtime != "" {
 		fmt.Fprintf(t.w, "# %s\n", r.Runtime)
 	}
+	if r.Launch != "" {
+		fmt.Fprintf(t.w, "# Launch: %s\n", r.Launch)
+	}
+	perProcess := len(s.Devices)
+	if o.Comm != nil {
+		perProcess = 1
+	}
 	fmt.Fprintf(t.w, "# nThread 1 nGpus %d minBytes %d maxBytes %d step: %s warmup iters: %d iters: %d agg iters: 1 validation: %d graph: %d\n",
-		len(s.Devices), s.Sweep.Min, s.Sweep.Max, stepText(s.Sweep), o.Warmup, o.Iters, o.Check, o.Graph)
+		perProcess, s.Sweep.Min, s.Sweep.Max, stepText(s.Sweep), o.Warmup, o.Iters, o.Check, o.Graph)
 	if line, ok := blockingLines[o.Blocking]; ok {
 		fmt.Fprintln(t.w, line)
 	}
 	fmt.Fprintf(t.w, "#\n# Using devices\n")
 	for rank, d := range s.Devices {
 		host, _, _ := strings.Cut(d.Host, ".")
-		fmt.Fprintf(t.w, "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s\n", rank, 0, r.PID, host, d.Ordinal, busID(d.PCIBusID), d.Name)
+		fmt.Fprintf(t.w, "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s\n", rank, 0, r.pid(rank), host, d.Ordinal, busID(d.PCIBusID), d.Name)
 	}
 	for _, n := range headerNotes(r) {
 		fmt.Fprintf(t.w, "#\n# %s\n", n)
@@ -209,6 +272,7 @@ type jsonRun struct {
 	Backend     string       `json:"backend"`
 	Topology    *string      `json:"topology"`
 	Runtime     *string      `json:"runtime"`
+	Launch      *string      `json:"launch"`
 	StartTime   string       `json:"start_time"`
 	Config      jsonConfig   `json:"config"`
 	Devices     []jsonDevice `json:"devices"`
@@ -270,6 +334,9 @@ type jsonPlacement struct {
 	BusBW      float64 `json:"busbw_gbs"`
 	Wrong      *int64  `json:"wrong"`
 	TimingOnly bool    `json:"timing_only"`
+	// Runs across processes: every rank's time, and the slowest rank.
+	RankTimesUS []float64 `json:"rank_time_us,omitempty"`
+	SlowestRank *int      `json:"slowest_rank,omitempty"`
 }
 
 type jsonOOB struct {
@@ -330,6 +397,9 @@ func CollJSON(r *CollRun) any {
 	if r.Runtime != "" {
 		doc.Runtime = &r.Runtime
 	}
+	if r.Launch != "" {
+		doc.Launch = &r.Launch
+	}
 	if s.Sweep.Factor > 1 {
 		doc.Config.StepFactor = &s.Sweep.Factor
 	} else {
@@ -351,7 +421,7 @@ func CollJSON(r *CollRun) any {
 		doc.Config.DataCap = &r.DataCap
 	}
 	for rank, d := range s.Devices {
-		doc.Devices = append(doc.Devices, jsonDevice{Rank: rank, PID: r.PID, Host: d.Host, Device: d.Ordinal, PCIBusID: d.PCIBusID, Name: d.Name, Memory: d.MemoryBytes})
+		doc.Devices = append(doc.Devices, jsonDevice{Rank: rank, PID: r.pid(rank), Host: d.Host, Device: d.Ordinal, PCIBusID: d.PCIBusID, Name: d.Name, Memory: d.MemoryBytes})
 	}
 	for _, res := range s.Results {
 		jr := jsonResult{Size: res.Size, Count: res.Count, Type: res.Type, OutOfPlace: jsonPlace(res.OutOfPlace), InPlace: jsonPlace(res.InPlace)}
@@ -384,7 +454,8 @@ func CollJSON(r *CollRun) any {
 }
 
 func jsonPlace(p coll.Placement) jsonPlacement {
-	return jsonPlacement{TimeUS: p.TimeUS, AlgBW: p.AlgBW, BusBW: p.BusBW, Wrong: p.Wrong, TimingOnly: p.TimingOnly}
+	return jsonPlacement{TimeUS: p.TimeUS, AlgBW: p.AlgBW, BusBW: p.BusBW, Wrong: p.Wrong, TimingOnly: p.TimingOnly,
+		RankTimesUS: p.RankTimesUS, SlowestRank: p.SlowestRank}
 }
 
 var csvHeader = []string{"collective", "size_bytes", "count", "type", "redop", "root",

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// loopbackPort returns a loopback port nothing listens on.
+func loopbackPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
+
+// syncBuffer is a bytes.Buffer that a process writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// rankProcess is one gpubench process of a run across processes.
+type rankProcess struct {
+	cmd            *exec.Cmd
+	stdout, stderr syncBuffer
+	done           chan struct{}
+	code           int
+}
+
+// startRanks starts size gpubench processes with torchrun's variables, as torchrun would.
+func startRanks(t *testing.T, ctx context.Context, size int, extraEnv []string, args ...string) []*rankProcess {
+	t.Helper()
+	port := loopbackPort(t)
+	ps := make([]*rankProcess, size)
+	for rank := range ps {
+		p := &rankProcess{done: make(chan struct{})}
+		p.cmd = exec.CommandContext(ctx, os.Args[0])
+		p.cmd.Env = append(append(os.Environ(), "GPUBENCH_AS_CLI="+strings.Join(args, "\x1f"),
+			"RANK="+strconv.Itoa(rank), "WORLD_SIZE="+strconv.Itoa(size), "LOCAL_RANK="+strconv.Itoa(rank),
+			"LOCAL_WORLD_SIZE="+strconv.Itoa(size), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port), extraEnv...)
+		p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			p.cmd.Wait()
+			p.code = p.cmd.ProcessState.ExitCode()
+			close(p.done)
+		}()
+		ps[rank] = p
+	}
+	t.Cleanup(func() {
+		for _, p := range ps {
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return ps
+}
+
+// Four processes started with torchrun's variables: rank 0 prints one table for the world,
+// naming every rank's process, and the others print nothing.
+func TestRanksStartedAsTorchrunDoes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ps := startRanks(t, ctx, 4, []string{"GPUBENCH_TEST_REAL_PID=1"}, "allreduce", "--backend", "sim", "--sizes", "1K:1M:x32", "--output", "json")
+	for _, p := range ps {
+		<-p.done
+	}
+	for rank, p := range ps {
+		if p.code != 0 || p.stderr.String() != "" {
+			t.Fatalf("rank %d: exit %d, stderr %q", rank, p.code, p.stderr.String())
+		}
+		if rank > 0 && p.stdout.String() != "" {
+			t.Errorf("rank %d printed %q", rank, p.stdout.String())
+		}
+	}
+	var doc struct {
+		Launch  string `json:"launch"`
+		Devices []struct {
+			Rank, PID, Device int
+		} `json:"devices"`
+		Results []struct {
+			OutOfPlace struct {
+				Wrong       *int64    `json:"wrong"`
+				RankTimesUS []float64 `json:"rank_time_us"`
+			} `json:"out_of_place"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(ps[0].stdout.String()), &doc); err != nil {
+		t.Fatalf("%v: %s", err, ps[0].stdout.String())
+	}
+	if !strings.HasPrefix(doc.Launch, "torchrun, 4 processes, rendezvous 127.0.0.1:") || len(doc.Devices) != 4 || len(doc.Results) != 3 {
+		t.Fatalf("launch %q, %d devices, %d results", doc.Launch, len(doc.Devices), len(doc.Results))
+	}
+	for rank, d := range doc.Devices {
+		if d.Rank != rank || d.Device != rank || d.PID != ps[rank].cmd.Process.Pid {
+			t.Errorf("device %d: %+v, want rank %d's pid %d", rank, d, rank, ps[rank].cmd.Process.Pid)
+		}
+	}
+	for _, r := range doc.Results {
+		if r.OutOfPlace.Wrong == nil || *r.OutOfPlace.Wrong != 0 || len(r.OutOfPlace.RankTimesUS) != 4 {
+			t.Errorf("result %+v", r)
+		}
+	}
+}
+
+// A rank killed mid-run is named, within the timeout, by every rank that is left, and none of
+// them waits for ever.
+func TestKilledRankIsNamedByTheOthers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ps := startRanks(t, ctx, 4, nil, "sendrecv", "--backend", "sim", "--sizes", "8B:1M", "-n", "20000", "-w", "0", "-c", "0")
+	for !strings.Contains(ps[0].stdout.String(), "     sum  ") && !strings.Contains(ps[0].stdout.String(), "    none  ") {
+		select {
+		case <-ps[0].done:
+			t.Fatalf("rank 0 ended before its first row: exit %d, %s", ps[0].code, ps[0].stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err := ps[2].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	for rank, p := range ps {
+		if rank == 2 {
+			continue
+		}
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("rank %d still running 30 s after rank 2 was killed", rank)
+		}
+		if p.code != exitFailure || !strings.Contains(p.stderr.String(), "rank 2") || !strings.Contains(p.stderr.String(), "left") {
+			t.Errorf("rank %d: exit %d, stderr %q; want exit %d naming rank 2", rank, p.code, p.stderr.String(), exitFailure)
+		}
+	}
+	t.Logf("the others stopped within %v", time.Since(killed))
+}
+
+// Launches that cannot work are refused with one line and exit 2.
+func TestBadLaunches(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"rank outside the world", []string{"RANK=4", "WORLD_SIZE=4", "LOCAL_RANK=0"}, nil, "rank 4 is outside a world of 4 ranks (torchrun)"},
+		{"garbled variable", []string{"OMPI_COMM_WORLD_RANK=x", "OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_LOCAL_RANK=0"}, nil, `OMPI_COMM_WORLD_RANK="x" is not a rank`},
+		{"several GPUs per process", []string{"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "MASTER_ADDR=127.0.0.1"}, []string{"-g", "2"}, "across processes each process drives one GPU"},
+		{"no rendezvous across hosts", []string{"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=16", "OMPI_COMM_WORLD_LOCAL_RANK=0", "OMPI_COMM_WORLD_LOCAL_SIZE=8"}, nil, "set MASTER_ADDR"},
+		{"a world larger than the topology", []string{"RANK=0", "WORLD_SIZE=9", "LOCAL_RANK=0", "MASTER_ADDR=127.0.0.1"}, nil, "9 ranks, but the simulated dgx-h100 has 8 GPUs"},
+		{"rank without world size", nil, []string{"--rank", "1"}, "--rank and --world-size go together"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"allreduce", "--backend", "sim", "--sizes", "1K"}, tc.args...)
+			stdout, stderr, code := gpubenchProcess(t, tc.env, args...)
+			if code != exitUsage || stdout != "" || strings.Count(stderr, "\n") != 1 || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 and one line containing %q", code, stdout, stderr, tc.want)
+			}
+		})
+	}
+	t.Run("port in use", func(t *testing.T) {
+		ln, err := net.Listen("tcp", ":0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		_, port, _ := net.SplitHostPort(ln.Addr().String())
+		_, stderr, code := gpubenchProcess(t, []string{"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port},
+			"allreduce", "--backend", "sim", "--sizes", "1K")
+		if code != exitUsage || !strings.Contains(stderr, "port "+port+" for the rendezvous: it is in use") {
+			t.Errorf("exit %d, stderr %q", code, stderr)
+		}
+	})
+	t.Run("a rank that never comes", func(t *testing.T) {
+		_, stderr, code := gpubenchProcess(t, []string{"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + loopbackPort(t)},
+			"allreduce", "--backend", "sim", "--sizes", "1K", "--rendezvous-timeout", "1s")
+		if code != exitFailure || !strings.Contains(stderr, "rank 1 did not reach the rendezvous") {
+			t.Errorf("exit %d, stderr %q", code, stderr)
+		}
+	})
+}
+
+// Debian's Open MPI starts four ranks; rank 0 prints one table with all four.
+func TestUnderMpirun(t *testing.T) {
+	mpirun, err := exec.LookPath("mpirun")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("mpirun is not installed (CI installs openmpi-bin)")
+		}
+		t.Skip("mpirun is not installed (apt-get install openmpi-bin)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	args := strings.Join([]string{"allreduce", "--backend", "sim", "--sizes", "8B:1M:x8"}, "\x1f")
+	cmd := exec.CommandContext(ctx, mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "4",
+		"-x", "GPUBENCH_AS_CLI", "-x", "MASTER_PORT", os.Args[0])
+	cmd.Env = append(os.Environ(), "GPUBENCH_AS_CLI="+args, "MASTER_PORT="+loopbackPort(t),
+		"OMPI_MCA_plm_rsh_agent=", "OMPI_MCA_btl_vader_single_copy_mechanism=none")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	if strings.Count(out, "# Collective test concluded: all_reduce_perf") != 1 || strings.Count(out, "#  Rank ") != 4 ||
+		!strings.Contains(out, "# Launch: openmpi, 4 processes, rendezvous 127.0.0.1:") || !strings.Contains(out, "# Out of bounds values : 0 OK") {
+		t.Errorf("want one table of four ranks from rank 0:\n%s\nstderr:\n%s", out, stderr.String())
+	}
+	for rank := range 4 {
+		if !strings.Contains(out, "#  Rank  "+strconv.Itoa(rank)+" Group  0 Pid") {
+			t.Errorf("rank %d missing from the header", rank)
+		}
+	}
+}
