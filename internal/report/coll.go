@@ -29,10 +29,10 @@ type CollRun struct {
 	// PIDs is every rank's process id when the run spans processes (nil: PID for every rank).
 	PIDs []int
 	// Launch says, for a run across processes, who started it and where the ranks met.
-	Launch string
-	Start    time.Time
-	DataCap  int64 // the simulator's data cap, bytes; 0 for a real backend
-	Summary  *coll.Summary
+	Launch  string
+	Start   time.Time
+	DataCap int64 // the simulator's data cap, bytes; 0 for a real backend
+	Summary *coll.Summary
 }
 
 // CollWriter writes a run as it happens: Start once the devices are known, Row per measured size,
