@@ -63,7 +63,8 @@ func startRanks(t *testing.T, ctx context.Context, size int, extraEnv []string, 
 		p.cmd = exec.CommandContext(ctx, os.Args[0])
 		p.cmd.Env = append(append(os.Environ(), "GPUBENCH_AS_CLI="+strings.Join(args, "\x1f"),
 			"RANK="+strconv.Itoa(rank), "WORLD_SIZE="+strconv.Itoa(size), "LOCAL_RANK="+strconv.Itoa(rank),
-			"LOCAL_WORLD_SIZE="+strconv.Itoa(size), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port), extraEnv...)
+			"LOCAL_WORLD_SIZE="+strconv.Itoa(size), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port,
+			"TORCHELASTIC_RUN_ID=test-"+port), extraEnv...)
 		p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 		if err := p.cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -172,7 +173,7 @@ func TestBadLaunches(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"rank outside the world", []string{"RANK=4", "WORLD_SIZE=4", "LOCAL_RANK=0"}, nil, "rank 4 is outside a world of 4 ranks (torchrun)"},
+		{"rank outside the world", []string{"RANK=4", "WORLD_SIZE=4", "LOCAL_RANK=0"}, nil, "rank 4 is outside a world of 4 ranks (env)"},
 		{"garbled variable", []string{"OMPI_COMM_WORLD_RANK=x", "OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_LOCAL_RANK=0"}, nil, `OMPI_COMM_WORLD_RANK="x" is not a rank`},
 		{"several GPUs per process", []string{"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "MASTER_ADDR=127.0.0.1"}, []string{"-g", "2"}, "across processes each process drives one GPU"},
 		{"no rendezvous across hosts", []string{"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=16", "OMPI_COMM_WORLD_LOCAL_RANK=0", "OMPI_COMM_WORLD_LOCAL_SIZE=8"}, nil, "set MASTER_ADDR"},

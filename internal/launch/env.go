@@ -24,7 +24,7 @@ type Process struct {
 	Rank, Size int
 	LocalRank  int
 	LocalSize  int    // processes on this host; 0 when the launcher does not say
-	Source     string // who said so: torchrun, openmpi, mpich, slurm, flags; "" for a single process
+	Source     string // who said so: torchrun, env (RANK, WORLD_SIZE), openmpi, mpich, slurm, flags; "" for one process
 	Job        string // the launcher's job id, when it gives one: ranks of other jobs are refused
 	env        func(string) (string, bool)
 }
@@ -100,6 +100,9 @@ func Detect(env func(string) (string, bool), o Overrides) (Process, error) {
 			}
 		}
 		p.Job = strings.Join(job, ".")
+		if l.name == "torchrun" && p.Job == "" {
+			p.Source = "env" // RANK and WORLD_SIZE set by hand or by a job spec, not by torchrun
+		}
 		break
 	}
 	if o.Rank >= 0 || o.Size >= 0 || o.LocalRank >= 0 {
@@ -165,6 +168,10 @@ func (p Process) Address(flag string) (string, error) {
 			return "", configErr("MASTER_PORT=%q is not a port number (1-65535)", v)
 		}
 		port = n
+		if v, _ := p.env("TORCHELASTIC_USE_AGENT_STORE"); v == "True" && n < 65535 {
+			// torchrun's agent already serves its own store at MASTER_PORT on rank 0's host.
+			port = n + 1
+		}
 	} else if job, ok := p.env("SLURM_JOB_ID"); ok && p.Source == "slurm" {
 		// One port per job, so that jobs sharing a node do not meet at each other's rendezvous.
 		if n, err := strconv.Atoi(job); err == nil {

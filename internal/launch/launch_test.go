@@ -45,7 +45,7 @@ func TestDetect(t *testing.T) {
 		{name: "a batch script outside srun is one process", env: map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "16", "SLURM_LOCALID": "0", "SLURM_JOB_ID": "1"},
 			want: Process{Size: 1}},
 		{name: "torchrun wins over the srun that started it", env: map[string]string{"RANK": "12", "WORLD_SIZE": "16", "LOCAL_RANK": "4", "SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_STEP_ID": "0"},
-			want: Process{Rank: 12, Size: 16, LocalRank: 4, Source: "torchrun"}},
+			want: Process{Rank: 12, Size: 16, LocalRank: 4, Source: "env"}},
 		{name: "flags alone", env: map[string]string{}, o: Overrides{Rank: 2, Size: 4, LocalRank: -1},
 			want: Process{Rank: 2, Size: 4, LocalRank: 2, Source: "flags"}},
 		{name: "flags over a launcher", env: map[string]string{"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "3"}, o: Overrides{Rank: -1, Size: -1, LocalRank: 0},
@@ -53,7 +53,7 @@ func TestDetect(t *testing.T) {
 		{name: "rank without world size", env: map[string]string{}, o: Overrides{Rank: 1, Size: -1, LocalRank: -1}, err: "--rank and --world-size go together"},
 		{name: "not a number", env: map[string]string{"RANK": "one", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, err: `RANK="one" is not a rank`},
 		{name: "missing partner", env: map[string]string{"RANK": "1", "WORLD_SIZE": "2"}, err: "LOCAL_RANK is not set"},
-		{name: "rank outside the world", env: map[string]string{"RANK": "4", "WORLD_SIZE": "4", "LOCAL_RANK": "0"}, err: "rank 4 is outside a world of 4 ranks (torchrun)"},
+		{name: "rank outside the world", env: map[string]string{"RANK": "4", "WORLD_SIZE": "4", "LOCAL_RANK": "0"}, err: "rank 4 is outside a world of 4 ranks (env)"},
 		{name: "empty world", env: map[string]string{"PMI_RANK": "0", "PMI_SIZE": "0", "MPI_LOCALRANKID": "0"}, err: "a world of 0 ranks"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -88,6 +88,7 @@ func TestAddress(t *testing.T) {
 		{name: "flag", flag: "node7:1234", env: map[string]string{"MASTER_ADDR": "x", "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, want: "node7:1234"},
 		{name: "IPv6 flag", flag: "[fe80::1]:99", env: map[string]string{"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, want: "[fe80::1]:99"},
 		{name: "torchrun's variables", env: map[string]string{"MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29400", "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, want: "10.0.0.5:29400"},
+		{name: "beside torchrun's own store", env: map[string]string{"MASTER_ADDR": "10.0.0.5", "MASTER_PORT": "29400", "TORCHELASTIC_USE_AGENT_STORE": "True", "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "TORCHELASTIC_RUN_ID": "x"}, want: "10.0.0.5:29401"},
 		{name: "default port", env: map[string]string{"MASTER_ADDR": "head", "RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, want: "head:29500"},
 		{name: "slurm's first node and a port per job", env: map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "16", "SLURM_LOCALID": "0", "SLURM_STEP_ID": "0", "SLURM_JOB_ID": "123456", "SLURM_STEP_NODELIST": "gpu[07-08,11]"}, want: "gpu07:23456"},
 		{name: "mpirun on one host", env: map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}, want: "127.0.0.1:29500"},
