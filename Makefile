@@ -54,6 +54,8 @@ fuzz:
 	$(GO) test ./internal/diag -run '^$$' -fuzz '^FuzzParseACSControl$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/results -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/burnin -run '^$$' -fuzz '^FuzzParseReference$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzFirstHost$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzAddressFlag$$' -fuzztime $(FUZZTIME)
 
 # CPU seconds and peak memory of the simulated 8B:8GB all-reduce sweep.
 bench:

@@ -237,7 +237,11 @@ func FirstHost(list string) (string, error) {
 			if end <= 0 {
 				return "", errors.New("an empty or unclosed range")
 			}
-			b.WriteString(list[i+1 : i+1+end])
+			first := list[i+1 : i+1+end]
+			if strings.Trim(first, "0123456789") != "" {
+				return "", fmt.Errorf("range %q is not numeric", first)
+			}
+			b.WriteString(first)
 			i += end
 		case c == ']':
 			if depth == 0 {
