@@ -27,6 +27,8 @@ type collFlags struct {
 	dtype, op            string
 	timeout              int
 	graph, blocking      int
+	perIter              bool
+	out                  string
 	launch               launchFlags
 }
 
@@ -59,6 +61,8 @@ func newCollCmd(e *env, g *globals, c *coll.Collective) *cobra.Command {
 	fl.IntVarP(&f.timeout, "timeout", "T", 0, "seconds to wait for the GPUs before reporting a hang (exit 5); 0 waits for ever")
 	fl.IntVarP(&f.graph, "graph", "G", 0, "capture the timed loop as a graph and time this many launches of it (0: no graph)")
 	fl.IntVarP(&f.blocking, "blocking", "z", 0, "0: queue the timed calls; 1, 2: wait after each call; 3: wait after each iteration")
+	fl.BoolVar(&f.perIter, "per-iter", false, "time every iteration on the GPUs' streams: p50, p95, p99, max, cv and the slowest rank per size")
+	fl.StringVar(&f.out, "out", "", "also stream the results to FILE as JSON lines, a line per size as it is measured")
 	f.launch.add(cmd)
 	complete(cmd, "dtype", append(typeList(), "all"))
 	if c.Reduces {
@@ -159,7 +163,7 @@ func (f *collFlags) options(cmd *cobra.Command, c *coll.Collective, seed uint64)
 	case f.blocking < 0 || f.blocking > 3:
 		return opt, usageErr("invalid -z %d: use 0, 1, 2 or 3", f.blocking)
 	}
-	opt.Graph, opt.Blocking = f.graph, f.blocking
+	opt.Graph, opt.Blocking, opt.PerIter = f.graph, f.blocking, f.perIter
 	if opt.Graph > 0 && opt.Blocking == 3 {
 		opt.Blocking = 0 // as nccl-tests: -z 3 does not combine with -G
 	}
@@ -250,6 +254,17 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 			return err
 		}
 		ctx = wd.group.Context()
+	}
+	if f.out != "" && proc.Rank == 0 {
+		file, err := os.Create(f.out)
+		if err != nil {
+			if wd != nil {
+				wd.close(err)
+			}
+			return usageErr("cannot write --out: %v", err)
+		}
+		defer file.Close()
+		w = report.Tee(w, report.NewCollStream(file))
 	}
 	topology := ""
 	if t := b.Topology(); t != nil {

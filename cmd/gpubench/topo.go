@@ -74,8 +74,8 @@ func (f *topoFlags) run(cmd *cobra.Command, e *env, g *globals, discover func(to
 			return usageErr("--%s does not apply to topo: drop it", flag)
 		}
 	}
-	if p2pCap != "" && g.output != "table" {
-		return usageErr("--p2p adds a matrix to the table: drop it, or use --output table")
+	if p2pCap != "" && g.output != "table" && g.output != "markdown" {
+		return usageErr("--p2p adds a matrix to the table: drop it, or use --output table or markdown")
 	}
 	machineFlags := cmd.Flags().Changed("nvml-lib") || cmd.Flags().Changed("sysfs-root")
 	if g.backend == "sim" && machineFlags {

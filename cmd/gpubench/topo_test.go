@@ -61,6 +61,15 @@ func TestTopoSim(t *testing.T) {
 	golden.Check(t, "topo-pcie-l40sx4.golden", out)
 }
 
+// Markdown carries what the table does, for pasting into an issue.
+func TestTopoMarkdown(t *testing.T) {
+	out, errOut, code := topoRun(t, mustNotDiscover(t), "--backend", "sim", "--topology", "pcie-l40sx4", "--output", "markdown")
+	if code != 0 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	golden.Check(t, "topo-pcie-l40sx4.md", out)
+}
+
 // The JSON of a simulated machine is its topology; dot is a Graphviz graph of it.
 func TestTopoSimJSONAndDot(t *testing.T) {
 	out, errOut, code := topoRun(t, mustNotDiscover(t), "--backend", "sim", "--topology", "dgx-h100x2", "--output", "json")
@@ -129,7 +138,7 @@ func TestTopoBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--output", "csv"}, `unknown --output "csv" for topo: use table, json, dot`},
+		{[]string{"--output", "csv"}, `unknown --output "csv" for topo: use table, json, markdown, dot`},
 		{[]string{"--backend", "rocm"}, `unknown --backend "rocm" for topo: use auto or cuda or sim`},
 		{[]string{"--p2p", "pci"}, `unknown --p2p "pci": use read, write, nvlink, atomics`},
 		{[]string{"--backend", "sim", "--nvml-lib", "/x.so"}, "--nvml-lib and --sysfs-root read a real machine"},

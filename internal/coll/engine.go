@@ -33,6 +33,9 @@ type Options struct {
 	// (1 adds a barrier, the same thing in one process); 3 waits after each iteration of the
 	// loop, which in one process is the same as 1.
 	Blocking int
+	// PerIter times every iteration on the devices' streams (the Comm must be a
+	// gpu.StreamTimer) and gives each placement its statistics.
+	PerIter bool
 	// OnStart, when set, gets the summary's devices, sweep and peak before the first measurement.
 	OnStart func(*Summary)
 	// OnResult, when set, gets every row as soon as it is measured.
@@ -68,6 +71,43 @@ type Placement struct {
 	// same time).
 	RankTimesUS []float64
 	SlowestRank *int
+	// PerIter is the per-iteration statistics, with Options.PerIter.
+	PerIter *IterStats
+}
+
+// IterStats describe the times of one placement's timed iterations, each measured on the
+// devices' streams; across processes an iteration takes as long as its slowest rank.
+type IterStats struct {
+	TimesUS                            []float64
+	MeanUS, P50US, P95US, P99US, MaxUS float64
+	CV                                 float64 // standard deviation / mean
+}
+
+// NewIterStats computes the statistics of per-iteration times (µs); percentiles are the
+// nearest rank.
+func NewIterStats(times []float64) *IterStats {
+	s := &IterStats{TimesUS: times}
+	if len(times) == 0 {
+		return s
+	}
+	sorted := slices.Sorted(slices.Values(times))
+	pct := func(p float64) float64 {
+		i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+		return sorted[max(i, 0)]
+	}
+	s.P50US, s.P95US, s.P99US, s.MaxUS = pct(50), pct(95), pct(99), sorted[len(sorted)-1]
+	for _, t := range times {
+		s.MeanUS += t
+	}
+	s.MeanUS /= float64(len(times))
+	var ss float64
+	for _, t := range times {
+		ss += (t - s.MeanUS) * (t - s.MeanUS)
+	}
+	if s.MeanUS > 0 {
+		s.CV = math.Sqrt(ss/float64(len(times))) / s.MeanUS
+	}
+	return s
 }
 
 // Result is one row of the table.
@@ -436,7 +476,7 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 	if err := r.calls(1, bs, k, a); err != nil {
 		return p, err
 	}
-	elapsed, err := r.timedLoop(bs, k, a)
+	elapsed, iters, err := r.timedLoop(bs, k, a)
 	if err != nil {
 		return p, err
 	}
@@ -456,6 +496,20 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 			want := c.Expected(r.in, r.red, before[rank], rank, k, a)
 			wrong += countWrong(got, want, a.DType, a.Op, c.Reduces)
 		}
+	}
+	if r.opt.PerIter {
+		if r.opt.Group != nil { // an iteration lasts as long as its slowest rank
+			all, err := r.opt.Group.AllGather(r.ctx, iters)
+			if err != nil {
+				return p, err
+			}
+			for _, v := range all {
+				for i := range min(len(v), len(iters)) {
+					iters[i] = max(iters[i], v[i])
+				}
+			}
+		}
+		p.PerIter = NewIterStats(iters)
 	}
 	times := []float64{elapsed}
 	if r.opt.Group != nil {
@@ -509,16 +563,38 @@ func (r *runner) anyOf(v bool) (bool, error) {
 }
 
 // timedLoop runs the timed iterations and returns the seconds per collective, on the backend's
-// host clock from before the first launch to after the last completion, as nccl-tests times it.
-func (r *runner) timedLoop(bs *buffers, k Counts, a Args) (float64, error) {
+// host clock from before the first launch to after the last completion, as nccl-tests times it;
+// with PerIter also every iteration's stream time, µs (every graph launch's, divided by the
+// iterations it holds, in graph mode).
+func (r *runner) timedLoop(bs *buffers, k Counts, a Args) (float64, []float64, error) {
 	iters := r.opt.Iters
+	var st gpu.StreamTimer
+	mark := func() error { return nil }
+	if r.opt.PerIter {
+		var ok bool
+		if st, ok = r.comm.(gpu.StreamTimer); !ok {
+			return 0, nil, fmt.Errorf("--per-iter: the %s backend cannot time its streams", r.b.Name())
+		}
+		mark = st.Mark
+	}
+	perIter := func(per int) ([]float64, error) {
+		if st == nil {
+			return nil, nil
+		}
+		iv, err := st.Intervals()
+		us := make([]float64, len(iv))
+		for i, d := range iv {
+			us[i] = float64(d.Nanoseconds()) / 1e3 / float64(per)
+		}
+		return us, err
+	}
 	if r.opt.Graph > 0 {
 		gc, ok := r.comm.(gpu.GraphComm)
 		if !ok {
-			return 0, fmt.Errorf("graph mode (-G): the %s backend cannot capture graphs", r.b.Name())
+			return 0, nil, fmt.Errorf("graph mode (-G): the %s backend cannot capture graphs", r.b.Name())
 		}
 		if err := gc.BeginCapture(); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		var err error
 		for i := 0; i < iters && err == nil; i++ {
@@ -526,36 +602,57 @@ func (r *runner) timedLoop(bs *buffers, k Counts, a Args) (float64, error) {
 		}
 		g, endErr := gc.EndCapture()
 		if err != nil || endErr != nil {
-			return 0, errors.Join(err, endErr)
+			return 0, nil, errors.Join(err, endErr)
 		}
 		defer g.Destroy()
 		t0 := r.b.Now()
+		if err := mark(); err != nil {
+			return 0, nil, err
+		}
 		for i := 0; i < r.opt.Graph; i++ {
 			if err := g.Launch(); err != nil {
-				return 0, err
+				return 0, nil, err
+			}
+			if err := mark(); err != nil {
+				return 0, nil, err
 			}
 		}
 		if err := r.sync(); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
-		return (r.b.Now() - t0).Seconds() / float64(iters*r.opt.Graph), nil
+		elapsed := (r.b.Now() - t0).Seconds() / float64(iters*r.opt.Graph)
+		us, err := perIter(iters)
+		return elapsed, us, err
 	}
 	t0 := r.b.Now()
-	if r.opt.Blocking > 0 {
-		for i := 0; i < iters; i++ {
-			if err := r.calls(1, bs, k, a); err != nil {
-				return 0, err
-			}
-			if r.opt.Blocking == 1 && r.opt.Group != nil { // the barrier across processes
-				if _, err := r.opt.Group.AllGather(r.ctx, nil); err != nil {
-					return 0, err
-				}
+	if err := mark(); err != nil {
+		return 0, nil, err
+	}
+	for i := 0; i < iters; i++ {
+		if err := r.opt.Coll.Call(r.comm, bs.send, bs.recv, k, a); err != nil {
+			return 0, nil, err
+		}
+		if err := mark(); err != nil {
+			return 0, nil, err
+		}
+		if r.opt.Blocking == 0 {
+			continue
+		}
+		if err := r.sync(); err != nil {
+			return 0, nil, err
+		}
+		if r.opt.Blocking == 1 && r.opt.Group != nil { // the barrier across processes
+			if _, err := r.opt.Group.AllGather(r.ctx, nil); err != nil {
+				return 0, nil, err
 			}
 		}
-	} else if err := r.calls(iters, bs, k, a); err != nil {
-		return 0, err
 	}
-	return (r.b.Now() - t0).Seconds() / float64(iters), nil
+	if err := r.sync(); err != nil {
+		return 0, nil, err
+	}
+	elapsed := (r.b.Now() - t0).Seconds() / float64(iters)
+	us, err := perIter(1)
+	return elapsed, us, err
 }
 
 // calls enqueues the collective n times, then waits for the devices.

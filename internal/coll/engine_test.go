@@ -2,6 +2,7 @@ package coll_test
 
 import (
 	"context"
+	"math"
 	"errors"
 	"strings"
 	"testing"
@@ -274,5 +275,51 @@ func TestGraphAndBlockingModes(t *testing.T) {
 	}
 	if g.Wrong == nil || *g.Wrong != 0 || graph.OutOfBounds != 0 {
 		t.Errorf("graph mode broke the check: %+v", g)
+	}
+}
+
+// --per-iter: every timed iteration's stream time, whose statistics agree with the loop's time.
+func TestPerIterationTimes(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		jitter float64
+		graph  int
+	}{{"steady", 0, 0}, {"jittery", 0.2, 0}, {"graph", 0, 3}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newSim(t, "dgx-h100", sim.Options{DataCap: 1 << 20, Jitter: tc.jitter, Seed: 7})
+			w, _ := coll.ParseSizes("64M")
+			s, err := coll.Run(context.Background(), b, coll.Options{Coll: coll.AllReduce, Sweep: w, DTypes: []gpu.DType{gpu.Float},
+				Ops: []gpu.RedOp{gpu.Sum}, Iters: 40, Warmup: 1, Average: 1, PerIter: true, Graph: tc.graph})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := s.Results[0].OutOfPlace
+			st := p.PerIter
+			want := 40
+			if tc.graph > 0 {
+				want = tc.graph
+			}
+			if st == nil || len(st.TimesUS) != want {
+				t.Fatalf("per-iteration times: %+v", st)
+			}
+			if !(st.P50US <= st.P95US && st.P95US <= st.P99US && st.P99US <= st.MaxUS) || st.MeanUS <= 0 {
+				t.Errorf("percentiles out of order: %+v", st)
+			}
+			// At 64 MiB the stream, not the host, sets the pace: the iterations add up to the loop.
+			if math.Abs(st.MeanUS-p.TimeUS) > 0.02*p.TimeUS {
+				t.Errorf("mean iteration %.3f µs, loop %.3f µs per iteration", st.MeanUS, p.TimeUS)
+			}
+			// Without jitter only the first iteration differs (it waits for its launch).
+			if steady := tc.jitter == 0; steady != (st.CV < 0.02) {
+				t.Errorf("jitter %v: coefficient of variation %v", tc.jitter, st.CV)
+			}
+		})
+	}
+}
+
+func TestIterStats(t *testing.T) {
+	s := coll.NewIterStats([]float64{5, 1, 4, 2, 3, 6, 7, 8, 9, 10})
+	if s.P50US != 5 || s.P95US != 10 || s.P99US != 10 || s.MaxUS != 10 || s.MeanUS != 5.5 || math.Abs(s.CV-0.5222) > 1e-4 {
+		t.Errorf("%+v", s)
 	}
 }

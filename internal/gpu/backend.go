@@ -88,6 +88,16 @@ type Joiner interface {
 	JoinComm(id []byte, size, rank, dev int) (Comm, error)
 }
 
+// StreamTimer is a Comm that times its own streams, as CUDA events do.
+type StreamTimer interface {
+	// Mark records, on the stream of every rank this process drives, the moment the work queued
+	// so far ends.
+	Mark() error
+	// Intervals returns, once the streams are synchronized, the time between consecutive marks
+	// (the longest over this process's ranks), and forgets the marks.
+	Intervals() ([]time.Duration, error)
+}
+
 // GraphComm is a Comm that can record its calls as a graph and replay them (CUDA graphs, as
 // nccl-tests' -G uses them).
 type GraphComm interface {

@@ -19,6 +19,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/gpubench/gpubench/internal/cuda"
@@ -214,11 +215,12 @@ func (b *Backend) JoinComm(id []byte, size, rank, dev int) (gpu.Comm, error) {
 
 type comm struct {
 	b              *Backend
-	devs           []C.int          // this process's ranks' devices
-	first, world   int              // the rank of devs[0], and the number of ranks in every process
-	comms, streams []unsafe.Pointer // C handles, one per rank of this process's
-	aborted        bool             // the communicators are gone
-	failed         bool             // a call failed: close by aborting
+	devs           []C.int            // this process's ranks' devices
+	first, world   int                // the rank of devs[0], and the number of ranks in every process
+	comms, streams []unsafe.Pointer   // C handles, one per rank of this process's
+	marks          [][]unsafe.Pointer // events recorded by Mark, one per rank each
+	aborted        bool               // the communicators are gone
+	failed         bool               // a call failed: close by aborting
 	capturing      bool
 }
 
@@ -233,6 +235,10 @@ func (c *comm) local(rank int) (int, bool) {
 }
 
 func (c *comm) Close() error {
+	for _, ev := range c.marks {
+		C.gn_event_destroy(C.int(len(ev)), &ev[0])
+	}
+	c.marks = nil
 	if c.aborted {
 		return nil
 	}
@@ -364,6 +370,40 @@ func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 		}
 	}
 	return c.failure(check("ncclSend/ncclRecv", C.gn_sendrecv(C.int(len(c.devs)), C.int(n), &c.comms[0], &c.streams[0], &rank[0], &peer[0], &isSend[0], &bufs[0], C.size_t(count), C.int(dt))))
+}
+
+// Mark records an event on every rank's stream.
+func (c *comm) Mark() error {
+	ev := make([]unsafe.Pointer, len(c.devs))
+	if err := check("cudaEventRecord", C.gn_mark(C.int(len(c.devs)), &c.devs[0], &c.streams[0], &ev[0])); err != nil {
+		C.gn_event_destroy(C.int(len(ev)), &ev[0])
+		return err
+	}
+	c.marks = append(c.marks, ev)
+	return nil
+}
+
+// Intervals returns the device time between consecutive marks, the longest over the ranks.
+func (c *comm) Intervals() ([]time.Duration, error) {
+	defer func() {
+		for _, ev := range c.marks {
+			C.gn_event_destroy(C.int(len(ev)), &ev[0])
+		}
+		c.marks = nil
+	}()
+	var out []time.Duration
+	for i := 1; i < len(c.marks); i++ {
+		var longest time.Duration
+		for r := range c.devs {
+			var ms C.float
+			if err := check("cudaEventElapsedTime", C.gn_elapsed(c.marks[i-1][r], c.marks[i][r], &ms)); err != nil {
+				return nil, err
+			}
+			longest = max(longest, time.Duration(float64(ms)*1e6))
+		}
+		out = append(out, longest)
+	}
+	return out, nil
 }
 
 // Synchronize polls every rank's stream and communicator, as NCCL's documentation prescribes for

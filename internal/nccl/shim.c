@@ -64,6 +64,10 @@ static struct {
   int (*cudaStreamDestroy)(cudaStream_t);
   int (*cudaStreamQuery)(cudaStream_t);
   int (*cudaGetLastError)(void);
+  int (*cudaEventCreateWithFlags)(void **, unsigned int);
+  int (*cudaEventRecord)(void *, cudaStream_t);
+  int (*cudaEventElapsedTime)(float *, void *, void *);
+  int (*cudaEventDestroy)(void *);
   int (*cudaStreamBeginCapture)(cudaStream_t, int);                             // optional
   int (*cudaStreamEndCapture)(cudaStream_t, cudaGraph_t *);                     // optional
   int (*cudaGraphInstantiateWithFlags)(cudaGraphExec_t *, cudaGraph_t, unsigned long long); // optional, 11.4
@@ -105,7 +109,9 @@ int gn_load(const char *nccl_path, const char *cudart_path, char *err, size_t er
            NEED(h, ncclAllGather, nccl_path) && NEED(h, ncclReduceScatter, nccl_path) &&
            NEED(c, cudaSetDevice, cudart_path) && NEED(c, cudaStreamCreateWithFlags, cudart_path) &&
            NEED(c, cudaStreamDestroy, cudart_path) && NEED(c, cudaStreamQuery, cudart_path) &&
-           NEED(c, cudaGetLastError, cudart_path);
+           NEED(c, cudaGetLastError, cudart_path) && NEED(c, cudaEventCreateWithFlags, cudart_path) &&
+           NEED(c, cudaEventRecord, cudart_path) && NEED(c, cudaEventElapsedTime, cudart_path) &&
+           NEED(c, cudaEventDestroy, cudart_path);
   if (!ok) {
     dlclose(h);
     dlclose(c);
@@ -335,6 +341,34 @@ int gn_sendrecv(int n, int nops, void **comms, void **streams, const int *rank, 
   }
   int end = group_end(n, comms);
   return rc ? rc : end;
+}
+
+int gn_mark(int n, const int *devs, void **streams, void **events) {
+  if (!N.loaded) return GN_ERR_NOT_LOADED;
+  for (int i = 0; i < n; i++) {
+    CUDA(N.cudaSetDevice(devs[i]));
+    CUDA(N.cudaEventCreateWithFlags(&events[i], 0)); // cudaEventDefault: with timing
+    CUDA(N.cudaEventRecord(events[i], streams[i]));
+  }
+  return 0;
+}
+
+int gn_elapsed(void *start, void *end, float *ms) {
+  if (!N.loaded) return GN_ERR_NOT_LOADED;
+  CUDA(N.cudaEventElapsedTime(ms, start, end));
+  return 0;
+}
+
+int gn_event_destroy(int n, void **events) {
+  if (!N.loaded) return GN_ERR_NOT_LOADED;
+  int first = 0;
+  for (int i = 0; i < n; i++) {
+    if (!events[i]) continue;
+    int rc = N.cudaEventDestroy(events[i]);
+    if (rc && !first) first = -rc;
+    events[i] = NULL;
+  }
+  return first;
 }
 
 int gn_query(int n, void **comms, void **streams, int *busy, int *async) {

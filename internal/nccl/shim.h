@@ -47,6 +47,12 @@ int gn_sendrecv(int n, int nops, void **comms, void **streams, const int *rank, 
 // communicator's asynchronous error (async[i]); it returns a stream error if one shows.
 int gn_query(int n, void **comms, void **streams, int *busy, int *async);
 
+// Timing: gn_mark creates an event per rank and records it on that rank's stream; gn_elapsed is
+// cudaEventElapsedTime between two of them, once both have completed.
+int gn_mark(int n, const int *devs, void **streams, void **events);
+int gn_elapsed(void *start, void *end, float *ms);
+int gn_event_destroy(int n, void **events);
+
 // Graphs: capture every rank's stream, end the captures into instantiated graphs, launch them.
 int gn_begin_capture(int n, const int *devs, void **streams);
 int gn_end_capture(int n, const int *devs, void **streams, void **execs);

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -213,12 +214,34 @@ func (t *tableWriter) Start(r *CollRun) error {
 		fmt.Fprintf(t.w, "#\n# %s\n", n)
 	}
 	fmt.Fprintf(t.w, "#\n")
-	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "", "", "")
-	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n",
-		"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")
-	_, err := fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n",
-		"(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
+	var iterHead [3]string
+	if o.PerIter {
+		iterHead = [3]string{
+			"        out-of-place per iteration                in-place per iteration          ",
+			fmt.Sprintf("  %7s  %7s  %7s  %7s  %5s  %4s", "p50", "p95", "p99", "max", "cv", "slow") + fmt.Sprintf("  %7s  %7s  %7s  %7s  %5s  %4s", "p50", "p95", "p99", "max", "cv", "slow"),
+			fmt.Sprintf("  %7s  %7s  %7s  %7s  %5s  %4s", "(us)", "(us)", "(us)", "(us)", "(%)", "rank") + fmt.Sprintf("  %7s  %7s  %7s  %7s  %5s  %4s", "(us)", "(us)", "(us)", "(us)", "(%)", "rank"),
+		}
+	}
+	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          %s\n", "", "", "", "", "", iterHead[0])
+	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %s\n",
+		"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", iterHead[1])
+	_, err := fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %s\n",
+		"(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", iterHead[2])
 	return err
+}
+
+// iterCells are a placement's per-iteration columns: p50, p95, p99, max, cv and the slowest rank.
+func iterCells(p coll.Placement) string {
+	slow := "-"
+	if p.SlowestRank != nil {
+		slow = strconv.Itoa(*p.SlowestRank)
+	}
+	s := p.PerIter
+	if s == nil {
+		return fmt.Sprintf("  %7s  %7s  %7s  %7s  %5s  %4s", "N/A", "N/A", "N/A", "N/A", "N/A", slow)
+	}
+	return fmt.Sprintf("  %7s  %7s  %7s  %7s  %5s  %4s", floatStr(s.P50US, 7), floatStr(s.P95US, 7), floatStr(s.P99US, 7),
+		floatStr(s.MaxUS, 7), floatStr(100*s.CV, 5), slow)
 }
 
 // busID is the domain:bus:device part of a PCI bus id, as nccl-tests prints it.
@@ -229,7 +252,7 @@ func busID(id string) string {
 	return id
 }
 
-func (t *tableWriter) Row(_ *CollRun, res coll.Result) error {
+func (t *tableWriter) Row(r *CollRun, res coll.Result) error {
 	line := fmt.Sprintf("%12d  %12d  %8s  %6s  %6d", res.Size, res.Count, res.Type, res.Op, res.Root)
 	for _, p := range []coll.Placement{res.OutOfPlace, res.InPlace} {
 		wrong := "N/A"
@@ -237,6 +260,9 @@ func (t *tableWriter) Row(_ *CollRun, res coll.Result) error {
 			wrong = strconv.FormatFloat(float64(*p.Wrong), 'g', 6, 64)
 		}
 		line += fmt.Sprintf("  %7s  %6s  %6s  %6s", floatStr(p.TimeUS, 7), floatStr(p.AlgBW, 6), floatStr(p.BusBW, 6), wrong)
+	}
+	if r.Opt.PerIter {
+		line += iterCells(res.OutOfPlace) + iterCells(res.InPlace)
 	}
 	_, err := fmt.Fprintln(t.w, line)
 	return err
@@ -337,6 +363,19 @@ type jsonPlacement struct {
 	// Runs across processes: every rank's time, and the slowest rank.
 	RankTimesUS []float64 `json:"rank_time_us,omitempty"`
 	SlowestRank *int      `json:"slowest_rank,omitempty"`
+	PerIter     *jsonIter `json:"per_iter,omitempty"`
+}
+
+// jsonIter is a placement's per-iteration statistics (--per-iter).
+type jsonIter struct {
+	N      int       `json:"n"`
+	MeanUS float64   `json:"mean_us"`
+	P50US  float64   `json:"p50_us"`
+	P95US  float64   `json:"p95_us"`
+	P99US  float64   `json:"p99_us"`
+	MaxUS  float64   `json:"max_us"`
+	CV     float64   `json:"cv"`
+	Times  []float64 `json:"times_us"`
 }
 
 type jsonOOB struct {
@@ -424,14 +463,7 @@ func CollJSON(r *CollRun) any {
 		doc.Devices = append(doc.Devices, jsonDevice{Rank: rank, PID: r.pid(rank), Host: d.Host, Device: d.Ordinal, PCIBusID: d.PCIBusID, Name: d.Name, Memory: d.MemoryBytes})
 	}
 	for _, res := range s.Results {
-		jr := jsonResult{Size: res.Size, Count: res.Count, Type: res.Type, OutOfPlace: jsonPlace(res.OutOfPlace), InPlace: jsonPlace(res.InPlace)}
-		if r.Coll.Reduces {
-			jr.Op = &res.Op
-		}
-		if r.Coll.Rooted {
-			jr.Root = &res.Root
-		}
-		doc.Results = append(doc.Results, jr)
+		doc.Results = append(doc.Results, jsonRow(r, res))
 	}
 	if s.BestBusBW > 0 {
 		doc.Best = &jsonBest{BusBW: s.BestBusBW, Size: s.BestSize}
@@ -453,9 +485,25 @@ func CollJSON(r *CollRun) any {
 	return doc
 }
 
+func jsonRow(r *CollRun, res coll.Result) jsonResult {
+	jr := jsonResult{Size: res.Size, Count: res.Count, Type: res.Type, OutOfPlace: jsonPlace(res.OutOfPlace), InPlace: jsonPlace(res.InPlace)}
+	if r.Coll.Reduces {
+		jr.Op = &res.Op
+	}
+	if r.Coll.Rooted {
+		jr.Root = &res.Root
+	}
+	return jr
+}
+
 func jsonPlace(p coll.Placement) jsonPlacement {
-	return jsonPlacement{TimeUS: p.TimeUS, AlgBW: p.AlgBW, BusBW: p.BusBW, Wrong: p.Wrong, TimingOnly: p.TimingOnly,
+	j := jsonPlacement{TimeUS: p.TimeUS, AlgBW: p.AlgBW, BusBW: p.BusBW, Wrong: p.Wrong, TimingOnly: p.TimingOnly,
 		RankTimesUS: p.RankTimesUS, SlowestRank: p.SlowestRank}
+	if s := p.PerIter; s != nil {
+		j.PerIter = &jsonIter{N: len(s.TimesUS), MeanUS: s.MeanUS, P50US: s.P50US, P95US: s.P95US, P99US: s.P99US,
+			MaxUS: s.MaxUS, CV: s.CV, Times: s.TimesUS}
+	}
+	return j
 }
 
 var csvHeader = []string{"collective", "size_bytes", "count", "type", "redop", "root",
@@ -464,8 +512,20 @@ var csvHeader = []string{"collective", "size_bytes", "count", "type", "redop", "
 
 type csvWriter struct{ w *csv.Writer }
 
-func (c *csvWriter) Start(*CollRun) error {
-	c.w.Write(csvHeader)
+// csvIterHeader are the columns --per-iter adds, per placement.
+var csvIterHeader = []string{"p50_us", "p95_us", "p99_us", "max_us", "cv", "slowest_rank"}
+
+func (c *csvWriter) Start(r *CollRun) error {
+	head := csvHeader
+	if r.Opt.PerIter {
+		head = slices.Clone(head)
+		for _, place := range []string{"oop_", "ip_"} {
+			for _, h := range csvIterHeader {
+				head = append(head, place+h)
+			}
+		}
+	}
+	c.w.Write(head)
 	c.w.Flush()
 	return c.w.Error()
 }
@@ -478,6 +538,20 @@ func (c *csvWriter) Row(r *CollRun, res coll.Result) error {
 			wrong = strconv.FormatInt(*p.Wrong, 10)
 		}
 		rec = append(rec, num(p.TimeUS), num(p.AlgBW), num(p.BusBW), wrong)
+	}
+	for _, p := range []coll.Placement{res.OutOfPlace, res.InPlace} {
+		if !r.Opt.PerIter {
+			break
+		}
+		slow := ""
+		if p.SlowestRank != nil {
+			slow = strconv.Itoa(*p.SlowestRank)
+		}
+		if s := p.PerIter; s != nil {
+			rec = append(rec, num(s.P50US), num(s.P95US), num(s.P99US), num(s.MaxUS), num(s.CV), slow)
+		} else {
+			rec = append(rec, "", "", "", "", "", slow)
+		}
 	}
 	c.w.Write(rec)
 	c.w.Flush()
@@ -500,12 +574,18 @@ func (m *markdownWriter) Start(r *CollRun) error {
 	for _, n := range headerNotes(r) {
 		fmt.Fprintf(m.w, "> %s\n\n", n)
 	}
-	fmt.Fprintln(m.w, "| size (B) | count | type | redop | root | time (us) | algbw (GB/s) | busbw (GB/s) | #wrong | in-place time (us) | algbw (GB/s) | busbw (GB/s) | #wrong |")
-	_, err := fmt.Fprintln(m.w, "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	head, rule := "| size (B) | count | type | redop | root | time (us) | algbw (GB/s) | busbw (GB/s) | #wrong | in-place time (us) | algbw (GB/s) | busbw (GB/s) | #wrong |",
+		"|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+	if r.Opt.PerIter {
+		head += " p50 (us) | p95 (us) | p99 (us) | max (us) | cv (%) | slowest rank | in-place p50 (us) | p95 (us) | p99 (us) | max (us) | cv (%) | slowest rank |"
+		rule += "---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+	}
+	fmt.Fprintln(m.w, head)
+	_, err := fmt.Fprintln(m.w, rule)
 	return err
 }
 
-func (m *markdownWriter) Row(_ *CollRun, res coll.Result) error {
+func (m *markdownWriter) Row(r *CollRun, res coll.Result) error {
 	line := fmt.Sprintf("| %d | %d | %s | %s | %d |", res.Size, res.Count, res.Type, res.Op, res.Root)
 	for _, p := range []coll.Placement{res.OutOfPlace, res.InPlace} {
 		wrong := "N/A"
@@ -513,6 +593,11 @@ func (m *markdownWriter) Row(_ *CollRun, res coll.Result) error {
 			wrong = strconv.FormatInt(*p.Wrong, 10)
 		}
 		line += fmt.Sprintf(" %s | %s | %s | %s |", floatStr(p.TimeUS, 7), floatStr(p.AlgBW, 6), floatStr(p.BusBW, 6), wrong)
+	}
+	if r.Opt.PerIter {
+		for _, p := range []coll.Placement{res.OutOfPlace, res.InPlace} {
+			line += " " + strings.Join(strings.Fields(iterCells(p)), " | ") + " |"
+		}
 	}
 	_, err := fmt.Fprintln(m.w, line)
 	return err

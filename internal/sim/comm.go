@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/gpubench/gpubench/internal/gpu"
 )
@@ -19,6 +20,28 @@ type comm struct {
 	host []int
 	// replaying: the calls belong to a graph launch that has paid the host's launch cost.
 	replaying bool
+	marks     []float64 // stream times recorded by Mark, µs
+}
+
+// Mark records when the work queued so far on the host's devices ends.
+func (c *comm) Mark() error {
+	c.marks = append(c.marks, c.b.streamEnd(c.host))
+	return nil
+}
+
+// Intervals returns the times between consecutive marks.
+func (c *comm) Intervals() ([]time.Duration, error) {
+	out := intervals(c.marks)
+	c.marks = nil
+	return out, nil
+}
+
+func intervals(marks []float64) []time.Duration {
+	var out []time.Duration
+	for i := 1; i < len(marks); i++ {
+		out = append(out, time.Duration((marks[i]-marks[i-1])*1e3))
+	}
+	return out
 }
 
 var _ gpu.GraphComm = (*comm)(nil)

@@ -246,6 +246,17 @@ func (b *Backend) synchronize(ctx context.Context, devs []int) error {
 	return &gpu.HangError{Ranks: hung, Err: ctx.Err()}
 }
 
+// streamEnd is when the work queued on the given devices ends (or the host's time, when idle).
+func (b *Backend) streamEnd(devs []int) float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	end := b.hostUS
+	for _, d := range devs {
+		end = math.Max(end, b.free[d])
+	}
+	return end
+}
+
 // hostLaunch advances the host clock by the cost of enqueueing one call on the given devices:
 // each node's host enqueues for its own GPUs, in parallel with the other nodes.
 func (b *Backend) hostLaunch(devs []int) {

@@ -140,7 +140,8 @@ type call struct {
 	tag   string
 	parts []wirePart
 	run   func(all [][]wirePart) error
-	graph bool // part of a graph launch, which paid the host's launch cost
+	local func() // instead of run: this process's own step, with no exchange (a mark)
+	graph bool   // part of a graph launch, which paid the host's launch cost
 	start bool // the first call of a graph launch: it pays
 }
 
@@ -185,6 +186,10 @@ func (j *joined) Synchronize(ctx context.Context) error {
 	calls := j.pending
 	j.pending = nil
 	for _, c := range calls {
+		if c.local != nil {
+			c.local()
+			continue
+		}
 		all, err := j.exchange(c)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -220,6 +225,13 @@ func (j *joined) exchange(c *call) ([][]wirePart, error) {
 	}
 	return r.Parts, nil
 }
+
+// Mark records, in order with the queued calls, when this rank's stream ends its work.
+func (j *joined) Mark() error {
+	return j.enqueue(&call{local: func() { j.c.marks = append(j.c.marks, j.c.b.streamEnd(j.c.host)) }})
+}
+
+func (j *joined) Intervals() ([]time.Duration, error) { return j.c.Intervals() }
 
 func (j *joined) BeginCapture() error {
 	if j.recorded != nil {

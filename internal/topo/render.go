@@ -12,7 +12,7 @@ import (
 )
 
 // Formats are the output forms of `gpubench topo`.
-var Formats = []string{"table", "json", "dot"}
+var Formats = []string{"table", "json", "markdown", "dot"}
 
 // Write writes the report in one of Formats.
 func Write(w io.Writer, format string, r *Report) error {
@@ -21,6 +21,8 @@ func Write(w io.Writer, format string, r *Report) error {
 		return WriteTable(w, r)
 	case "json":
 		return WriteJSON(w, r)
+	case "markdown":
+		return WriteMarkdown(w, r)
 	case "dot":
 		return WriteDOT(w, r)
 	}
@@ -66,7 +68,7 @@ func WriteTable(w io.Writer, r *Report) error {
 		if len(r.Nodes) > 1 {
 			fmt.Fprintf(&b, "\nNode %s\n", n.Hostname)
 		}
-		writeNode(&b, n, r.P2PCap)
+		writeNode(&b, n, r.P2PCap, plainText)
 	}
 	if len(r.Warnings) > 0 {
 		b.WriteString("\nWarnings:\n")
@@ -78,13 +80,64 @@ func WriteTable(w io.Writer, r *Report) error {
 	return err
 }
 
-func writeNode(b *bytes.Buffer, n *NodeReport, p2pCap string) {
+// WriteMarkdown writes what WriteTable does as Markdown, for pasting into an issue: tables as
+// tables, legends as code blocks, warnings as a list.
+func WriteMarkdown(w io.Writer, r *Report) error {
+	var b bytes.Buffer
+	name := r.Nodes[0].Hostname
+	if r.Topology != nil {
+		name = r.Topology.Name
+	}
+	fmt.Fprintf(&b, "**gpubench topo: %s** (%s)\n", name, r.Source)
+	for _, n := range r.Nodes {
+		if len(r.Nodes) > 1 {
+			fmt.Fprintf(&b, "\n### Node %s\n", n.Hostname)
+		}
+		writeNode(&b, n, r.P2PCap, markdown)
+	}
+	if len(r.Warnings) > 0 {
+		b.WriteString("\n**Warnings**\n\n")
+		for _, x := range r.Warnings {
+			fmt.Fprintf(&b, "- %s\n", x)
+		}
+	}
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// style is how writeNode lays out its tables and legends.
+type style struct {
+	md     bool
+	table  func(b *bytes.Buffer, rows [][]string)
+	legend func(b *bytes.Buffer, text string)
+}
+
+var (
+	plainText = style{table: columns, legend: func(b *bytes.Buffer, s string) { b.WriteString(s) }}
+	markdown  = style{md: true, table: markdownTable, legend: func(b *bytes.Buffer, s string) { b.WriteString("```\n" + s + "```\n") }}
+)
+
+// markdownTable writes rows as a Markdown table, the first row its header.
+func markdownTable(b *bytes.Buffer, rows [][]string) {
+	for i, r := range rows {
+		cells := make([]string, len(r))
+		for j, c := range r {
+			cells[j] = strings.ReplaceAll(strings.TrimSpace(c), "|", "\\|")
+		}
+		b.WriteString("| " + strings.Join(cells, " | ") + " |\n")
+		if i == 0 {
+			b.WriteString(strings.Repeat("|---", len(r)) + "|\n")
+		}
+	}
+}
+
+func writeNode(b *bytes.Buffer, n *NodeReport, p2pCap string, st style) {
 	rows := [][]string{{"GPU", "CUDA", "Name", "UUID", "PCI bus id", "Memory", "CC", "NUMA", "CPU affinity", "Persistence", "MIG", "PCIe", "PCIe max"}}
 	for _, g := range n.GPUs {
 		rows = append(rows, []string{g.Index, g.CUDA, g.Name, g.UUID, g.BusID, g.Memory, g.CC, g.NUMA, g.Affinity, g.Persistence, g.MIG, g.PCIe, g.PCIeMax})
 	}
 	b.WriteString("\n")
-	columns(b, rows)
+	st.table(b, rows)
 	if len(n.MIG) > 0 {
 		b.WriteString("\nMIG devices CUDA sees:\n")
 		for _, m := range n.MIG {
@@ -105,15 +158,19 @@ func writeNode(b *bytes.Buffer, n *NodeReport, p2pCap string) {
 		rows = append(rows, row)
 	}
 	b.WriteString("\n")
-	columns(b, rows)
-	b.WriteString("\n" + matrixLegend)
+	st.table(b, rows)
+	b.WriteString("\n")
+	st.legend(b, matrixLegend)
 	if len(n.NICs) > 0 {
 		b.WriteString("\nNIC Legend:\n\n")
 		rows = nil
+		if st.md { // a Markdown table needs a header row
+			rows = [][]string{{"NIC", "name", "kind", "speed", "PCI bus id", "state"}}
+		}
 		for i, c := range n.NICs {
 			rows = append(rows, []string{fmt.Sprintf("  NIC%d:", i), c.Name, c.Kind, c.Speed, c.BusID, c.State})
 		}
-		columns(b, rows)
+		st.table(b, rows)
 	}
 
 	b.WriteString("\n")
@@ -138,7 +195,7 @@ func writeNode(b *bytes.Buffer, n *NodeReport, p2pCap string) {
 			}
 			rows = append(rows, []string{"GPU" + n.GPUs[l.GPU].Index, l.Remote, links, strconv.Itoa(l.Up), down, l.Version, each, total})
 		}
-		columns(b, rows)
+		st.table(b, rows)
 	}
 
 	if p2pCap != "" && n.P2P != nil {
@@ -148,8 +205,9 @@ func writeNode(b *bytes.Buffer, n *NodeReport, p2pCap string) {
 		for i, cells := range n.P2P {
 			rows = append(rows, append([]string{labels[i]}, cells...))
 		}
-		columns(b, rows)
-		b.WriteString("\n" + p2pLegend)
+		st.table(b, rows)
+		b.WriteString("\n")
+		st.legend(b, p2pLegend)
 	}
 }
 

@@ -1,0 +1,104 @@
+package report
+
+import (
+	"encoding/json"
+	"io"
+
+	"github.com/gpubench/gpubench/internal/coll"
+)
+
+// endFields are the JSON document's fields known only once a run ends: the stream's end record
+// carries them; its start record carries every other field but results.
+var endFields = []string{"out_of_bounds", "avg_busbw_gbs", "best", "bus_peak", "timing_only_from_bytes",
+	"interrupted", "error", "notes"}
+
+// NewCollStream returns a writer that streams a run as JSON lines (--out FILE): a start record,
+// a result record per row as it is measured, and an end record, each written whole in one
+// write, so that a run that stops loses none of the rows it measured (docs/output.md).
+func NewCollStream(w io.Writer) CollWriter { return &streamWriter{w: w} }
+
+type streamWriter struct{ w io.Writer }
+
+func (s *streamWriter) Start(r *CollRun) error {
+	m, err := fields(CollJSON(r))
+	if err != nil {
+		return err
+	}
+	delete(m, "results")
+	for _, f := range endFields {
+		delete(m, f)
+	}
+	return s.record("start", m)
+}
+
+func (s *streamWriter) Row(r *CollRun, res coll.Result) error {
+	m, err := fields(jsonRow(r, res))
+	if err != nil {
+		return err
+	}
+	return s.record("result", m)
+}
+
+func (s *streamWriter) End(r *CollRun) error {
+	all, err := fields(CollJSON(r))
+	if err != nil {
+		return err
+	}
+	m := map[string]json.RawMessage{}
+	for _, f := range endFields {
+		m[f] = all[f]
+	}
+	return s.record("end", m)
+}
+
+func (s *streamWriter) record(kind string, m map[string]json.RawMessage) error {
+	m["record"], _ = json.Marshal(kind)
+	line, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	_, err = s.w.Write(append(line, '\n'))
+	return err
+}
+
+// fields is a JSON object's fields.
+func fields(v any) (map[string]json.RawMessage, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]json.RawMessage
+	return m, json.Unmarshal(b, &m)
+}
+
+// Tee writes a run to every writer in turn; the first error stops it.
+func Tee(ws ...CollWriter) CollWriter { return tee(ws) }
+
+type tee []CollWriter
+
+func (t tee) Start(r *CollRun) error {
+	for _, w := range t {
+		if err := w.Start(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t tee) Row(r *CollRun, res coll.Result) error {
+	for _, w := range t {
+		if err := w.Row(r, res); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t tee) End(r *CollRun) error {
+	for _, w := range t {
+		if err := w.End(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
