@@ -2,8 +2,8 @@ package coll_test
 
 import (
 	"context"
-	"math"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"

@@ -142,7 +142,7 @@ type call struct {
 	run   func(all [][]wirePart) error
 	local func() // instead of run: this process's own step, with no exchange (a mark)
 	graph bool   // part of a graph launch, which paid the host's launch cost
-	start bool // the first call of a graph launch: it pays
+	start bool   // the first call of a graph launch: it pays
 }
 
 var _ gpu.GraphComm = (*joined)(nil)
