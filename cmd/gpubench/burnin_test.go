@@ -74,6 +74,13 @@ func TestBurninFaults(t *testing.T) {
 			if tc.want == nil && (len(failed) != 0 || doc.Verdict != "pass") {
 				t.Errorf("healthy machine: verdict %s, failed %v", doc.Verdict, failed)
 			}
+			if tc.name == "corrupt" { // GPU 2 alone is blamed, by the collectives and the copies
+				for k := range failed {
+					if k != "2/data" && k != "all/data" {
+						t.Errorf("a corrupt GPU 2 also failed %s", k)
+					}
+				}
+			}
 			if tc.name == "xid" {
 				if r := failed["3/xid"]; !strings.Contains(r, "XID 48 on GPU 3") {
 					t.Errorf("xid reason %q", r)

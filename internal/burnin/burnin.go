@@ -238,6 +238,16 @@ func (r *runner) collResult(c *coll.Collective, res coll.Result) {
 		}
 	}
 	if wrong > 0 {
+		// Name the GPUs whose output was wrong; the engine's rank r is device r here.
+		devs := r.b.Devices()
+		for _, p := range []coll.Placement{op, ip} {
+			for rank, w := range p.WrongByRank {
+				if w > 0 && rank < len(devs) {
+					r.v.set(strconv.Itoa(devs[rank].Ordinal), CheckData, Fail, "", "%s at %d bytes: %d wrong elements in GPU %d's output (pass %d, %v in)",
+						c.Name, res.Size, w, devs[rank].Ordinal, r.pass, round(t))
+				}
+			}
+		}
 		r.v.set("all", CheckData, Fail, "", "%s at %d bytes: %d wrong elements (pass %d, %v in)", c.Name, res.Size, wrong, r.pass, round(t))
 		r.failed(CheckData, 1)
 	}
@@ -309,7 +319,11 @@ func (r *runner) copies() error {
 }
 
 func (r *runner) copyData(res *p2p.Result) {
-	bad := map[int][]string{}
+	type copyPair struct {
+		src, dst int
+		what     string
+	}
+	var pairs []copyPair
 	for _, m := range res.Matrices {
 		for i, row := range m.Cells {
 			for j, c := range row {
@@ -317,12 +331,35 @@ func (r *runner) copyData(res *p2p.Result) {
 					continue
 				}
 				a, d := res.Devices[i].Ordinal, res.Devices[j].Ordinal
-				bad[d] = append(bad[d], fmt.Sprintf("%s %d->%d", m.Key, a, d))
+				pairs = append(pairs, copyPair{a, d, fmt.Sprintf("%s %d->%d", m.Key, a, d)})
 				if strings.HasPrefix(m.Key, "bi") {
-					bad[a] = append(bad[a], fmt.Sprintf("%s %d->%d", m.Key, d, a))
+					pairs = append(pairs, copyPair{d, a, fmt.Sprintf("%s %d->%d", m.Key, d, a)})
 				}
 			}
 		}
+	}
+	// A GPU that every wrong copy went through is the one at fault (copies from a GPU that
+	// corrupts its data are wrong wherever they land); otherwise each copy's destination is named.
+	seen := map[int]int{}
+	for _, p := range pairs {
+		seen[p.src]++
+		if p.dst != p.src {
+			seen[p.dst]++
+		}
+	}
+	var common []int
+	for d, n := range seen {
+		if n == len(pairs) {
+			common = append(common, d)
+		}
+	}
+	bad := map[int][]string{}
+	for _, p := range pairs {
+		blame := p.dst
+		if len(common) == 1 {
+			blame = common[0]
+		}
+		bad[blame] = append(bad[blame], p.what)
 	}
 	for i, h := range res.Host {
 		for _, c := range []p2p.Cell{h.H2D, h.D2H, h.Bidir, h.Local} {
@@ -333,7 +370,7 @@ func (r *runner) copyData(res *p2p.Result) {
 		}
 	}
 	for d, where := range bad {
-		r.v.set(strconv.Itoa(d), CheckData, Fail, "", "copies into GPU %d delivered wrong data (%s; pass %d)", d, strings.Join(where[:min(len(where), 3)], ", "), r.pass)
+		r.v.set(strconv.Itoa(d), CheckData, Fail, "", "copies through GPU %d delivered wrong data (%d copies: %s; pass %d)", d, len(where), strings.Join(where[:min(len(where), 3)], ", "), r.pass)
 		r.failed(CheckData, len(where))
 		r.record(Record{Record: "result", Kind: "p2p_data", Pass: r.pass, Dst: ptr(d), Mismatched: ptr(len(where))})
 	}

@@ -64,6 +64,8 @@ type Placement struct {
 	// Wrong is the number of wrong elements; nil when the result was not checked (checking off,
 	// an in-place result nccl-tests does not check, or a timing-only buffer).
 	Wrong *int64
+	// WrongByRank is, when checked, the wrong elements in each rank's output.
+	WrongByRank []int64
 	// TimingOnly: the backend held no data for this size (the simulator's data cap).
 	TimingOnly bool
 	// RankTimesUS is every process's own time, and SlowestRank the rank with the longest, when
@@ -481,6 +483,7 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 		return p, err
 	}
 	var wrong int64
+	byRank := make([]int64, r.n)
 	for i := 0; checking && i < r.opt.Check && wrong == 0; i++ {
 		if err := r.load(bs, r.in); err != nil {
 			return p, err
@@ -494,7 +497,9 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 				return p, err
 			}
 			want := c.Expected(r.in, r.red, before[rank], rank, k, a)
-			wrong += countWrong(got, want, a.DType, a.Op, c.Reduces)
+			w := countWrong(got, want, a.DType, a.Op, c.Reduces)
+			byRank[rank] += w
+			wrong += w
 		}
 	}
 	if r.opt.PerIter {
@@ -525,6 +530,7 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 		for rank, v := range all {
 			times[rank] = v[0]
 			wrong += int64(v[1])
+			byRank[rank] = int64(v[1])
 			if v[0] > times[slowest] {
 				slowest = rank
 			}
@@ -541,7 +547,7 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 	}
 	p.BusBW = p.AlgBW * c.Factor(r.n)
 	if checking {
-		p.Wrong = &wrong
+		p.Wrong, p.WrongByRank = &wrong, byRank
 	}
 	return p, nil
 }
