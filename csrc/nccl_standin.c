@@ -26,6 +26,10 @@
  *                                  until the clique is aborted (read when a clique is made)
  *   GPUBENCH_STANDIN_NCCL_CORRUPT  R: flip bit 6 of the last byte of the first element of every
  *                                  result rank R receives (read when a clique is made)
+ *   GPUBENCH_STANDIN_NCCL_JOIN_WAIT  seconds (0..86400, default 120) that an init of some ranks of a
+ *                                  unique id waits for the other ranks, which other threads
+ *                                  initialize, before it fails with ncclSystemError (read at each
+ *                                  such init)
  *   NCCL_DEBUG                     WARN, INFO or TRACE: print each failure on stderr
  *
  * Plain C11 + POSIX threads + dlopen; no CUDA or NCCL header is used: every type is declared below.
@@ -192,7 +196,14 @@ static int norm_version(int v) { /* 2804 -> 20804 (old encoding, up to 2.8); 227
     return v < 10000 ? v / 1000 * 10000 + v % 1000 / 100 * 100 + v % 100 : v;
 }
 
+static pthread_cond_t g_join_cv; /* ranks that other threads initialize arrive (with g_mu) */
+
 static void load(void) {
+    pthread_condattr_t ca; /* the join wait is a duration: measure it on the monotonic clock */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&g_join_cv, &ca);
+    pthread_condattr_destroy(&ca);
     long long v;
     const char *dbg = getenv("NCCL_DEBUG");
     g_debug = dbg && (!strcasecmp(dbg, "WARN") || !strcasecmp(dbg, "INFO") || !strcasecmp(dbg, "TRACE"));
@@ -644,9 +655,154 @@ static int first_of_id(size_t i) { /* whether record i is the first init of its 
     return 1;
 }
 
-/* The init calls of a group: every rank of each unique id must be here, once, on distinct
- * devices. Then each unique id becomes a clique. */
+static struct clique *new_clique(int n) {
+    struct clique *cl = calloc(1, sizeof *cl);
+    if (cl && (!(cl->async = calloc((size_t)n, sizeof *cl->async)) ||
+               !(cl->pending = calloc((size_t)n, sizeof *cl->pending)))) {
+        free(cl->async);
+        free(cl);
+        cl = NULL;
+    }
+    if (!cl) return NULL;
+    pthread_mutex_init(&cl->mu, NULL);
+    pthread_cond_init(&cl->cv, NULL);
+    cl->n = cl->refs = n; /* one reference per communicator */
+    read_faults(cl);
+    return cl;
+}
+
+/* Ranks of one unique id initialized from several threads (one rank per thread, as one rank per
+ * process initializes with NCCL). Each thread's group registers its ranks in the id's join, then
+ * waits, as a blocking ncclCommInitRank does, until every rank has arrived; the group that brings
+ * the last rank makes the clique. A group that waits longer than GPUBENCH_STANDIN_NCCL_JOIN_WAIT
+ * seconds takes its ranks back and fails; the join is freed when every rank has taken the clique,
+ * or when no rank is left in it. */
+struct join {
+    uint64_t id;
+    int n, arrived, taken; /* ranks registered; ranks that have taken the outcome */
+    int *dev;              /* per rank: its device, or -1 until it arrives */
+    int done;              /* every rank arrived: the outcome is cl, or err */
+    ncclResult_t err;
+    struct clique *cl;
+    struct join *next;
+};
+static struct join *g_joins; /* under g_mu */
+enum { JOIN_WAIT_DEFAULT_S = 120, JOIN_WAIT_MAX_S = 86400 };
+
+struct want { /* one unique id of which this thread's group initializes some ranks, not all */
+    size_t first; /* its first init record */
+    int count;
+    struct join *j;
+    struct clique *cl;
+};
+
+static void join_unlink_free(struct join *j) { /* g_mu held */
+    struct join **pp = &g_joins;
+    while (*pp && *pp != j) pp = &(*pp)->next;
+    if (*pp) *pp = j->next;
+    free(j->dev);
+    free(j);
+}
+
+/* Whether the ranks of w fit into its join (g_mu held): same nranks, each rank and device once. */
+static ncclResult_t join_check(const struct want *w) {
+    const struct join *j = w->j;
+    ncclComm_t a = t_recs[w->first].comm;
+    if (j->n != a->n)
+        return fail(ncclInvalidUsage, "ranks of one unique id disagree on nranks (%d and %d)", j->n, a->n);
+    for (size_t i = w->first; i < t_nrecs; i++) {
+        ncclComm_t b = t_recs[i].comm;
+        if (b->id != a->id) continue;
+        if (j->dev[b->rank] >= 0)
+            return fail(ncclInvalidUsage, "rank %d initialized twice with one unique id", b->rank);
+        for (int r = 0; r < j->n; r++)
+            if (j->dev[r] == b->dev)
+                return fail(ncclInvalidUsage, "Duplicate GPU detected : rank %d and rank %d both on CUDA "
+                            "device %d", r, b->rank, b->dev);
+    }
+    return ncclSuccess;
+}
+
+/* Registers every id of ws in its join, waits until all are complete (or the wait runs out), then
+ * takes each id's clique into ws[i].cl. Any failure fails the whole group: its ranks are taken
+ * back from the joins that are not complete. */
+static ncclResult_t join_threads(struct want *ws, size_t nw) {
+    long long wait_s = JOIN_WAIT_DEFAULT_S;
+    env_int("GPUBENCH_STANDIN_NCCL_JOIN_WAIT", &wait_s, 0, JOIN_WAIT_MAX_S);
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += (time_t)wait_s;
+    ncclResult_t e = ncclSuccess;
+    pthread_mutex_lock(&g_mu);
+    /* Check everything first, so that a refused group leaves the joins as they were. */
+    for (size_t k = 0; k < nw && !e; k++) {
+        ncclComm_t a = t_recs[ws[k].first].comm;
+        struct join *j = g_joins;
+        while (j && j->id != a->id) j = j->next;
+        if (!j) {
+            if ((j = calloc(1, sizeof *j)) != NULL && !(j->dev = malloc((size_t)a->n * sizeof *j->dev))) {
+                free(j);
+                j = NULL;
+            }
+            if (!j) {
+                e = fail(ncclSystemError, "out of host memory joining a communicator");
+                break;
+            }
+            j->id = a->id, j->n = a->n;
+            for (int r = 0; r < a->n; r++) j->dev[r] = -1;
+            j->next = g_joins; /* linked now; an empty join is freed below if the group fails */
+            g_joins = j;
+        }
+        ws[k].j = j;
+        e = join_check(&ws[k]);
+    }
+    if (e) {
+        for (size_t k = 0; k < nw; k++)
+            if (ws[k].j && ws[k].j->arrived == 0) join_unlink_free(ws[k].j);
+        pthread_mutex_unlock(&g_mu);
+        return e;
+    }
+    for (size_t k = 0; k < nw; k++) {
+        struct join *j = ws[k].j;
+        for (size_t i = ws[k].first; i < t_nrecs; i++)
+            if (t_recs[i].comm->id == j->id) j->dev[t_recs[i].comm->rank] = t_recs[i].comm->dev;
+        if ((j->arrived += ws[k].count) == j->n) {
+            if (!(j->cl = new_clique(j->n)))
+                j->err = fail(ncclSystemError, "out of host memory creating a communicator");
+            j->done = 1;
+            pthread_cond_broadcast(&g_join_cv);
+        }
+    }
+    for (;;) {
+        size_t k = 0;
+        while (k < nw && ws[k].j->done) k++;
+        if (k == nw || pthread_cond_timedwait(&g_join_cv, &g_mu, &until)) break;
+    }
+    for (size_t k = 0; k < nw; k++) {
+        struct join *j = ws[k].j;
+        if (j->done) {
+            if (j->err) e = e ? e : j->err;
+            ws[k].cl = j->cl;
+            if ((j->taken += ws[k].count) == j->n) join_unlink_free(j);
+            continue;
+        }
+        ncclResult_t te = fail(ncclSystemError, "a unique id had %d of its %d ranks after waiting %lld s "
+                               "(GPUBENCH_STANDIN_NCCL_JOIN_WAIT): the others never called "
+                               "ncclCommInitRank", j->arrived, j->n, wait_s);
+        e = e ? e : te;
+        for (size_t i = ws[k].first; i < t_nrecs; i++)
+            if (t_recs[i].comm->id == j->id) j->dev[t_recs[i].comm->rank] = -1;
+        if ((j->arrived -= ws[k].count) == 0) join_unlink_free(j);
+    }
+    pthread_mutex_unlock(&g_mu);
+    return e;
+}
+
+/* The init calls of a group: every rank of each unique id here at most once, on distinct
+ * devices. Then each unique id becomes a clique: at once when all its ranks are in this group,
+ * else once other threads have initialized the rest (join_threads). */
 static ncclResult_t finish_inits(void) {
+    size_t nw = 0;
     for (size_t i = 0; i < t_nrecs; i++) {
         if (!first_of_id(i)) continue;
         ncclComm_t a = t_recs[i].comm;
@@ -669,33 +825,33 @@ static ncclResult_t finish_inits(void) {
                                 b->rank, b->dev);
             }
         }
-        if (count != a->n)
-            return fail(ncclInvalidUsage, "a unique id has %d of its %d ranks at ncclGroupEnd: the stand-in "
-                        "NCCL needs every rank initialized inside one ncclGroupStart/ncclGroupEnd on one "
-                        "thread", count, a->n);
+        nw += count < a->n;
     }
+    struct want *ws = nw ? calloc(nw, sizeof *ws) : NULL;
+    if (nw && !ws) return fail(ncclSystemError, "out of host memory joining a communicator");
     ncclResult_t err = ncclSuccess;
+    size_t k = 0;
     for (size_t i = 0; i < t_nrecs; i++) {
         if (!first_of_id(i)) continue;
         ncclComm_t a = t_recs[i].comm;
-        struct clique *cl = calloc(1, sizeof *cl);
-        if (cl && (!(cl->async = calloc((size_t)a->n, sizeof *cl->async)) ||
-                   !(cl->pending = calloc((size_t)a->n, sizeof *cl->pending)))) {
-            free(cl->async);
-            free(cl);
-            cl = NULL;
-        }
-        if (!cl) {
-            err = fail(ncclSystemError, "out of host memory creating a communicator");
+        int count = 0;
+        for (size_t j = i; j < t_nrecs; j++) count += t_recs[j].comm->id == a->id;
+        if (count < a->n) {
+            ws[k++] = (struct want){.first = i, .count = count};
             continue;
         }
-        pthread_mutex_init(&cl->mu, NULL);
-        pthread_cond_init(&cl->cv, NULL);
-        cl->n = cl->refs = a->n; /* one reference per communicator */
-        read_faults(cl);
-        for (size_t j = i; j < t_nrecs; j++)
+        struct clique *cl = new_clique(a->n);
+        if (!cl) err = fail(ncclSystemError, "out of host memory creating a communicator");
+        for (size_t j = i; cl && j < t_nrecs; j++)
             if (t_recs[j].comm->id == a->id) t_recs[j].comm->cl = cl;
     }
+    if (nw && !err) {
+        err = join_threads(ws, nw);
+        for (k = 0; k < nw; k++) /* ws[k].j may be freed by now */
+            for (size_t j = ws[k].first; ws[k].cl && j < t_nrecs; j++)
+                if (t_recs[j].comm->id == t_recs[ws[k].first].comm->id) t_recs[j].comm->cl = ws[k].cl;
+    }
+    free(ws);
     return err;
 }
 

@@ -5,6 +5,7 @@
  * Prints "N passed, M failed" and exits non-zero on any failure.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -279,17 +280,120 @@ static void test_init(void) {
     EXPECT(ncclAllReduce(NULL, NULL, 0, FLOAT, SUM, g[0], st[2]), 5); /* init failed */
     destroy_all(g);
 
-    /* Not every rank in the group: refused rather than left to hang. */
+}
+
+/* Ranks initialized from several threads, one rank per thread, as one rank per process does with
+ * NCCL: each init waits for the others, then the ranks run an all-reduce together. A thread's
+ * checks are gathered here and made by the main thread, so the counters stay single-threaded. */
+enum { TCOUNT = 1024 };
+struct trank {
+    ncclUniqueId id;
+    int rank, nranks, dev, delay_ms;
+    float *buf; /* TCOUNT floats on dev, in place */
+    ncclComm_t comm;
+    ncclResult_t init, op, async;
+    int sync, x;
+    double waited; /* seconds the init took */
+};
+
+static void *trank_run(void *arg) {
+    struct trank *t = arg;
+    sleep_ms(t->delay_ms);
+    cudaSetDevice(t->dev);
+    double t0 = now_s();
+    t->init = ncclCommInitRank(&t->comm, t->nranks, t->id, t->rank);
+    t->waited = now_s() - t0;
+    if (t->init || !t->buf) return NULL;
+    t->op = ncclAllReduce(t->buf, t->buf, TCOUNT, FLOAT, SUM, t->comm, st[t->dev]);
+    t->sync = cudaStreamSynchronize(st[t->dev]);
+    ncclCommGetAsyncError(t->comm, &t->async);
+    ncclCommUserRank(t->comm, &t->x);
+    return NULL;
+}
+
+static void test_threads(void) {
+    pthread_t th[N];
+    struct trank t[N];
+    float h[TCOUNT];
+    ncclUniqueId id;
+    setenv("GPUBENCH_STANDIN_NCCL_JOIN_WAIT", "20", 1);
     EXPECT(ncclGetUniqueId(&id), 0);
+    for (int r = 0; r < N; r++) {
+        /* Rank r on device N-1-r; the last rank comes 200 ms late, so the others really wait. */
+        t[r] = (struct trank){.id = id, .rank = r, .nranks = N, .dev = N - 1 - r, .delay_ms = r == N - 1 ? 200 : 0};
+        t[r].buf = dalloc(t[r].dev, sizeof h);
+        for (int i = 0; i < TCOUNT; i++) h[i] = (float)(r + 1) * (float)(i % 7);
+        put(t[r].buf, h, sizeof h);
+    }
+    for (int r = 0; r < N; r++) EXPECT(pthread_create(&th[r], NULL, trank_run, &t[r]), 0);
+    for (int r = 0; r < N; r++) EXPECT(pthread_join(th[r], NULL), 0);
+    for (int r = 0; r < N; r++) {
+        EXPECT(t[r].init, 0);
+        EXPECT(t[r].op, 0);
+        EXPECT(t[r].sync, 0);
+        EXPECT(t[r].async, 0);
+        EXPECT(t[r].x, r);
+        EXPECT(r == N - 1 || t[r].waited >= 0.15, 1); /* the early ranks waited for the late one */
+        get(h, t[r].buf, sizeof h);
+        int wrong = 0;
+        for (int i = 0; i < TCOUNT; i++) wrong += h[i] != 6.0f * (float)(i % 7); /* (1+2+3)·(i%7) */
+        EXPECT(wrong, 0);
+        EXPECT(ncclCommDestroy(t[r].comm), 0);
+        EXPECT(cudaFree(t[r].buf), 0);
+    }
+
+    /* A rank that another thread already brought, or its device, or another nranks: refused at
+     * once; the rank that waits gives up after GPUBENCH_STANDIN_NCCL_JOIN_WAIT seconds. */
+    setenv("GPUBENCH_STANDIN_NCCL_JOIN_WAIT", "1", 1);
+    EXPECT(ncclGetUniqueId(&id), 0);
+    t[0] = (struct trank){.id = id, .rank = 0, .nranks = N, .dev = 0};
+    EXPECT(pthread_create(&th[0], NULL, trank_run, &t[0]), 0);
+    sleep_ms(300);
+    ncclComm_t g;
+    EXPECT(cudaSetDevice(1), 0);
+    EXPECT(ncclCommInitRank(&g, N, id, 0), 5);
+    EXPECT_ERR("rank 0 initialized twice with one unique id");
+    EXPECT(ncclCommDestroy(g), 0);
+    EXPECT(cudaSetDevice(0), 0);
+    EXPECT(ncclCommInitRank(&g, N, id, 1), 5);
+    EXPECT(strcmp(ncclGetLastError(NULL), "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 0"), 0);
+    EXPECT(ncclCommDestroy(g), 0);
+    EXPECT(cudaSetDevice(1), 0);
+    EXPECT(ncclCommInitRank(&g, 2, id, 1), 5);
+    EXPECT_ERR("disagree on nranks (3 and 2)");
+    EXPECT(ncclCommDestroy(g), 0);
+    EXPECT(pthread_join(th[0], NULL), 0);
+    EXPECT(t[0].init, 2);
+    EXPECT(t[0].waited >= 0.9 && t[0].waited < 10, 1);
+    EXPECT(ncclCommGetAsyncError(t[0].comm, &t[0].async), 0);
+    EXPECT(t[0].async, 2);
+    EXPECT(ncclCommDestroy(t[0].comm), 0);
+
+    /* Two of three ranks in one group, the third never comes: the group waits, then fails. */
+    EXPECT(ncclGetUniqueId(&id), 0);
+    ncclComm_t p[2];
+    double t0 = now_s();
     EXPECT(ncclGroupStart(), 0);
     for (int r = 0; r < 2; r++) {
         cudaSetDevice(r);
-        EXPECT(ncclCommInitRank(&g[r], N, id, r), 0);
+        EXPECT(ncclCommInitRank(&p[r], N, id, r), 0);
     }
-    EXPECT(ncclGroupEnd(), 5);
-    EXPECT_ERR("2 of its 3 ranks");
-    EXPECT(ncclCommAbort(g[0]), 0);
-    EXPECT(ncclCommAbort(g[1]), 0);
+    EXPECT(ncclGroupEnd(), 2);
+    double waited = now_s() - t0;
+    EXPECT(waited >= 0.9 && waited < 10, 1);
+    EXPECT_ERR("2 of its 3 ranks after waiting 1 s");
+    EXPECT(ncclAllReduce(NULL, NULL, 0, FLOAT, SUM, p[0], st[0]), 5); /* init failed */
+    EXPECT(ncclCommAbort(p[0]), 0);
+    EXPECT(ncclCommAbort(p[1]), 0);
+
+    /* The rank that comes after the others gave up waits in its turn: nothing of theirs is left. */
+    t[2] = (struct trank){.id = id, .rank = 2, .nranks = N, .dev = 2};
+    EXPECT(pthread_create(&th[2], NULL, trank_run, &t[2]), 0);
+    EXPECT(pthread_join(th[2], NULL), 0);
+    EXPECT(t[2].init, 2);
+    EXPECT(t[2].waited >= 0.9, 1);
+    EXPECT(ncclCommDestroy(t[2].comm), 0);
+    unsetenv("GPUBENCH_STANDIN_NCCL_JOIN_WAIT");
 }
 
 static uint16_t bits16(float f) { /* exact small values only, for test data */
@@ -627,6 +731,7 @@ int main(void) {
     ncclComm_t c[N];
     test_basics();
     test_init();
+    test_threads();
     init_all(c);
     test_allreduce(c);
     test_collectives(c);

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,6 +80,51 @@ func TestBindingAgainstStandins(t *testing.T) {
 			t.Errorf("graph mode on a runtime without graphs: %v; want a clear refusal", err)
 		}
 	})
+	t.Run("one rank per thread, as one per process", func(t *testing.T) {
+		id, err := b.NewUniqueID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		const size = 3
+		w := newMemWorld(size)
+		devs := b.Devices()[:size]
+		sums, errs := make([]*coll.Summary, size), make([]error, size)
+		var wg sync.WaitGroup
+		for rank := range size {
+			wg.Go(func() {
+				comm, err := b.JoinComm(id, size, rank, rank)
+				if err != nil {
+					errs[rank] = err
+					return
+				}
+				defer comm.Close()
+				// No warm-up: it frees each size's buffers and issues the next size at once, with
+				// no exchange between ranks. Here the ranks share one process, whose cudaFree
+				// waits for every device's streams (the CUDA stand-in's does, as CUDA's does with
+				// peers), so a rank freeing would wait for a rank already in the next collective,
+				// which waits for it. Ranks in their own processes do not share that wait. Between
+				// measured sizes the engine exchanges over Group first, so the sweep runs as here.
+				sweep, _ := coll.ParseSizes("1K:1M:x32")
+				sums[rank], errs[rank] = coll.Run(context.Background(), b, coll.Options{Coll: coll.AllReduce, Sweep: sweep,
+					DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum}, Iters: 2, Check: 1, Average: 1,
+					Timeout: time.Minute, Comm: comm, Rank: rank, Devices: devs, Group: w.rank(rank)})
+			})
+		}
+		wg.Wait()
+		for rank, err := range errs {
+			if err != nil {
+				t.Errorf("rank %d: %v", rank, err)
+				continue
+			}
+			s := sums[rank]
+			if len(s.Results) != 3 || s.OutOfBounds != 0 || s.Results[0].OutOfPlace.Wrong == nil || len(s.Results[0].OutOfPlace.RankTimesUS) != size {
+				t.Errorf("rank %d: %d results, %d wrong: %+v", rank, len(s.Results), s.OutOfBounds, s.Results)
+			}
+		}
+		if _, err := b.JoinComm(id[:64], size, 0, 0); !errors.Is(err, gpu.ErrInvalid) {
+			t.Errorf("a short id: %v", err)
+		}
+	})
 	t.Run("buffers on the wrong device", func(t *testing.T) {
 		comm, err := b.NewComm([]int{0, 1})
 		if err != nil {
@@ -91,4 +137,45 @@ func TestBindingAgainstStandins(t *testing.T) {
 			t.Errorf("rank 0 with device 1's buffer: %v; want ErrInvalid", err)
 		}
 	})
+}
+
+// memWorld is a coll.Group for ranks that are goroutines of one process.
+type memWorld struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	vals    [][]float64
+	out     [][]float64
+	arrived int
+	gen     int
+}
+
+func newMemWorld(n int) *memWorld {
+	w := &memWorld{vals: make([][]float64, n)}
+	w.cond = sync.NewCond(&w.mu)
+	return w
+}
+
+type memRank struct {
+	w    *memWorld
+	rank int
+}
+
+func (w *memWorld) rank(r int) coll.Group { return memRank{w, r} }
+
+func (m memRank) AllGather(_ context.Context, v []float64) ([][]float64, error) {
+	w := m.w
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	gen := w.gen
+	w.vals[m.rank] = v
+	if w.arrived++; w.arrived == len(w.vals) {
+		w.out = append([][]float64(nil), w.vals...)
+		w.arrived = 0
+		w.gen++
+		w.cond.Broadcast()
+	}
+	for w.gen == gen {
+		w.cond.Wait()
+	}
+	return w.out, nil
 }
