@@ -219,8 +219,12 @@ func scrape(t *testing.T, addr string) string {
 func TestBurninPromtoolCheckMetrics(t *testing.T) {
 	promtool := requireTool(t, "promtool")
 	addr := liveBurnin(t, "--duration", "2h", "--hold", "1m")
-	time.Sleep(500 * time.Millisecond)
+	// Scrape until the first benchmark figure is in (how soon depends on the machine's load).
 	body := scrape(t, addr)
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(body, "gpubench_bench_bus_bandwidth_bytes_per_second{") && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+		body = scrape(t, addr)
+	}
 	for _, want := range []string{"gpubench_gpu_temperature_celsius{", "gpubench_burn_running 1", "gpubench_bench_bus_bandwidth_bytes_per_second{", "gpubench_gpu_info{"} {
 		if !strings.Contains(body, want) {
 			t.Errorf("scrape lacks %q", want)
