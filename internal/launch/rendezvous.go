@@ -306,15 +306,16 @@ func (g *Group) read(q *peer) {
 	}
 }
 
-// fail ends the group with err as the cause; rank 0 tells every other rank why.
+// fail ends the group with err as the cause; rank 0 tells every other rank why first, so that
+// none of them hears only that rank 0's connection closed.
 func (g *Group) fail(err error) {
 	g.failOnce.Do(func() {
-		g.cancel(err)
 		if g.p.Rank == 0 {
 			for _, q := range g.peers[1:] {
 				q.send(message{Abort: err.Error()})
 			}
 		}
+		g.cancel(err)
 	})
 }
 
