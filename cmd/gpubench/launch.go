@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -44,12 +45,7 @@ func (l *launchFlags) process() (launch.Process, error) {
 
 // launchMsg drops the error class's prefix from a configuration error.
 func launchMsg(err error) string {
-	msg := err.Error()
-	if errors.Is(err, launch.ErrConfig) {
-		if s := launch.ErrConfig.Error() + ": "; len(msg) > len(s) && msg[:len(s)] == s {
-			return msg[len(s):]
-		}
-	}
+	msg, _ := strings.CutPrefix(err.Error(), launch.ErrConfig.Error()+": ")
 	return msg
 }
 
@@ -111,7 +107,7 @@ func (w *world) close(runErr error) error {
 	w.comm.Close()
 	w.group.Close(runErr)
 	if runErr != nil && cause != nil {
-		return fmt.Errorf("%w", cause)
+		return cause
 	}
 	return runErr
 }
