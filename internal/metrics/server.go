@@ -34,14 +34,14 @@ const (
 
 // Handler serves a gatherer's metrics in the Prometheus text format.
 type Handler struct {
-	g    prometheus.Gatherer
-	age  time.Duration
-	sem  chan struct{}
-	mu   sync.Mutex
-	at   time.Time
-	body []byte // text exposition
-	gz   []byte // the same, gzipped
-	err  error
+	g          prometheus.Gatherer
+	age        time.Duration
+	sem        chan struct{}
+	mu         sync.Mutex
+	at         time.Time
+	body       []byte // text exposition
+	gz         []byte // the same, gzipped
+	refreshing bool   // a goroutine is encoding anew
 }
 
 // NewHandler returns the handler of GET /metrics and /health for g.
@@ -97,13 +97,36 @@ func acceptsGzip(h string) bool {
 	return false
 }
 
-// encoded returns the cached exposition, gathering anew when it is older than the cache age.
+// encoded returns the cached exposition. Once it is older than the cache age, one goroutine
+// encodes anew while scrapes go on getting the last one, so that no scrape but the first waits
+// for an encoding.
 func (h *Handler) encoded() (body, gz []byte, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.body != nil && time.Since(h.at) < h.age {
-		return h.body, h.gz, h.err
+	if h.body == nil {
+		if h.body, h.gz, err = h.encode(); err != nil {
+			return nil, nil, err
+		}
+		h.at = time.Now()
+	} else if time.Since(h.at) >= h.age && !h.refreshing {
+		h.refreshing = true
+		go h.refresh()
 	}
+	return h.body, h.gz, nil
+}
+
+func (h *Handler) refresh() {
+	body, gz, err := h.encode()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err == nil {
+		h.body, h.gz = body, gz
+	}
+	h.at, h.refreshing = time.Now(), false
+}
+
+// encode gathers and encodes the metrics, plain and gzipped.
+func (h *Handler) encode() (body, gz []byte, err error) {
 	mfs, err := h.g.Gather()
 	if err != nil && len(mfs) == 0 {
 		return nil, nil, err
@@ -121,8 +144,7 @@ func (h *Handler) encoded() (body, gz []byte, err error) {
 	if err := zw.Close(); err != nil {
 		return nil, nil, err
 	}
-	h.body, h.gz, h.err, h.at = buf.Bytes(), zbuf.Bytes(), nil, time.Now()
-	return h.body, h.gz, nil
+	return buf.Bytes(), zbuf.Bytes(), nil
 }
 
 // Server is the metrics endpoint.
