@@ -114,3 +114,29 @@ func TestVersionOutputs(t *testing.T) {
 		t.Errorf("csv: exit %d, %q", code, errOut)
 	}
 }
+
+// plot and serve put their product elsewhere (an image, an endpoint); --output json says what
+// they made, and a format they cannot speak is refused.
+func TestPlotAndServeOutputs(t *testing.T) {
+	dir := t.TempDir()
+	res := filepath.Join(dir, "a.json")
+	out, _, code := gpubench(t, "allreduce", "--backend", "sim", "--sizes", "1K:1M:x32", "--output", "json")
+	if code != 0 || os.WriteFile(res, []byte(out), 0o644) != nil {
+		t.Fatal("no result file")
+	}
+	img := filepath.Join(dir, "a.svg")
+	out, _, code = gpubench(t, "plot", res, "-o", img, "--output", "json")
+	var got struct {
+		File          string
+		Width, Height int
+		Inputs        []string
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got.File != img || got.Width != 960 || len(got.Inputs) != 1 {
+		t.Errorf("plot --output json: exit %d, %q", code, out)
+	}
+	for _, args := range [][]string{{"plot", res, "-o", img, "--output", "csv"}, {"serve", "--backend", "sim", "--output", "csv"}} {
+		if out, errOut, code := gpubench(t, args...); code != exitUsage || out != "" || !strings.Contains(errOut, `unknown --output "csv"`) {
+			t.Errorf("%v: exit %d, %q, %q", args, code, out, errOut)
+		}
+	}
+}

@@ -24,7 +24,7 @@ type plotFlags struct {
 	title     string
 }
 
-func newPlotCmd(e *env) *cobra.Command {
+func newPlotCmd(e *env, g *globals) *cobra.Command {
 	f := &plotFlags{}
 	cmd := &cobra.Command{
 		Use:   "plot RESULT.json [RESULT.json...] -o FILE.svg|png",
@@ -36,7 +36,7 @@ func newPlotCmd(e *env) *cobra.Command {
 			"image is SVG or PNG, by the extension of -o.",
 		Example: "  gpubench plot before.json after.json -o busbw.svg\n  gpubench plot run.json --y time --placement both -o time.png\n  gpubench plot p2p.json --matrix uni_enabled,bi_enabled -o p2p.png",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return f.run(cmd, e, args)
+			return f.run(cmd, e, g, args)
 		},
 	}
 	fl := cmd.Flags()
@@ -49,12 +49,15 @@ func newPlotCmd(e *env) *cobra.Command {
 	return cmd
 }
 
-func (f *plotFlags) run(cmd *cobra.Command, e *env, args []string) error {
+func (f *plotFlags) run(cmd *cobra.Command, e *env, g *globals, args []string) error {
 	if len(args) == 0 {
 		return usageErr("plot needs a result file: gpubench plot RESULT.json [RESULT.json...] -o FILE.svg")
 	}
 	if f.out == "" {
 		return usageErr("plot needs an image to write: add -o FILE.svg or -o FILE.png")
+	}
+	if !slices.Contains([]string{"table", "json", "markdown"}, g.output) {
+		return usageErr("unknown --output %q for plot: use table, json or markdown (the image goes to -o)", g.output)
 	}
 	opt := plot.Options{Measure: f.y, Placement: f.placement, Matrices: f.matrices, Title: f.title}
 	opt.Format = strings.TrimPrefix(strings.ToLower(filepath.Ext(f.out)), ".")
@@ -102,8 +105,9 @@ func (f *plotFlags) run(cmd *cobra.Command, e *env, args []string) error {
 	if err := writeAtomic(f.out, img.Bytes()); err != nil {
 		return runtimeErr(fmt.Errorf("writing %s: %w", f.out, err))
 	}
-	fmt.Fprintf(e.stderr, "gpubench: plot: wrote %s (%dx%d %s)\n", f.out, opt.Width, opt.Height, strings.ToUpper(opt.Format))
-	return nil
+	line := fmt.Sprintf("wrote %s (%dx%d %s) from %s", f.out, opt.Width, opt.Height, strings.ToUpper(opt.Format), strings.Join(args, ", "))
+	return summary(e, g.output, "plot", line, map[string]any{"file": f.out, "format": opt.Format,
+		"width": opt.Width, "height": opt.Height, "inputs": args})
 }
 
 // parseImageSize reads WIDTHxHEIGHT in pixels.

@@ -79,7 +79,7 @@ func hexDigit(v uint32) byte { return "0123456789ABCDEF"[v&15] }
 func TestPlotSVG(t *testing.T) {
 	dir := simRuns(t)
 	_, errOut, code := inDir(t, dir, "plot", "base.json", "slow.json", "j1.json", "-o", "busbw.svg", "--size", "800x500")
-	if code != 0 || errOut != "gpubench: plot: wrote busbw.svg (800x500 SVG)\n" {
+	if code != 0 || errOut != "gpubench: plot: wrote busbw.svg (800x500 SVG) from base.json, slow.json, j1.json\n" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 	svg := parseSVG(t, filepath.Join(dir, "busbw.svg"))

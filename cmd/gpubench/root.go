@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -63,7 +64,7 @@ func newRootCmd(e *env) *cobra.Command {
 	complete(root, "topology", sim.Presets())
 	complete(root, "output", report.Formats)
 
-	root.AddCommand(newVersionCmd(e, g), newP2PCmd(e, g), newTopoCmd(e, g), newCompareCmd(e, g), newPlotCmd(e), newDiagCmd(e, g), newBurninCmd(e, g), newServeCmd(e, g))
+	root.AddCommand(newVersionCmd(e, g), newP2PCmd(e, g), newTopoCmd(e, g), newCompareCmd(e, g), newPlotCmd(e, g), newDiagCmd(e, g), newBurninCmd(e, g), newServeCmd(e, g))
 	for _, c := range coll.Collectives {
 		root.AddCommand(newCollCmd(e, g, c))
 	}
@@ -159,4 +160,20 @@ func normalize(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 		name = "dtype"
 	}
 	return pflag.NormalizedName(name)
+}
+
+// summary reports what a command whose product is not on stdout did (plot's image, serve's
+// endpoint): a notice on stderr for the table form; for json and markdown, a record on stdout
+// that scripts can read (fields) or a line to paste (text).
+func summary(e *env, format, command, text string, fields map[string]any) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(e.stdout)
+		return enc.Encode(fields)
+	case "markdown":
+		_, err := fmt.Fprintf(e.stdout, "**gpubench %s**: %s\n", command, text)
+		return err
+	}
+	_, err := fmt.Fprintf(e.stderr, "gpubench: %s: %s\n", command, text)
+	return err
 }

@@ -41,6 +41,9 @@ func (f *serveFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	if err := g.validate("auto", "cuda", "sim"); err != nil {
 		return err
 	}
+	if g.output == "csv" {
+		return usageErr("unknown --output \"csv\" for serve: use table, json or markdown (the metrics go to --metrics)")
+	}
 	if f.interval < metrics.MinInterval || f.interval > metrics.MaxInterval {
 		return usageErr("invalid --sample-interval %v: use %v to %v", f.interval, metrics.MinInterval, metrics.MaxInterval)
 	}
@@ -69,8 +72,12 @@ func (f *serveFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 		return usageErr("invalid --metrics %q: %v", f.addr, err)
 	}
 	defer srv.Close()
-	fmt.Fprintf(e.stderr, "gpubench: serving %d GPUs' telemetry on http://%s%s, sampled every %v\n",
-		len(src.Inventory().Devices), srv.Addr(), metrics.MetricsPath, sampler.Interval())
+	url := "http://" + srv.Addr() + metrics.MetricsPath
+	n := len(src.Inventory().Devices)
+	if err := summary(e, g.output, "serve", fmt.Sprintf("serving %d GPUs' telemetry on %s, sampled every %v", n, url, sampler.Interval()),
+		map[string]any{"metrics_url": url, "gpus": n, "sample_interval_s": sampler.Interval().Seconds()}); err != nil {
+		return runtimeErr(err)
+	}
 	ctx, stop := context.WithCancel(cmd.Context())
 	defer stop()
 	sampler.Run(ctx) // until interrupted: a stop on SIGINT or SIGTERM is a clean exit
