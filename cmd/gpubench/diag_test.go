@@ -1,7 +1,3 @@
-//go:build cgo
-
-// diag's tests need cgo for go-nvml's mocks (the simulator's runs are the same without it).
-
 package main
 
 import (
@@ -12,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	"github.com/spf13/cobra"
 
 	"github.com/gpubench/gpubench/internal/diag"
@@ -94,30 +88,6 @@ func TestDiagSlowLinkFails(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &doc); err != nil || len(doc.Failed) != 2 || len(doc.Checks) != len(diag.Checks()) {
 		t.Fatalf("json %v: %+v", err, doc.Failed)
 	}
-}
-
-// The real path on go-nvml's DGX H100 mock and the DGX tree, without a CUDA runtime: the library
-// check fails (exit 3), the device checks pass.
-func TestGoldenDiagNVML(t *testing.T) {
-	fixEnv(t, "CUDA_VISIBLE_DEVICES=0,1,2,3")
-	dgxH100 := func(_ string, o topo.Options) (*diag.Devices, error) {
-		srv := topotest.DGXH100()
-		for _, d := range srv.Devices {
-			dev := d.(*server.Device)
-			dev.GetEccModeFunc = func() (nvml.EnableState, nvml.EnableState, nvml.Return) {
-				return nvml.FEATURE_ENABLED, nvml.FEATURE_ENABLED, nvml.SUCCESS
-			}
-			dev.GetRetiredPagesPendingStatusFunc = func() (nvml.EnableState, nvml.Return) { return nvml.FEATURE_DISABLED, nvml.SUCCESS }
-			dev.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return 0, 0, false, false, nvml.SUCCESS }
-			dev.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) { return 1, nvml.SUCCESS }
-		}
-		return diag.ReadDevicesWith(srv, o)
-	}
-	out, errOut, code := diagRun(t, dgxH100, "--root", diagHost(t), "--quick", "--cuda-lib", "/nonexistent/libcudart.so.12")
-	if code != exitCheck || errOut != "gpubench: diag: 1 check failed: cuda-runtime\n" {
-		t.Fatalf("exit %d, stderr %q", code, errOut)
-	}
-	golden.Check(t, "diag-nvml-dgx-h100.txt", out)
 }
 
 func TestDiagUsage(t *testing.T) {
