@@ -278,16 +278,20 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 	if d, ok := b.(describer); ok {
 		r.Runtime = d.Describe()
 	}
+	// Every row goes to the writer even after a write failed: with --out, the file still gets it.
 	var writeErr error
+	keep := func(err error) {
+		if writeErr == nil {
+			writeErr = err
+		}
+	}
 	opt.OnStart = func(s *coll.Summary) {
 		r.Summary = s
-		writeErr = w.Start(r)
+		keep(w.Start(r))
 	}
 	rows := 0
 	opt.OnResult = func(res coll.Result) {
-		if writeErr == nil {
-			writeErr = w.Row(r, res)
-		}
+		keep(w.Row(r, res))
 		rows++
 		if e.progress && proc.Rank == 0 && g.output != "table" { // the table shows its own progress
 			fmt.Fprintf(e.stderr, "\rgpubench: %s: %d rows measured, last %d B ", c.Name, rows, res.Size)
@@ -303,9 +307,10 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 	}
 	if s != nil && r.Summary != nil {
 		r.Summary = s
-		if err := w.End(r); writeErr == nil {
-			writeErr = err
+		if runErr != nil && s.Err != nil {
+			s.Err = runErr // across processes: why this rank's run stopped, naming the rank at fault
 		}
+		keep(w.End(r))
 	}
 	switch {
 	case runErr != nil:

@@ -78,7 +78,7 @@ func joinWorld(cmd *cobra.Command, e *env, b gpu.Backend, p launch.Process, addr
 		}
 	}
 	host, _ := os.Hostname()
-	me := launch.Member{Host: host, PID: e.pid, Device: devs[dev]}
+	me := launch.Member{Host: host, PID: e.pid, Device: devs[dev], Run: runOf(b, opt)}
 	g, err := launch.Join(cmd.Context(), p, addr, l.timeout, me, joiner.NewUniqueID)
 	if err != nil {
 		if errors.Is(err, launch.ErrConfig) {
@@ -86,10 +86,15 @@ func joinWorld(cmd *cobra.Command, e *env, b gpu.Backend, p launch.Process, addr
 		}
 		return nil, runtimeErr(fmt.Errorf("rank %d: %w", p.Rank, err))
 	}
-	comm, err := joiner.JoinComm(g.ID(), p.Size, p.Rank, dev)
+	comm, err := joiner.JoinComm(g.Context(), g.ID(), p.Size, p.Rank, dev)
 	if err != nil {
+		if cause := g.Err(); cause != nil { // another rank failed first: name it
+			err = cause
+		} else {
+			err = fmt.Errorf("rank %d joining the communicator: %w", p.Rank, err)
+		}
 		g.Close(err)
-		return nil, runtimeErr(fmt.Errorf("rank %d joining the communicator: %w", p.Rank, err))
+		return nil, runtimeErr(err)
 	}
 	w := &world{group: g, comm: comm, line: fmt.Sprintf("%s, %d processes, rendezvous %s", p.Source, p.Size, addr)}
 	opt.Comm, opt.Rank, opt.Group = comm, p.Rank, g
@@ -103,13 +108,33 @@ func joinWorld(cmd *cobra.Command, e *env, b gpu.Backend, p launch.Process, addr
 // close leaves the run, telling the others why when this rank failed; it returns the error to
 // report: a failure elsewhere that ended this rank's run is reported as that failure.
 func (w *world) close(runErr error) error {
+	if runErr != nil && w.group.Err() == nil {
+		// A rank that died breaks the communicator at once; the rendezvous's word on who it was
+		// may take a moment longer.
+		select {
+		case <-w.group.Context().Done():
+		case <-time.After(2 * time.Second):
+		}
+	}
 	cause := w.group.Err()
-	w.comm.Close()
 	w.group.Close(runErr)
+	w.comm.Close()
 	if runErr != nil && cause != nil {
 		return cause
 	}
 	return runErr
+}
+
+// runOf says what a rank will run: the collective and every option that decides how many calls
+// it makes and of what, which all ranks must share.
+func runOf(b gpu.Backend, opt *coll.Options) string {
+	where := b.Name()
+	if t := b.Topology(); b.Name() == "sim" && t != nil {
+		where += " " + t.Name
+	}
+	return fmt.Sprintf("%s on %s, sizes %d-%d x%d +%d, types %v, ops %v, root %d, -n %d -w %d -c %d -a %d -G %d -z %d, per-iter %v",
+		opt.Coll.Name, where, opt.Sweep.Min, opt.Sweep.Max, opt.Sweep.Factor, opt.Sweep.Step, opt.DTypes, opt.Ops, opt.Root,
+		opt.Iters, opt.Warmup, opt.Check, opt.Average, opt.Graph, opt.Blocking, opt.PerIter)
 }
 
 // hubHost is the host part of a rendezvous address: where rank 0 is reached.

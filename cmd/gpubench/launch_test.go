@@ -132,37 +132,86 @@ func TestRanksStartedAsTorchrunDoes(t *testing.T) {
 	}
 }
 
-// A rank killed mid-run is named, within the timeout, by every rank that is left, and none of
-// them waits for ever.
+// A rank killed mid-run, rank 0 included, is named by every rank that is left, within moments,
+// and none of them waits for ever.
 func TestKilledRankIsNamedByTheOthers(t *testing.T) {
+	for _, victim := range []int{2, 0} {
+		t.Run("rank "+strconv.Itoa(victim), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			ps := startRanks(t, ctx, 4, nil, "sendrecv", "--backend", "sim", "--sizes", "8B:1M", "-n", "20000", "-w", "0", "-c", "0")
+			for !strings.Contains(ps[0].stdout.String(), "    none  ") {
+				select {
+				case <-ps[0].done:
+					t.Fatalf("rank 0 ended before its first row: exit %d, %s", ps[0].code, ps[0].stderr.String())
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+			if err := ps[victim].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			killed := time.Now()
+			name := "rank " + strconv.Itoa(victim)
+			for rank, p := range ps {
+				if rank == victim {
+					continue
+				}
+				select {
+				case <-p.done:
+				case <-time.After(30 * time.Second):
+					t.Fatalf("rank %d still running 30 s after %s was killed", rank, name)
+				}
+				if p.code != exitFailure || !strings.Contains(p.stderr.String(), name+" (") || !strings.Contains(p.stderr.String(), "left") {
+					t.Errorf("rank %d: exit %d, stderr %q; want exit %d naming %s", rank, p.code, p.stderr.String(), exitFailure, name)
+				}
+			}
+			t.Logf("the others stopped within %v", time.Since(killed))
+		})
+	}
+}
+
+// Wrong data on one rank's GPU, with several check iterations: every rank runs the same number
+// of check collectives, finds the error and exits 3.
+func TestWrongDataAcrossProcesses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ps := startRanks(t, ctx, 4, nil, "sendrecv", "--backend", "sim", "--sizes", "8B:1M", "-n", "20000", "-w", "0", "-c", "0")
-	for !strings.Contains(ps[0].stdout.String(), "     sum  ") && !strings.Contains(ps[0].stdout.String(), "    none  ") {
-		select {
-		case <-ps[0].done:
-			t.Fatalf("rank 0 ended before its first row: exit %d, %s", ps[0].code, ps[0].stderr.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	if err := ps[2].cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	killed := time.Now()
+	ps := startRanks(t, ctx, 2, nil, "allreduce", "--backend", "sim", "--sizes", "1K:4K", "-c", "3", "--sim-fault", "corrupt=1", "-T", "60")
 	for rank, p := range ps {
-		if rank == 2 {
-			continue
-		}
-		select {
-		case <-p.done:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("rank %d still running 30 s after rank 2 was killed", rank)
-		}
-		if p.code != exitFailure || !strings.Contains(p.stderr.String(), "rank 2") || !strings.Contains(p.stderr.String(), "left") {
-			t.Errorf("rank %d: exit %d, stderr %q; want exit %d naming rank 2", rank, p.code, p.stderr.String(), exitFailure)
+		<-p.done
+		if p.code != exitCheck {
+			t.Errorf("rank %d: exit %d, stderr %q; want %d", rank, p.code, p.stderr.String(), exitCheck)
 		}
 	}
-	t.Logf("the others stopped within %v", time.Since(killed))
+	if !strings.Contains(ps[0].stdout.String(), "# Out of bounds values : 6 FAILED") {
+		t.Errorf("rank 0's table:\n%s", ps[0].stdout.String())
+	}
+}
+
+// Ranks started with different options are refused before they run anything.
+func TestRanksMustRunTheSameThing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	port := loopbackPort(t)
+	var ps []*rankProcess
+	for rank, extra := range [][]string{{"--per-iter"}, nil} {
+		p := &rankProcess{done: make(chan struct{})}
+		args := append([]string{"allreduce", "--backend", "sim", "--sizes", "1K:4K"}, extra...)
+		p.cmd = exec.CommandContext(ctx, os.Args[0])
+		p.cmd.Env = append(os.Environ(), "GPUBENCH_AS_CLI="+strings.Join(args, "\x1f"), "RANK="+strconv.Itoa(rank),
+			"WORLD_SIZE=2", "LOCAL_RANK="+strconv.Itoa(rank), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port)
+		p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { p.cmd.Wait(); p.code = p.cmd.ProcessState.ExitCode(); close(p.done) }()
+		ps = append(ps, p)
+	}
+	for rank, p := range ps {
+		<-p.done
+		if p.code != exitUsage || !strings.Contains(p.stderr.String(), "start every process with the same command and options") {
+			t.Errorf("rank %d: exit %d, stderr %q", rank, p.code, p.stderr.String())
+		}
+	}
 }
 
 // Launches that cannot work are refused with one line and exit 2.

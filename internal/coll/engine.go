@@ -362,6 +362,9 @@ type runner struct {
 
 // stop ends a run early, keeping what was measured so that it can still be written out.
 func (r *runner) stop(s *Summary, err error) (*Summary, error) {
+	if cause := context.Cause(r.ctx); cause != nil && errors.Is(err, context.Canceled) {
+		err = cause // across processes, the run's context ends with why: another rank's failure
+	}
 	s.Interrupted = errors.Is(err, context.Canceled)
 	s.Err = err
 	return s, err
@@ -484,7 +487,7 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 	}
 	var wrong int64
 	byRank := make([]int64, r.n)
-	for i := 0; checking && i < r.opt.Check && wrong == 0; i++ {
+	for i := 0; checking && i < r.opt.Check; i++ {
 		if err := r.load(bs, r.in); err != nil {
 			return p, err
 		}
@@ -500,6 +503,14 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 			w := countWrong(got, want, a.DType, a.Op, c.Reduces)
 			byRank[rank] += w
 			wrong += w
+		}
+		// Stop at the first wrong iteration, all processes together: each must run as many
+		// collectives as the others.
+		if stop, err := r.anyOf(wrong > 0); err != nil || stop {
+			if err != nil {
+				return p, err
+			}
+			break
 		}
 	}
 	if r.opt.PerIter {
@@ -518,9 +529,7 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 	}
 	times := []float64{elapsed}
 	if r.opt.Group != nil {
-		// Every process's time and wrong count, as nccl-tests gathers them over MPI. A process
-		// stops checking at its first wrong iteration, so check counts may differ; the sum is
-		// still every wrong element found.
+		// Every process's time and wrong count, as nccl-tests gathers them over MPI.
 		all, err := r.opt.Group.AllGather(r.ctx, []float64{elapsed, float64(wrong)})
 		if err != nil {
 			return p, err
@@ -580,6 +589,11 @@ func (r *runner) timedLoop(bs *buffers, k Counts, a Args) (float64, []float64, e
 		var ok bool
 		if st, ok = r.comm.(gpu.StreamTimer); !ok {
 			return 0, nil, fmt.Errorf("--per-iter: the %s backend cannot time its streams", r.b.Name())
+		}
+		// Every mark is made before the clock starts, so that marking costs the loop only the
+		// recording.
+		if err := st.Reserve(max(iters, r.opt.Graph) + 1); err != nil {
+			return 0, nil, err
 		}
 		mark = st.Mark
 	}

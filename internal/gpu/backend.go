@@ -84,12 +84,15 @@ type Joiner interface {
 	// open until every rank has joined.
 	NewUniqueID() ([]byte, error)
 	// JoinComm makes this process's rank of a communicator of size ranks, on device dev. Every
-	// process calls it with the same id and size and its own rank; it returns once all have.
-	JoinComm(id []byte, size, rank, dev int) (Comm, error)
+	// process calls it with the same id and size and its own rank; it returns once all have, or
+	// with ctx's cause once ctx ends.
+	JoinComm(ctx context.Context, id []byte, size, rank, dev int) (Comm, error)
 }
 
 // StreamTimer is a Comm that times its own streams, as CUDA events do.
 type StreamTimer interface {
+	// Reserve readies n marks, so that within the timed loop a Mark only records.
+	Reserve(n int) error
 	// Mark records, on the stream of every rank this process drives, the moment the work queued
 	// so far ends.
 	Mark() error

@@ -422,7 +422,7 @@ func runRank(c *coll.Collective, rank, size int, addr string, faults []sim.Fault
 	if err != nil {
 		return nil, err
 	}
-	comm, err := b.JoinComm(g.ID(), size, rank, rank)
+	comm, err := b.JoinComm(g.Context(), g.ID(), size, rank, rank)
 	if err != nil {
 		g.Close(err)
 		return nil, err

@@ -21,6 +21,9 @@ type Member struct {
 	Host   string     `json:"host"`
 	PID    int        `json:"pid"`
 	Device gpu.Device `json:"device"`
+	// Run says what the rank will run (the command and the options that shape it): ranks that
+	// would run different things are refused before they start.
+	Run string `json:"run"`
 }
 
 func (m Member) String() string { return fmt.Sprintf("rank %d (%s, pid %d)", m.Rank, m.Host, m.PID) }
@@ -188,6 +191,8 @@ func (g *Group) serve(me Member, timeout time.Duration, newID func() ([]byte, er
 				other = "the world's ranks 0-" + strconv.Itoa(g.p.Size-1)
 			}
 			err = configErr("%s does not fit beside %s: give every process its own rank", who, other)
+		case h.Run != me.Run:
+			err = configErr("%s was started to run %q, rank 0 to run %q: start every process with the same command and options", who, h.Run, me.Run)
 		case g.peers[h.Rank] != nil:
 			err = configErr("rank %d is claimed by two processes, %s and %s: give every process its own rank",
 				h.Rank, g.peers[h.Rank].m.String(), who)
@@ -245,8 +250,9 @@ func (g *Group) join(me Member, timeout time.Duration) error {
 	}
 	stop := context.AfterFunc(g.ctx, func() { conn.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
-	// Rank 0 waits as long for the others; the grace lets its word on who is missing arrive.
-	conn.SetReadDeadline(deadline.Add(helloWait))
+	// Rank 0, up now, waits at most the timeout for the others; the grace lets its word on who is
+	// missing arrive first.
+	conn.SetReadDeadline(time.Now().Add(timeout + helloWait))
 	var m message
 	err := q.dec.Decode(&m)
 	conn.SetReadDeadline(time.Time{})
@@ -372,6 +378,9 @@ func (g *Group) AllGather(ctx context.Context, vals []float64) ([][]float64, err
 		if err != nil {
 			return nil, err
 		}
+		if len(m.Vals) != len(vals) {
+			return nil, g.failed(fmt.Errorf("%s sent %d figures where rank 0 sent %d: the ranks are not running the same thing", q.m, len(m.Vals), len(vals)))
+		}
 		all[r+1] = m.Vals
 	}
 	for _, q := range g.peers[1:] {
@@ -393,10 +402,10 @@ func (g *Group) failed(err error) error {
 // message.
 func (g *Group) Close(err error) {
 	if g.Err() == nil && err != nil {
-		g.fail(fmt.Errorf("rank %d (%s, pid %d) failed: %w", g.p.Rank, g.members[g.p.Rank].Host, g.members[g.p.Rank].PID, err))
-		if g.p.Rank != 0 {
-			g.peers[0].send(message{Abort: context.Cause(g.ctx).Error()})
+		if g.p.Rank != 0 { // rank 0 names this rank as it tells the others
+			g.peers[0].send(message{Abort: err.Error()})
 		}
+		g.fail(fmt.Errorf("%s failed: %w", g.members[g.p.Rank], err))
 	}
 	if g.p.Rank != 0 && g.Err() == nil {
 		close(g.closing)

@@ -198,19 +198,33 @@ func (b *Backend) NewUniqueID() ([]byte, error) {
 const uniqueIDBytes = 128
 
 // JoinComm makes this process's rank of a communicator across processes (ncclCommInitRank), on
-// device dev, configured as NewComm's.
-func (b *Backend) JoinComm(id []byte, size, rank, dev int) (gpu.Comm, error) {
+// device dev, configured as NewComm's. The init blocks inside NCCL until every rank has called
+// it; when ctx ends first (another rank failed), JoinComm returns ctx's cause and leaves the init
+// to the process's exit, since a communicator NCCL has not yet returned cannot be aborted.
+func (b *Backend) JoinComm(ctx context.Context, id []byte, size, rank, dev int) (gpu.Comm, error) {
 	if len(id) != uniqueIDBytes || size < 1 || rank < 0 || rank >= size {
 		return nil, fmt.Errorf("nccl: joining as rank %d of %d with a %d-byte id: %w", rank, size, len(id), gpu.ErrInvalid)
 	}
 	c := &comm{b: b, devs: []C.int{C.int(dev)}, comms: make([]unsafe.Pointer, 1), streams: make([]unsafe.Pointer, 1), first: rank, world: size}
-	cid := C.CBytes(id)
-	defer C.free(cid)
-	if err := check("ncclCommInitRankConfig", C.gn_comm_init_rank(C.int(dev), C.int(size), (*C.char)(cid), C.int(rank), &c.comms[0], &c.streams[0])); err != nil {
-		C.gn_comm_destroy(1, &c.devs[0], &c.comms[0], &c.streams[0], 1)
-		return nil, err
+	done := make(chan error, 1)
+	go func() {
+		cid := C.CBytes(id)
+		defer C.free(cid)
+		err := check("ncclCommInitRankConfig", C.gn_comm_init_rank(C.int(dev), C.int(size), (*C.char)(cid), C.int(rank), &c.comms[0], &c.streams[0]))
+		if err != nil {
+			C.gn_comm_destroy(1, &c.devs[0], &c.comms[0], &c.streams[0], 1)
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
 	}
-	return c, nil
 }
 
 type comm struct {
@@ -219,6 +233,7 @@ type comm struct {
 	first, world   int                // the rank of devs[0], and the number of ranks in every process
 	comms, streams []unsafe.Pointer   // C handles, one per rank of this process's
 	marks          [][]unsafe.Pointer // events recorded by Mark, one per rank each
+	spare          [][]unsafe.Pointer // events made and not recorded: Reserve's, and Intervals' used ones
 	aborted        bool               // the communicators are gone
 	failed         bool               // a call failed: close by aborting
 	capturing      bool
@@ -235,10 +250,10 @@ func (c *comm) local(rank int) (int, bool) {
 }
 
 func (c *comm) Close() error {
-	for _, ev := range c.marks {
+	for _, ev := range append(c.marks, c.spare...) {
 		C.gn_event_destroy(C.int(len(ev)), &ev[0])
 	}
-	c.marks = nil
+	c.marks, c.spare = nil, nil
 	if c.aborted {
 		return nil
 	}
@@ -372,23 +387,37 @@ func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 	return c.failure(check("ncclSend/ncclRecv", C.gn_sendrecv(C.int(len(c.devs)), C.int(n), &c.comms[0], &c.streams[0], &rank[0], &peer[0], &isSend[0], &bufs[0], C.size_t(count), C.int(dt))))
 }
 
+// Reserve makes events for n marks, one per rank each, beforehand.
+func (c *comm) Reserve(n int) error {
+	for len(c.spare) < n {
+		ev := make([]unsafe.Pointer, len(c.devs))
+		if err := check("cudaEventCreate", C.gn_event_create(C.int(len(c.devs)), &c.devs[0], &ev[0])); err != nil {
+			C.gn_event_destroy(C.int(len(ev)), &ev[0])
+			return err
+		}
+		c.spare = append(c.spare, ev)
+	}
+	return nil
+}
+
 // Mark records an event on every rank's stream.
 func (c *comm) Mark() error {
-	ev := make([]unsafe.Pointer, len(c.devs))
-	if err := check("cudaEventRecord", C.gn_mark(C.int(len(c.devs)), &c.devs[0], &c.streams[0], &ev[0])); err != nil {
-		C.gn_event_destroy(C.int(len(ev)), &ev[0])
+	if err := c.Reserve(1); err != nil {
 		return err
 	}
+	ev := c.spare[len(c.spare)-1]
+	if err := check("cudaEventRecord", C.gn_record(C.int(len(c.devs)), &c.devs[0], &c.streams[0], &ev[0])); err != nil {
+		return err
+	}
+	c.spare = c.spare[:len(c.spare)-1]
 	c.marks = append(c.marks, ev)
 	return nil
 }
 
 // Intervals returns the device time between consecutive marks, the longest over the ranks.
 func (c *comm) Intervals() ([]time.Duration, error) {
-	defer func() {
-		for _, ev := range c.marks {
-			C.gn_event_destroy(C.int(len(ev)), &ev[0])
-		}
+	defer func() { // the events serve again
+		c.spare = append(c.spare, c.marks...)
 		c.marks = nil
 	}()
 	var out []time.Duration

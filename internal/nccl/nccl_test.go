@@ -92,7 +92,7 @@ func TestBindingAgainstStandins(t *testing.T) {
 		var wg sync.WaitGroup
 		for rank := range size {
 			wg.Go(func() {
-				comm, err := b.JoinComm(id, size, rank, rank)
+				comm, err := b.JoinComm(context.Background(), id, size, rank, rank)
 				if err != nil {
 					errs[rank] = err
 					return
@@ -121,8 +121,31 @@ func TestBindingAgainstStandins(t *testing.T) {
 				t.Errorf("rank %d: %d results, %d wrong: %+v", rank, len(s.Results), s.OutOfBounds, s.Results)
 			}
 		}
-		if _, err := b.JoinComm(id[:64], size, 0, 0); !errors.Is(err, gpu.ErrInvalid) {
+		if _, err := b.JoinComm(context.Background(), id[:64], size, 0, 0); !errors.Is(err, gpu.ErrInvalid) {
 			t.Errorf("a short id: %v", err)
+		}
+	})
+	t.Run("per-iteration times from events", func(t *testing.T) {
+		w, _ := coll.ParseSizes("4K:64K:x16")
+		for _, graph := range []int{0, 3} {
+			s, err := coll.Run(context.Background(), b, coll.Options{Coll: coll.AllReduce, Sweep: w, DTypes: []gpu.DType{gpu.Float},
+				Ops: []gpu.RedOp{gpu.Sum}, Iters: 7, Warmup: 1, Check: 1, Average: 1, PerIter: true, Graph: graph, Timeout: time.Minute})
+			if graph > 0 && err != nil && strings.Contains(err.Error(), "graph mode (-G) needs CUDA graphs") {
+				continue // the stand-in runtime has no graphs
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := 7
+			if graph > 0 {
+				want = graph
+			}
+			for _, r := range s.Results {
+				st := r.OutOfPlace.PerIter
+				if st == nil || len(st.TimesUS) != want || st.MaxUS <= 0 || st.P50US > st.MaxUS {
+					t.Errorf("graph %d, %d B: %+v", graph, r.Size, st)
+				}
+			}
 		}
 	})
 	t.Run("buffers on the wrong device", func(t *testing.T) {

@@ -343,11 +343,19 @@ int gn_sendrecv(int n, int nops, void **comms, void **streams, const int *rank, 
   return rc ? rc : end;
 }
 
-int gn_mark(int n, const int *devs, void **streams, void **events) {
+int gn_event_create(int n, const int *devs, void **events) {
   if (!N.loaded) return GN_ERR_NOT_LOADED;
   for (int i = 0; i < n; i++) {
     CUDA(N.cudaSetDevice(devs[i]));
     CUDA(N.cudaEventCreateWithFlags(&events[i], 0)); // cudaEventDefault: with timing
+  }
+  return 0;
+}
+
+int gn_record(int n, const int *devs, void **streams, void **events) {
+  if (!N.loaded) return GN_ERR_NOT_LOADED;
+  for (int i = 0; i < n; i++) {
+    CUDA(N.cudaSetDevice(devs[i]));
     CUDA(N.cudaEventRecord(events[i], streams[i]));
   }
   return 0;

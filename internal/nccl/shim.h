@@ -47,9 +47,10 @@ int gn_sendrecv(int n, int nops, void **comms, void **streams, const int *rank, 
 // communicator's asynchronous error (async[i]); it returns a stream error if one shows.
 int gn_query(int n, void **comms, void **streams, int *busy, int *async);
 
-// Timing: gn_mark creates an event per rank and records it on that rank's stream; gn_elapsed is
-// cudaEventElapsedTime between two of them, once both have completed.
-int gn_mark(int n, const int *devs, void **streams, void **events);
+// Timing: gn_event_create makes an event per rank (on its device), gn_record records each on its
+// rank's stream; gn_elapsed is cudaEventElapsedTime between two, once both have completed.
+int gn_event_create(int n, const int *devs, void **events);
+int gn_record(int n, const int *devs, void **streams, void **events);
 int gn_elapsed(void *start, void *end, float *ms);
 int gn_event_destroy(int n, void **events);
 

@@ -2,6 +2,7 @@ package report
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 
 	"github.com/gpubench/gpubench/internal/coll"
@@ -71,34 +72,28 @@ func fields(v any) (map[string]json.RawMessage, error) {
 	return m, json.Unmarshal(b, &m)
 }
 
-// Tee writes a run to every writer in turn; the first error stops it.
-func Tee(ws ...CollWriter) CollWriter { return tee(ws) }
+// Tee writes a run to every writer; a writer that fails does not stop the others (a closed
+// stdout must not cost the --out file its rows), and it is not written to again.
+func Tee(ws ...CollWriter) CollWriter { return &tee{ws: ws, errs: make([]error, len(ws))} }
 
-type tee []CollWriter
-
-func (t tee) Start(r *CollRun) error {
-	for _, w := range t {
-		if err := w.Start(r); err != nil {
-			return err
-		}
-	}
-	return nil
+type tee struct {
+	ws   []CollWriter
+	errs []error
 }
 
-func (t tee) Row(r *CollRun, res coll.Result) error {
-	for _, w := range t {
-		if err := w.Row(r, res); err != nil {
-			return err
+func (t *tee) each(f func(CollWriter) error) error {
+	for i, w := range t.ws {
+		if t.errs[i] == nil {
+			t.errs[i] = f(w)
 		}
 	}
-	return nil
+	return errors.Join(t.errs...)
 }
 
-func (t tee) End(r *CollRun) error {
-	for _, w := range t {
-		if err := w.End(r); err != nil {
-			return err
-		}
-	}
-	return nil
+func (t *tee) Start(r *CollRun) error { return t.each(func(w CollWriter) error { return w.Start(r) }) }
+
+func (t *tee) Row(r *CollRun, res coll.Result) error {
+	return t.each(func(w CollWriter) error { return w.Row(r, res) })
 }
+
+func (t *tee) End(r *CollRun) error { return t.each(func(w CollWriter) error { return w.End(r) }) }

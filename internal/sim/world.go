@@ -61,7 +61,7 @@ func (b *Backend) Close() error {
 
 // JoinComm joins the communicator whose id rank 0 made, as rank on device dev (which must be the
 // device numbered rank: the topology is the whole world).
-func (b *Backend) JoinComm(id []byte, size, rank, dev int) (gpu.Comm, error) {
+func (b *Backend) JoinComm(ctx context.Context, id []byte, size, rank, dev int) (gpu.Comm, error) {
 	addr, ok := strings.CutPrefix(string(id), idPrefix)
 	switch {
 	case !ok:
@@ -71,12 +71,15 @@ func (b *Backend) JoinComm(id []byte, size, rank, dev int) (gpu.Comm, error) {
 	case rank < 0 || rank >= size || dev != rank:
 		return nil, fmt.Errorf("sim: rank %d of %d runs on device %d, not %d: %w", rank, size, rank, dev, gpu.ErrInvalid)
 	}
-	conn, err := net.DialTimeout("tcp", addr, joinWait)
+	d := net.Dialer{Timeout: joinWait}
+	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("sim: joining the exchange at %s: %w", addr, err)
 	}
 	j := &joined{rank: rank, conn: conn, enc: gob.NewEncoder(conn), dec: gob.NewDecoder(conn)}
 	conn.SetDeadline(time.Now().Add(joinWait))
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
 	var ready wireReply
 	err = j.enc.Encode(wireHello{Size: size, Rank: rank})
 	if err == nil {
@@ -87,7 +90,14 @@ func (b *Backend) JoinComm(id []byte, size, rank, dev int) (gpu.Comm, error) {
 	}
 	if err != nil {
 		conn.Close()
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
 		return nil, fmt.Errorf("sim: joining the exchange at %s: %w", addr, err)
+	}
+	if !stop() {
+		conn.Close()
+		return nil, context.Cause(ctx)
 	}
 	conn.SetDeadline(time.Time{})
 	devs := make([]int, size)
@@ -230,6 +240,8 @@ func (j *joined) exchange(c *call) ([][]wirePart, error) {
 func (j *joined) Mark() error {
 	return j.enqueue(&call{local: func() { j.c.marks = append(j.c.marks, j.c.b.streamEnd(j.c.host)) }})
 }
+
+func (j *joined) Reserve(int) error { return nil }
 
 func (j *joined) Intervals() ([]time.Duration, error) { return j.c.Intervals() }
 
