@@ -11,7 +11,8 @@ import (
 )
 
 // simRuns writes simulated all-reduce sweeps into a new folder, and returns it: base, the same
-// machine with GPU 0's NVLink at half speed, and two runs with 2% jitter and different seeds.
+// machine with GPU 0's NVLink at half speed, and two runs with 2% jitter and different seeds;
+// each as a JSON document (NAME.json) and as the JSON lines --out streams (NAME.jsonl).
 func simRuns(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -22,7 +23,8 @@ func simRuns(t *testing.T) string {
 		"j2.json":   {"--sim-jitter", "0.02", "--seed", "2"},
 	}
 	for name, extra := range runs {
-		args := append([]string{"allreduce", "--backend", "sim", "--topology", "dgx-h100", "--sizes", "1M:1G:x4", "--output", "json"}, extra...)
+		args := append([]string{"allreduce", "--backend", "sim", "--topology", "dgx-h100", "--sizes", "1M:1G:x4", "--output", "json",
+			"--out", filepath.Join(dir, name+"l")}, extra...)
 		out, errOut, code := gpubench(t, args...)
 		if code != 0 {
 			t.Fatalf("%v: exit %d, %s", args, code, errOut)
@@ -46,40 +48,6 @@ func inDir(t *testing.T, dir string, args ...string) (stdout, stderr string, cod
 	}
 	out, errOut, code := gpubench(t, full...)
 	return strings.ReplaceAll(out, dir+string(filepath.Separator), ""), strings.ReplaceAll(errOut, dir+string(filepath.Separator), ""), code
-}
-
-// toLines rewrites a JSON document as the JSON lines --out streams, optionally without its end.
-func toLines(t *testing.T, doc string, withEnd bool) string {
-	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal([]byte(doc), &m); err != nil {
-		t.Fatal(err)
-	}
-	start, end := map[string]any{"record": "start"}, map[string]any{"record": "end"}
-	for k, v := range m {
-		switch k {
-		case "results":
-		case "out_of_bounds", "avg_busbw_gbs", "best", "bus_peak", "timing_only_from_bytes", "interrupted", "error":
-			end[k] = v
-		default:
-			start[k] = v
-		}
-	}
-	recs := []any{start}
-	for _, r := range m["results"].([]any) {
-		r.(map[string]any)["record"] = "result"
-		recs = append(recs, r)
-	}
-	if withEnd {
-		recs = append(recs, end)
-	}
-	var b strings.Builder
-	for _, r := range recs {
-		line, _ := json.Marshal(r)
-		b.Write(line)
-		b.WriteByte('\n')
-	}
-	return b.String()
 }
 
 // A slowed NVLink is found at every size (exit 3); two jittered runs of the same machine are not.
@@ -119,10 +87,10 @@ func TestCompareSimulatedRuns(t *testing.T) {
 // rows, with a notice and complete: false.
 func TestCompareStreamed(t *testing.T) {
 	dir := simRuns(t)
-	base, _ := os.ReadFile(filepath.Join(dir, "base.json"))
-	slow, _ := os.ReadFile(filepath.Join(dir, "slow.json"))
-	os.WriteFile(filepath.Join(dir, "base.jsonl"), []byte(toLines(t, string(base), true)), 0o644)
-	os.WriteFile(filepath.Join(dir, "slow-crashed.out"), []byte(toLines(t, string(slow), false)), 0o644)
+	// A run that crashed before its end record.
+	slow, _ := os.ReadFile(filepath.Join(dir, "slow.jsonl"))
+	lines := strings.SplitAfter(strings.TrimSuffix(string(slow), "\n"), "\n")
+	os.WriteFile(filepath.Join(dir, "slow-crashed.out"), []byte(strings.Join(lines[:len(lines)-1], "")), 0o644)
 	want, _, _ := inDir(t, dir, "compare", "base.json", "slow.json")
 	got, errOut, code := inDir(t, dir, "compare", "base.jsonl", "slow.json")
 	if code != exitCheck || got != strings.Replace(want, "# OLD base.json", "# OLD base.jsonl", 1) {

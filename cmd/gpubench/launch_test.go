@@ -15,15 +15,9 @@ import (
 	"time"
 )
 
-// loopbackPort returns a loopback port nothing listens on.
+// loopbackPort returns the port of freePort's address.
 func loopbackPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	_, port, _ := net.SplitHostPort(freePort(t))
 	return port
 }
 
@@ -56,12 +50,18 @@ type rankProcess struct {
 // startRanks starts size gpubench processes with torchrun's variables, as torchrun would.
 func startRanks(t *testing.T, ctx context.Context, size int, extraEnv []string, args ...string) []*rankProcess {
 	t.Helper()
+	return startRanksWith(t, ctx, size, extraEnv, func(int) []string { return args })
+}
+
+// startRanksWith is startRanks with each rank's own arguments.
+func startRanksWith(t *testing.T, ctx context.Context, size int, extraEnv []string, argsOf func(rank int) []string) []*rankProcess {
+	t.Helper()
 	port := loopbackPort(t)
 	ps := make([]*rankProcess, size)
 	for rank := range ps {
 		p := &rankProcess{done: make(chan struct{})}
 		p.cmd = exec.CommandContext(ctx, os.Args[0])
-		p.cmd.Env = append(append(os.Environ(), "GPUBENCH_AS_CLI="+strings.Join(args, "\x1f"),
+		p.cmd.Env = append(append(os.Environ(), "GPUBENCH_AS_CLI="+strings.Join(argsOf(rank), "\x1f"),
 			"RANK="+strconv.Itoa(rank), "WORLD_SIZE="+strconv.Itoa(size), "LOCAL_RANK="+strconv.Itoa(rank),
 			"LOCAL_WORLD_SIZE="+strconv.Itoa(size), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port,
 			"TORCHELASTIC_RUN_ID=test-"+port), extraEnv...)
@@ -191,21 +191,13 @@ func TestWrongDataAcrossProcesses(t *testing.T) {
 func TestRanksMustRunTheSameThing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	port := loopbackPort(t)
-	var ps []*rankProcess
-	for rank, extra := range [][]string{{"--per-iter"}, nil} {
-		p := &rankProcess{done: make(chan struct{})}
-		args := append([]string{"allreduce", "--backend", "sim", "--sizes", "1K:4K"}, extra...)
-		p.cmd = exec.CommandContext(ctx, os.Args[0])
-		p.cmd.Env = append(os.Environ(), "GPUBENCH_AS_CLI="+strings.Join(args, "\x1f"), "RANK="+strconv.Itoa(rank),
-			"WORLD_SIZE=2", "LOCAL_RANK="+strconv.Itoa(rank), "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+port)
-		p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-		if err := p.cmd.Start(); err != nil {
-			t.Fatal(err)
+	ps := startRanksWith(t, ctx, 2, nil, func(rank int) []string {
+		args := []string{"allreduce", "--backend", "sim", "--sizes", "1K:4K"}
+		if rank == 0 {
+			args = append(args, "--per-iter")
 		}
-		go func() { p.cmd.Wait(); p.code = p.cmd.ProcessState.ExitCode(); close(p.done) }()
-		ps = append(ps, p)
-	}
+		return args
+	})
 	for rank, p := range ps {
 		<-p.done
 		if p.code != exitUsage || !strings.Contains(p.stderr.String(), "start every process with the same command and options") {

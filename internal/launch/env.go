@@ -7,6 +7,7 @@ package launch
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 )
@@ -199,21 +200,18 @@ func (p Process) Address(flag string) (string, error) {
 }
 
 func hostPort(host string, port int) string {
-	if strings.Contains(host, ":") && !strings.HasPrefix(host, "[") {
-		return "[" + host + "]:" + strconv.Itoa(port)
-	}
-	return host + ":" + strconv.Itoa(port)
+	return net.JoinHostPort(strings.Trim(host, "[]"), strconv.Itoa(port))
 }
 
+// splitHostPort reads --rendezvous: net.SplitHostPort's forms, with a port from 1 to 65535.
 func splitHostPort(s string) (string, int, error) {
-	i := strings.LastIndexByte(s, ':')
-	if i <= 0 || i == len(s)-1 {
-		return "", 0, errors.New("no host or no port")
+	host, p, err := net.SplitHostPort(s)
+	if err != nil {
+		return "", 0, err
 	}
-	host := strings.TrimSuffix(strings.TrimPrefix(s[:i], "["), "]")
-	port, err := strconv.Atoi(s[i+1:])
+	port, err := strconv.Atoi(p)
 	if err != nil || port < 1 || port > 65535 {
-		return "", 0, fmt.Errorf("port %q is not 1-65535", s[i+1:])
+		return "", 0, fmt.Errorf("port %q is not 1-65535", p)
 	}
 	if host == "" || strings.ContainsAny(host, "[] /") {
 		return "", 0, fmt.Errorf("host %q is not a host name or address", host)

@@ -57,48 +57,29 @@ const p2pLegend = `Legend:
 // WriteTable writes the report as `gpubench topo` prints it: per node the GPUs, the connection
 // matrix with nvidia-smi's legend, the NICs, the NVLinks and, when asked for, the P2P status
 // matrix; then the warnings.
-func WriteTable(w io.Writer, r *Report) error {
-	var b bytes.Buffer
-	name := r.Nodes[0].Hostname
-	if r.Topology != nil {
-		name = r.Topology.Name
-	}
-	fmt.Fprintf(&b, "gpubench topo: %s (%s)\n", name, r.Source)
-	for _, n := range r.Nodes {
-		if len(r.Nodes) > 1 {
-			fmt.Fprintf(&b, "\nNode %s\n", n.Hostname)
-		}
-		writeNode(&b, n, r.P2PCap, plainText)
-	}
-	if len(r.Warnings) > 0 {
-		b.WriteString("\nWarnings:\n")
-		for _, x := range r.Warnings {
-			fmt.Fprintf(&b, "  %s\n", x)
-		}
-	}
-	_, err := w.Write(b.Bytes())
-	return err
-}
+func WriteTable(w io.Writer, r *Report) error { return write(w, r, plainText) }
 
 // WriteMarkdown writes what WriteTable does as Markdown, for pasting into an issue: tables as
 // tables, legends as code blocks, warnings as a list.
-func WriteMarkdown(w io.Writer, r *Report) error {
+func WriteMarkdown(w io.Writer, r *Report) error { return write(w, r, markdown) }
+
+func write(w io.Writer, r *Report, st style) error {
 	var b bytes.Buffer
 	name := r.Nodes[0].Hostname
 	if r.Topology != nil {
 		name = r.Topology.Name
 	}
-	fmt.Fprintf(&b, "**gpubench topo: %s** (%s)\n", name, r.Source)
+	fmt.Fprintf(&b, st.title, name, r.Source)
 	for _, n := range r.Nodes {
 		if len(r.Nodes) > 1 {
-			fmt.Fprintf(&b, "\n### Node %s\n", n.Hostname)
+			fmt.Fprintf(&b, st.node, n.Hostname)
 		}
-		writeNode(&b, n, r.P2PCap, markdown)
+		writeNode(&b, n, r.P2PCap, st)
 	}
 	if len(r.Warnings) > 0 {
-		b.WriteString("\n**Warnings**\n\n")
+		b.WriteString(st.warnings)
 		for _, x := range r.Warnings {
-			fmt.Fprintf(&b, "- %s\n", x)
+			fmt.Fprintf(&b, st.warning, x)
 		}
 	}
 	_, err := w.Write(b.Bytes())
@@ -107,14 +88,18 @@ func WriteMarkdown(w io.Writer, r *Report) error {
 
 // style is how writeNode lays out its tables and legends.
 type style struct {
-	md     bool
-	table  func(b *bytes.Buffer, rows [][]string)
-	legend func(b *bytes.Buffer, text string)
+	md                bool
+	table             func(b *bytes.Buffer, rows [][]string)
+	legend            func(b *bytes.Buffer, text string)
+	title, node       string // formats of the title (name, source) and of a node's heading
+	warnings, warning string // the warnings' heading, and the format of one
 }
 
 var (
-	plainText = style{table: columns, legend: func(b *bytes.Buffer, s string) { b.WriteString(s) }}
-	markdown  = style{md: true, table: markdownTable, legend: func(b *bytes.Buffer, s string) { b.WriteString("```\n" + s + "```\n") }}
+	plainText = style{table: columns, legend: func(b *bytes.Buffer, s string) { b.WriteString(s) },
+		title: "gpubench topo: %s (%s)\n", node: "\nNode %s\n", warnings: "\nWarnings:\n", warning: "  %s\n"}
+	markdown = style{md: true, table: markdownTable, legend: func(b *bytes.Buffer, s string) { b.WriteString("```\n" + s + "```\n") },
+		title: "**gpubench topo: %s** (%s)\n", node: "\n### Node %s\n", warnings: "\n**Warnings**\n\n", warning: "- %s\n"}
 )
 
 // markdownTable writes rows as a Markdown table, the first row its header.
