@@ -9,7 +9,7 @@ BIN     := bin/gpubench
 LDFLAGS := -X main.version=$(VERSION) -extldflags=-Wl,-z,lazy
 FUZZTIME ?= 10s
 
-.PHONY: all build run test vet fmt-check unit cgocheck standin-check fuzz bench gpu-check clean
+.PHONY: all build run test vet fmt-check unit cgocheck standin-check fuzz bench gpu-check gpu-bundle clean
 
 all: build
 
@@ -65,5 +65,11 @@ bench:
 gpu-check:
 	scripts/gpu-check.sh $(or $(OUT),gpu-check-out)
 
+# For a GPU machine without Go: gpubench and the test binaries of the packages with GPU tests, in
+# BUNDLE (default .gpu); there, GPUBENCH_BUNDLE=BUNDLE scripts/gpu-check.sh OUT.
+gpu-bundle:
+	$(GO) build -trimpath -ldflags "$(LDFLAGS)" -o $(or $(BUNDLE),.gpu)/gpubench ./cmd/gpubench
+	$(GO) test -c -o $(or $(BUNDLE),.gpu)/tests/internal/p2p.test ./internal/p2p
+
 clean:
-	rm -rf bin
+	rm -rf bin .gpu

@@ -3,10 +3,13 @@
 # output (and how long each step took) into the folder given as the only argument. It fails when
 # anything fails, including a test that would otherwise skip for want of a GPU.
 #   scripts/gpu-check.sh OUT_DIR
+# On a machine without Go, build here with `make gpu-bundle` and set GPUBENCH_BUNDLE to the folder
+# it makes (the gpubench binary, and the test binaries of the packages with GPU tests).
 set -euo pipefail
 out=${1:?usage: scripts/gpu-check.sh OUT_DIR}
 cd "$(dirname "$0")/.."
 mkdir -p "$out"
+out=$(cd "$out" && pwd) # steps run in other folders too
 export PATH="/usr/local/go/bin:$PATH"
 
 step() { # step NAME COMMAND...: run, keep stdout and stderr, note the time and status
@@ -19,8 +22,14 @@ step() { # step NAME COMMAND...: run, keep stdout and stderr, note the time and 
 
 : >"$out/summary.txt"
 { date -u +%FT%TZ; uname -a; nvidia-smi --query-gpu=name,driver_version,memory.total,pci.bus_id --format=csv 2>&1 || true; } >"$out/machine.txt"
-step build go build -trimpath -ldflags=-extldflags=-Wl,-z,lazy -o "$out/gpubench" ./cmd/gpubench
-bin=$out/gpubench
+if [ -n "${GPUBENCH_BUNDLE:-}" ]; then
+  GPUBENCH_BUNDLE=$(cd "$GPUBENCH_BUNDLE" && pwd)
+  bin=$GPUBENCH_BUNDLE/gpubench
+  echo "build: prebuilt $bin" | tee -a "$out/summary.txt"
+else
+  step build go build -trimpath -ldflags=-extldflags=-Wl,-z,lazy -o "$out/gpubench" ./cmd/gpubench
+  bin=$out/gpubench
+fi
 status=0
 step version "$bin" version || status=1
 step p2p "$bin" p2p --backend cuda || status=1
@@ -45,5 +54,13 @@ step allreduce-reference python3 scripts/allreduce_reference.py || status=1
 step diag "$bin" diag --backend cuda --output json || [ $? -eq 3 ] || status=1 # 3: the machine has a fault diag names
 step burnin bash -c '"$1" burnin --backend cuda --duration 60s --baseline 20s --sizes 1M:1G:x32 --metrics 127.0.0.1:9466 --hold 20s --results "$2/burnin.jsonl" --output json & sleep 45; python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen(\"http://127.0.0.1:9466/metrics\").read().decode())" >"$2/burnin-scrape.txt" && grep -q "^gpubench_gpu_temperature_celsius" "$2/burnin-scrape.txt" || exit 1; wait $!' _ "$bin" "$out" || [ $? -eq 3 ] || status=1 # 60 s burn-in with a scrape; 3: a check failed
 if [ -x scripts/gpu-check-topo.sh ]; then step topo scripts/gpu-check-topo.sh "$out" "$bin" || status=1; fi
-GPUBENCH_REQUIRE_GPU=1 step tests go test -count=1 -run 'RealGPU|GPU' -v ./... || status=1
+if [ -n "${GPUBENCH_BUNDLE:-}" ]; then # each test binary runs in its package's folder
+  for t in $(cd "$GPUBENCH_BUNDLE/tests" && find . -name '*.test' | sort); do
+    pkg=${t#./}
+    pkg=${pkg%.test}
+    (cd "$pkg" && GPUBENCH_REQUIRE_GPU=1 step "tests-${pkg//\//-}" "$GPUBENCH_BUNDLE/tests/$pkg.test" -test.count=1 -test.run 'RealGPU|GPU' -test.v) || status=1
+  done
+else
+  GPUBENCH_REQUIRE_GPU=1 step tests go test -count=1 -run 'RealGPU|GPU' -v ./... || status=1
+fi
 exit $status

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -102,7 +103,13 @@ func LibraryCandidates(explicit, env string, sonames, wheelDirs []string) []stri
 	more, _ := filepath.Glob("/usr/local/cuda-*/lib64")
 	dirs = append(dirs, more...)
 	var sites []string
-	for _, root := range []string{os.Getenv("VIRTUAL_ENV"), os.Getenv("CONDA_PREFIX"), "/usr", "/usr/local", os.Getenv("HOME") + "/.local", "/opt/conda"} {
+	// The environment of the python3 on PATH too: images that ship PyTorch in a virtual
+	// environment of their own put it first on PATH, unactivated.
+	pyenvRoot := ""
+	if py, err := exec.LookPath("python3"); err == nil {
+		pyenvRoot = filepath.Dir(filepath.Dir(py))
+	}
+	for _, root := range []string{os.Getenv("VIRTUAL_ENV"), os.Getenv("CONDA_PREFIX"), pyenvRoot, "/usr", "/usr/local", os.Getenv("HOME") + "/.local", "/opt/conda"} {
 		if root == "" {
 			continue
 		}

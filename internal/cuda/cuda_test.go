@@ -6,7 +6,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -188,4 +190,26 @@ func TestBindingAgainstStandin(t *testing.T) {
 			t.Errorf("host rows %+v; want about 20 GB/s, the stand-in's throttle", res.Host)
 		}
 	})
+}
+
+// The NCCL wheel in the environment of the python3 on PATH is found without VIRTUAL_ENV, as in
+// images that put their PyTorch environment first on PATH.
+func TestCandidatesIncludeThePythonOnPath(t *testing.T) {
+	env := t.TempDir()
+	lib := filepath.Join(env, "lib", "python3.12", "site-packages", "nvidia", "nccl", "lib", "libnccl.so.2")
+	for _, f := range []string{filepath.Join(env, "bin", "python3"), lib} {
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("PATH", filepath.Join(env, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
+	t.Setenv("VIRTUAL_ENV", "")
+	t.Setenv("GPUBENCH_NCCL", "")
+	got := cuda.LibraryCandidates("", "GPUBENCH_NCCL", []string{"libnccl.so.2"}, []string{"nvidia/nccl/lib"})
+	if !slices.Contains(got, lib) {
+		t.Errorf("candidates %v lack %s", got, lib)
+	}
 }
