@@ -299,3 +299,40 @@ func TestBurninPrometheusEndToEnd(t *testing.T) {
 	}
 	t.Fatalf("Prometheus never returned the XID series\n%s", log.String())
 }
+
+// oneGPU is a machine with a single GPU, as the H200 of docs/validation.md's run.
+const oneGPU = `{"format": "gpubench-topology/1", "name": "one-h200", "nodes": [{"hostname": "one-h200",
+ "cpus": [{"id": "cpu0", "name": "Xeon", "numa_node": 0}],
+ "gpus": [{"id": "gpu0", "name": "NVIDIA H200", "pci_bus_id": "0000:00:06.0", "memory_bytes": 150754820096,
+  "memory_bandwidth_gbs": 4800, "compute_capability": "9.0", "numa_node": 0}],
+ "links": [{"a": "gpu0", "b": "cpu0", "kind": "pcie", "gen": 5, "width": 16}]}]}`
+
+// On one GPU busbw is 0 by definition: the collective floor is skipped with that reason, even
+// with --min-busbw, rather than failed, or skipped for want of a baseline (seen on a real H200);
+// and a clock check no loaded sample judged says skip, not an empty pass.
+func TestBurninOneGPU(t *testing.T) {
+	topo := filepath.Join(t.TempDir(), "one.json")
+	if err := os.WriteFile(topo, []byte(oneGPU), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, extra := range [][]string{nil, {"--min-busbw", "100"}} {
+		args := append([]string{"burnin", "--backend", "sim", "--topology", topo, "--duration", "1s", "--baseline", "500ms",
+			"--output", "json", "--collectives", "allreduce"}, extra...)
+		out, errOut, code := gpubench(t, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d\n%s", extra, code, errOut)
+		}
+		var doc burninDoc
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range doc.Checks {
+			if c.Check == "bandwidth" && (c.Verdict != "skip" || !strings.Contains(c.Reason, "busbw is 0 by definition")) {
+				t.Errorf("%v: bandwidth %s: %q", extra, c.Verdict, c.Reason)
+			}
+			if c.Reason == "" {
+				t.Errorf("%v: %s/%s is %s with no reason", extra, c.Subject, c.Check, c.Verdict)
+			}
+		}
+	}
+}

@@ -254,6 +254,7 @@ func (r *runner) collResult(c *coll.Collective, res coll.Result) {
 	key := c.Name + "/" + strconv.FormatInt(res.Size, 10)
 	floor, src := 0.0, ""
 	switch {
+	case c.Factor(len(r.b.Devices())) == 0: // one GPU: busbw is 0 by definition, nothing to judge
 	case r.opt.MinBusBW > 0:
 		floor, src = r.opt.MinBusBW, "--min-busbw"
 	case len(r.opt.Reference) > 0:
@@ -459,7 +460,11 @@ func round(d time.Duration) time.Duration {
 // finishChecks settles checks that could not be judged.
 func (r *runner) finishChecks() {
 	if _, ok := r.v.get("all", CheckBandwidth); !ok {
-		r.v.set("all", CheckBandwidth, Skip, "", "the burn-in ran %v, not past the %v baseline window: no floor to judge by (give --min-busbw or --reference, or a longer --duration)", round(r.elapsed()), r.opt.Baseline)
+		if len(r.b.Devices()) < 2 {
+			r.v.set("all", CheckBandwidth, Skip, "", "one GPU: a collective's busbw is 0 by definition, so it has no floor")
+		} else {
+			r.v.set("all", CheckBandwidth, Skip, "", "the burn-in ran %v, not past the %v baseline window: no floor to judge by (give --min-busbw or --reference, or a longer --duration)", round(r.elapsed()), r.opt.Baseline)
+		}
 	}
 	if r.opt.P2PSize > 0 {
 		if _, ok := r.v.get("all", CheckP2PBandwidth); !ok {
@@ -599,7 +604,8 @@ func (r *runner) judgeGPU(g, first telemetry.GPU, baseClock float64) {
 	case !known(g.SMClockHz) || !known(baseClock) || baseClock <= 0:
 		r.v.set(s, CheckClocks, Skip, "", "SM clock or base clock not reported")
 	case known(g.Utilization) && g.Utilization < 0.5:
-		r.v.set(s, CheckClocks, Pass, "", "") // idle: nothing to judge yet; a loaded sample decides
+		// Idle: nothing to judge yet; a sample under load decides (a pass outranks this skip).
+		r.v.set(s, CheckClocks, Skip, "", "no sample found the GPU under load (utilization 50%% or more)")
 	case g.SMClockHz < baseClock:
 		r.v.set(s, CheckClocks, Warn, fmt.Sprintf(">= base %.0f MHz under load", baseClock/1e6), "SM clock %.0f MHz below base %.0f MHz under load at %v", g.SMClockHz/1e6, baseClock/1e6, at)
 	default:
