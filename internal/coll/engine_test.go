@@ -323,3 +323,21 @@ func TestIterStats(t *testing.T) {
 		t.Errorf("%+v", s)
 	}
 }
+
+// With one rank, NCCL queues no work for an in-place collective (an H200 took 0.7-1 µs in place,
+// 5-500 µs out of place, from 8 B to 1 GiB; docs/validation.md), and the simulator agrees.
+func TestOneRankInPlaceMovesNothing(t *testing.T) {
+	b := newSim(t, "hgx-h200", sim.Options{DataCap: 1 << 20})
+	w, _ := coll.ParseSizes("8B:1GB:x134217728")
+	for _, c := range []*coll.Collective{coll.AllReduce, coll.Broadcast, coll.Reduce} {
+		s, err := coll.Run(context.Background(), b, coll.Options{Coll: c, Sweep: w, DTypes: []gpu.DType{gpu.Float},
+			Ops: []gpu.RedOp{gpu.Sum}, NGPUs: 1, Iters: 5, Warmup: 1, Check: 1, Average: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		big := s.Results[len(s.Results)-1]
+		if big.Size != 1<<30 || big.InPlace.TimeUS > 5 || big.OutOfPlace.TimeUS < 100*big.InPlace.TimeUS {
+			t.Errorf("%s at %d B: in place %.2f µs, out of place %.2f µs", c.Name, big.Size, big.InPlace.TimeUS, big.OutOfPlace.TimeUS)
+		}
+	}
+}

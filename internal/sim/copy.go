@@ -89,7 +89,9 @@ func (b *Backend) AllocHost(_ int, n int64) (gpu.Buffer, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.back(&buffer{dev: gpu.HostDevice, n: n, root: true}), nil
+	x := &buffer{dev: gpu.HostDevice, n: n, root: true}
+	x.base = x
+	return b.back(x), nil
 }
 
 func (b *Backend) FreeMemory(dev int) (int64, error) {

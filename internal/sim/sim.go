@@ -104,6 +104,7 @@ type buffer struct {
 	data   []byte // nil when timing-only
 	off, n int64
 	root   bool
+	base   *buffer // the allocation this is a view of
 }
 
 func (x *buffer) Device() int   { return x.dev }
@@ -114,7 +115,7 @@ func (x *buffer) Slice(off, n int64) gpu.Buffer {
 	if off < 0 || n < 0 || off+n > x.n {
 		panic(fmt.Sprintf("sim: slice [%d, %d) of a %d-byte buffer", off, off+n, x.n))
 	}
-	return &buffer{dev: x.dev, data: x.data, off: x.off + off, n: n}
+	return &buffer{dev: x.dev, data: x.data, off: x.off + off, n: n, base: x.base}
 }
 
 func (x *buffer) bytes() []byte { return x.data[x.off : x.off+x.n] }
@@ -130,7 +131,9 @@ func (b *Backend) Alloc(dev int, n int64) (gpu.Buffer, error) {
 		return nil, fmt.Errorf("sim alloc %d bytes on device %d (%d in use of %d): %w", n, dev, b.used[dev], b.devices[dev].MemoryBytes, gpu.ErrOutOfMemory)
 	}
 	b.used[dev] += n
-	return b.back(&buffer{dev: dev, n: n, root: true}), nil
+	x := &buffer{dev: dev, n: n, root: true}
+	x.base = x
+	return b.back(x), nil
 }
 
 // back gives a new buffer host memory while the data cap allows. Call it with b.mu held.
