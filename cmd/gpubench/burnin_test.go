@@ -330,6 +330,9 @@ func TestBurninOneGPU(t *testing.T) {
 			if c.Check == "bandwidth" && (c.Verdict != "skip" || !strings.Contains(c.Reason, "busbw is 0 by definition")) {
 				t.Errorf("%v: bandwidth %s: %q", extra, c.Verdict, c.Reason)
 			}
+			if c.Check == "p2p_bandwidth" && (c.Verdict != "skip" || !strings.Contains(c.Reason, "one GPU")) {
+				t.Errorf("%v: p2p_bandwidth %s: %q", extra, c.Verdict, c.Reason)
+			}
 			if c.Reason == "" {
 				t.Errorf("%v: %s/%s is %s with no reason", extra, c.Subject, c.Check, c.Verdict)
 			}

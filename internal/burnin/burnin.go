@@ -387,7 +387,11 @@ func (r *runner) copyBandwidth(res *p2p.Result) {
 		}
 	}
 	if m == nil {
-		r.v.set("all", CheckP2PBandwidth, Skip, "", "no pair could be measured")
+		why := "no pair could be measured"
+		if len(res.Devices) < 2 {
+			why = "one GPU: no pair to copy between"
+		}
+		r.v.set("all", CheckP2PBandwidth, Skip, "", "%s", why)
 		return
 	}
 	t := r.elapsed()
