@@ -1,0 +1,54 @@
+package input
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+func TestReadFile(t *testing.T) {
+	dir := t.TempDir()
+	small := filepath.Join(dir, "small")
+	if err := os.WriteFile(small, []byte("12345"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := ReadFile(small, 5); err != nil || string(data) != "12345" {
+		t.Errorf("a file at its limit: %q, %v", data, err)
+	}
+	if _, err := ReadFile(small, 4); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), small) {
+		t.Errorf("a file past its limit: %v, want ErrTooLarge naming the path", err)
+	}
+	if _, err := ReadFile(dir, 100); !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), "a directory") {
+		t.Errorf("a directory: %v", err)
+	}
+	if _, err := ReadFile(filepath.Join(dir, "missing"), 100); err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("a missing file: %v", err)
+	}
+}
+
+// A FIFO with no writer would block open(2) for ever, and /dev/zero would never end: neither may
+// be opened.
+func TestReadFileRefusesSpecialFiles(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadFile(fifo, 100); !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), "a FIFO") {
+		t.Errorf("FIFO: %v", err)
+	}
+	if _, err := ReadFile("/dev/zero", 100); !errors.Is(err, ErrNotRegular) || !strings.Contains(err.Error(), "character device") {
+		t.Errorf("/dev/zero: %v", err)
+	}
+}
+
+func TestReadStream(t *testing.T) {
+	if _, err := Read(strings.NewReader(strings.Repeat("x", 2048)), "-", 1024); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "1 KiB") {
+		t.Errorf("stream past its limit: %v", err)
+	}
+	if data, err := Read(strings.NewReader("abc"), "-", 1024); err != nil || string(data) != "abc" {
+		t.Errorf("stream: %q, %v", data, err)
+	}
+}
