@@ -37,9 +37,9 @@ func runCompare(e *env, g *globals, threshold string, args []string) error {
 	if !contains(results.Formats, g.output) {
 		return usageErr("unknown --output %q for compare: use %s", g.output, strings.Join(results.Formats, ", "))
 	}
-	t, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(threshold), "%")), 64)
-	if err != nil || !(t >= 0 && t < 100) {
-		return usageErr("invalid --threshold %q: give a percentage from 0 to 100, e.g. 5%%", threshold)
+	t, err := parseThreshold(threshold)
+	if err != nil {
+		return err
 	}
 	files := make([]*results.File, len(args))
 	for i, name := range args {
@@ -76,6 +76,20 @@ func runCompare(e *env, g *globals, threshold string, args []string) error {
 		return &exitError{code: exitCheck, err: fmt.Errorf("compare: %d regression%s past %g%% (marked REGRESSION)", n, plural(n), t)}
 	}
 	return nil
+}
+
+// parseThreshold reads --threshold, a percentage ("5%" or "5"). A bare number below 1 is refused:
+// "0.05" could mean 5% written as a fraction or 0.05%, and guessing wrong hides regressions.
+func parseThreshold(s string) (float64, error) {
+	num, pct := strings.CutSuffix(strings.TrimSpace(s), "%")
+	t, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	switch {
+	case err != nil || !(t >= 0 && t < 100):
+		return 0, usageErr("invalid --threshold %q: give a percentage from 0 to 100, e.g. 5%%", s)
+	case !pct && t > 0 && t < 1:
+		return 0, usageErr("invalid --threshold %q: the threshold is in percent; write %s%% for %s percent, or %g%% for the fraction %s", s, num, num, 100*t, num)
+	}
+	return t, nil
 }
 
 func plural(n int) string {

@@ -117,6 +117,14 @@ type Graph interface {
 	Destroy() error
 }
 
+// DataSkipper is a Comm whose data movement costs host CPU rather than device time (the
+// simulator). While skipping, its calls take the time they would and leave the buffers as they
+// were: the engine skips the warm-up and the timed loop, whose results nobody reads, since every
+// check reloads its inputs first.
+type DataSkipper interface {
+	SkipData(skip bool)
+}
+
 // TypeChecker is a Backend that supports only some types and ops (an older NCCL).
 type TypeChecker interface {
 	CheckTypes(dts []DType, ops []RedOp) error

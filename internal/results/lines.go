@@ -81,9 +81,11 @@ func readLines(name string, data []byte) (*File, error) {
 	if c == nil {
 		return nil, errors.New("no start record")
 	}
-	if err := checkRows(c); err != nil {
+	notices, err := checkRows(c)
+	if err != nil {
 		return nil, err
 	}
+	f.Notices = append(f.Notices, notices...)
 	if !f.Complete {
 		f.Notices = append(f.Notices, fmt.Sprintf("the run did not finish (no end record): %d rows were written before it stopped", len(c.Rows)))
 	}

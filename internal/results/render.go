@@ -166,7 +166,7 @@ func compareMarkdown(w io.Writer, cmps []*Comparison) error {
 }
 
 type jsonCompare struct {
-	Threshold   float64          `json:"threshold"`
+	Threshold   float64          `json:"threshold_percent"`
 	Old         jsonFileInfo     `json:"old"`
 	Comparisons []jsonComparison `json:"comparisons"`
 	Regressions int              `json:"regressions"`
@@ -242,7 +242,7 @@ func compareJSON(cmps []*Comparison) jsonCompare {
 	doc := jsonCompare{Comparisons: []jsonComparison{}}
 	for i, c := range cmps {
 		if i == 0 {
-			doc.Threshold, doc.Old = c.Threshold, fileInfo(c.Old)
+			doc.Threshold, doc.Old = 100*c.Threshold, fileInfo(c.Old)
 		}
 		jc := jsonComparison{New: fileInfo(c.New), Notes: append([]string{}, c.Notes...), Counts: map[string]int{}, Rows: []jsonCompareRow{}}
 		for _, v := range []string{Same, Regression, Improved, Noisy, NoFigure, OnlyOld, OnlyNew} {

@@ -9,11 +9,11 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strings"
 
 	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/input"
 )
 
 // Forms of a result file.
@@ -102,19 +102,11 @@ type Matrix struct {
 
 // ReadFile reads and checks a result file.
 func ReadFile(path string) (*File, error) {
-	data, err := os.ReadFile(path)
+	data, err := input.ReadFile(path, input.ResultsLimit)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, unwrapPath(err))
+		return nil, err
 	}
 	return Read(path, data)
-}
-
-func unwrapPath(err error) error {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		return pe.Err
-	}
-	return err
 }
 
 // Read parses the contents of a result file named name. The form is told by content: a first
@@ -188,7 +180,7 @@ func read(name string, data []byte) (*File, error) {
 		if err := doc.jsonEnd.apply(c); err != nil {
 			return nil, err
 		}
-		if err := checkRows(c); err != nil {
+		if f.Notices, err = checkRows(c); err != nil {
 			return nil, err
 		}
 		f.Coll = c
@@ -444,17 +436,33 @@ func nonNegative(name string, v float64) error {
 }
 
 // checkRows refuses a run that holds the same row twice: rows are told apart by type, op, root and
-// size, and compare matches them on that.
-func checkRows(c *Coll) error {
+// size, and compare matches them on that. A row that repeats the key of the row just before it is
+// another measurement of the same size, not a second run: a sweep whose sizes round to one count
+// on many ranks (all-gather's 8 B to 64 B on 8 GPUs are all 0 B rows, as nccl-tests prints them).
+// Such repeats are kept once, the first; a notice says so for sizes above 0 B, where it is rare.
+func checkRows(c *Coll) (notices []string, err error) {
 	seen := map[RowKey]bool{}
-	for _, r := range c.Rows {
+	var rows []Row
+	repeats := 0
+	for i, r := range c.Rows {
 		k := r.Key(c.Collective)
-		if seen[k] {
-			return fmt.Errorf("the row %s appears twice", k)
+		switch {
+		case i > 0 && k == c.Rows[i-1].Key(c.Collective):
+			if k.Size > 0 {
+				repeats++
+			}
+			continue
+		case seen[k]:
+			return nil, fmt.Errorf("the row %s appears twice", k)
 		}
 		seen[k] = true
+		rows = append(rows, r)
 	}
-	return nil
+	c.Rows = rows
+	if repeats > 0 {
+		notices = append(notices, fmt.Sprintf("repeated sizes above 0 B (a sweep whose sizes round to one count on %d ranks): %d rows dropped, each size is kept once", c.Ranks, repeats))
+	}
+	return notices, nil
 }
 
 // RowKey tells rows apart: collective, type, op, root (-1 when none) and size.

@@ -21,7 +21,11 @@ type comm struct {
 	// replaying: the calls belong to a graph launch that has paid the host's launch cost.
 	replaying bool
 	marks     []float64 // stream times recorded by Mark, µs
+	skipData  bool      // gpu.DataSkipper: time the calls, move nothing
 }
+
+// SkipData makes the calls from now on move no data (gpu.DataSkipper).
+func (c *comm) SkipData(skip bool) { c.skipData = skip }
 
 // Reserve has nothing to ready: a simulated mark is a number.
 func (c *comm) Reserve(int) error { return nil }
@@ -138,6 +142,7 @@ func (c *comm) run(bytes int64, us float64, dt gpu.DType, data bool, out []gpu.B
 	if bytes == 0 {
 		return
 	}
+	data = data && !c.skipData
 	if c.recorded != nil {
 		*c.recorded = append(*c.recorded, func() { c.exec(us, dt, data, out, move, false) })
 		return

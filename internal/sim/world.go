@@ -159,6 +159,9 @@ var _ gpu.GraphComm = (*joined)(nil)
 
 func (j *joined) Size() int { return len(j.c.devs) }
 
+// SkipData makes the calls from now on move no data, and send none to the exchange.
+func (j *joined) SkipData(skip bool) { j.c.SkipData(skip) }
+
 func (j *joined) Close() error { return j.conn.Close() }
 
 func (j *joined) enqueue(c *call) error {
@@ -283,8 +286,8 @@ func (g *joinedGraph) Launch() error {
 func (g *joinedGraph) Destroy() error { return nil }
 
 // part is what this rank brings of buffer x: the first n bytes, or a timing-only marker.
-func part(x gpu.Buffer, n int64, peer int, send bool) wirePart {
-	p := wirePart{Peer: peer, Send: send, HasData: x.HasData()}
+func (j *joined) part(x gpu.Buffer, n int64, peer int, send bool) wirePart {
+	p := wirePart{Peer: peer, Send: send, HasData: x.HasData() && !j.c.skipData}
 	if p.HasData && send {
 		p.Data = append([]byte(nil), bytesOf(x, n)...)
 	}
@@ -314,7 +317,7 @@ func (j *joined) collective(tag string, send, recv []gpu.Buffer, sendN, recvN in
 	if send[j.rank].Len() < sendN || recv[j.rank].Len() < recvN {
 		return fmt.Errorf("sim %s: rank %d's buffers are smaller than %d and %d bytes: %w", tag, j.rank, sendN, recvN, gpu.ErrInvalid)
 	}
-	mine := part(send[j.rank], sendN, -1, true)
+	mine := j.part(send[j.rank], sendN, -1, true)
 	mine.HasData = mine.HasData && recv[j.rank].HasData()
 	return j.enqueue(&call{tag: tag, parts: []wirePart{mine}, run: func(all [][]wirePart) error {
 		s, r := make([]gpu.Buffer, j.Size()), make([]gpu.Buffer, j.Size())
@@ -387,7 +390,7 @@ func (j *joined) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 		if o.Buf == nil || o.Buf.Len() < n {
 			return fmt.Errorf("sim sendrecv: rank %d's buffer is not %d bytes: %w", j.rank, n, gpu.ErrInvalid)
 		}
-		parts = append(parts, part(o.Buf, n, o.Peer, o.Send))
+		parts = append(parts, j.part(o.Buf, n, o.Peer, o.Send))
 	}
 	mine := slices.Clone(ops)
 	return j.enqueue(&call{tag: fmt.Sprintf("sendrecv(%d %s)", count, dt), parts: parts, run: func(all [][]wirePart) error {
