@@ -30,6 +30,25 @@ type collFlags struct {
 	perIter              bool
 	out                  string
 	launch               launchFlags
+	// nccl-tests' flags beyond gpubench's own
+	nthreads, cycles, cpuTime, perIterTiming, perIterSkip int
+	unsupported                                           map[string]*string
+}
+
+// unsupportedFlags are nccl-tests flags that gpubench takes, so that a command line drops in,
+// but can honour only at their default: any other value is refused with why and what to use.
+var unsupportedFlags = []struct{ short, long, def, why string }{
+	{"m", "agg_iters", "1", "gpubench times each collective on its own; aggregating several in one NCCL group is not supported: use -m 1"},
+	{"p", "parallel_init", "0", "gpubench makes every communicator of a process from one thread (-p 0); the init method does not change the figures: drop -p"},
+	{"R", "local_register", "0", "gpubench does not register its buffers with NCCL: drop -R"},
+	{"y", "stream_null", "0", "gpubench runs each rank on its own non-blocking stream: drop -y"},
+	{"S", "report_timestamps", "0", "rows carry no timestamp: --out FILE streams each row as it is measured, after the run's start_time"},
+	{"J", "output_file", "", "gpubench writes its own JSON: use --output json, or --out FILE for JSON lines as the run goes"},
+	{"x", "cta_policy", "", "gpubench does not set NCCL's CTA policy: drop -x"},
+	{"D", "device_implementation", "0", "gpubench calls NCCL's host API only: drop -D"},
+	{"V", "device_cta_count", "16", "gpubench calls NCCL's host API only: drop -V"},
+	{"M", "memory", "0", "gpubench prints no memory report: drop -M"},
+	{"u", "unalign", "0", "gpubench's buffers are always aligned: drop -u"},
 }
 
 // newCollCmd builds the command for one collective (gpubench allreduce, allgather, ...).
@@ -63,15 +82,27 @@ func newCollCmd(e *env, g *globals, c *coll.Collective) *cobra.Command {
 	fl.IntVarP(&f.blocking, "blocking", "z", 0, "0: queue the timed calls; 1, 2: wait after each call; 3: wait after each iteration")
 	fl.BoolVar(&f.perIter, "per-iter", false, "time every iteration on the GPUs' streams: p50, p95, p99, max, cv and the slowest rank per size")
 	fl.StringVar(&f.out, "out", "", "also stream the results to FILE as JSON lines, a line per size as it is measured")
+	fl.IntVarP(&f.nthreads, "nthreads", "t", 1, "nccl-tests: threads per process; gpubench drives a process's GPUs from one thread, so -t T -g G uses T x G GPUs")
+	fl.IntVarP(&f.cycles, "run_cycles", "N", 1, "nccl-tests: run the whole sweep this many times (0: until interrupted)")
+	fl.IntVarP(&f.cpuTime, "report_cputime", "C", 0, "nccl-tests: 1 shows the host's launch time in the time column (bandwidths still from completion)")
+	fl.IntVarP(&f.perIterTiming, "per_iter_timing", "I", 0, "nccl-tests: 1 is --per-iter")
+	fl.IntVarP(&f.perIterSkip, "per_iter_skip", "K", 0, "nccl-tests: leave the first K iterations out of --per-iter's statistics")
+	f.unsupported = map[string]*string{}
+	for _, u := range unsupportedFlags {
+		f.unsupported[u.long] = fl.StringP(u.long, u.short, u.def, "nccl-tests: "+u.why)
+		_ = fl.MarkHidden(u.long)
+	}
 	f.launch.add(cmd)
 	complete(cmd, "dtype", append(typeList(), "all"))
 	if c.Reduces {
 		fl.StringVarP(&f.op, "op", "o", "sum", "reduction: sum, prod, max, min, avg, or all")
 		complete(cmd, "op", []string{"sum", "prod", "max", "min", "avg", "all"})
 	}
-	if c.Rooted {
-		fl.IntVarP(&f.root, "root", "r", 0, "root rank, or -1 for every rank in turn")
+	rootHelp := "root rank, or -1 for every rank in turn"
+	if !c.Rooted {
+		rootHelp = "nccl-tests: root of broadcast and reduce; " + c.Name + " has none, so it is ignored"
 	}
+	fl.IntVarP(&f.root, "root", "r", 0, rootHelp)
 	return cmd
 }
 
@@ -98,7 +129,7 @@ func (g *globals) openColl(e *env) (gpu.Backend, int64, error) {
 		if err == nil {
 			return b, 0, nil
 		}
-		if err := g.noRealGPU(e, err); err != nil {
+		if err := g.noRealGPU(e, err, g.namedLibs(true)); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -154,8 +185,16 @@ func (f *collFlags) options(cmd *cobra.Command, c *coll.Collective, seed uint64)
 		return opt, usageErr("invalid -a %d: use 0 (rank 0), 1 (mean), 2 (min) or 3 (max)", f.average)
 	case changed("ngpus") && f.ngpus < 1:
 		return opt, usageErr("invalid -g %d: use at least 1 GPU", f.ngpus)
-	case f.root < -1:
+	case c.Rooted && f.root < -1:
 		return opt, usageErr("invalid -r %d: use a rank, or -1 for every rank", f.root)
+	case f.nthreads < 1:
+		return opt, usageErr("invalid -t %d: use at least 1 thread", f.nthreads)
+	case f.cycles < 0:
+		return opt, usageErr("invalid -N %d: use a number of cycles, or 0 to repeat until interrupted", f.cycles)
+	case f.cpuTime != 0 && f.cpuTime != 1:
+		return opt, usageErr("invalid -C %d: use 0 or 1", f.cpuTime)
+	case f.perIterTiming != 0 && f.perIterTiming != 1:
+		return opt, usageErr("invalid -I %d: use 0 or 1 (or --per-iter)", f.perIterTiming)
 	case f.timeout < 0:
 		return opt, usageErr("invalid -T %d: use seconds, or 0 for no timeout", f.timeout)
 	case f.graph < 0:
@@ -163,7 +202,26 @@ func (f *collFlags) options(cmd *cobra.Command, c *coll.Collective, seed uint64)
 	case f.blocking < 0 || f.blocking > 3:
 		return opt, usageErr("invalid -z %d: use 0, 1, 2 or 3", f.blocking)
 	}
-	opt.Graph, opt.Blocking, opt.PerIter = f.graph, f.blocking, f.perIter
+	for _, u := range unsupportedFlags {
+		if v := *f.unsupported[u.long]; changed(u.long) && v != u.def {
+			return opt, usageErr("-%s %s (--%s): %s", u.short, v, u.long, u.why)
+		}
+	}
+	if !c.Rooted {
+		opt.Root = 0 // nccl-tests takes -r for every test and ignores it where there is no root
+	}
+	if changed("nthreads") { // nccl-tests' GPUs per process: -t threads of -g GPUs each
+		opt.NGPUs = f.nthreads * max(f.ngpus, 1)
+	}
+	opt.Graph, opt.Blocking, opt.PerIter = f.graph, f.blocking, f.perIter || f.perIterTiming == 1
+	opt.CPUTime, opt.PerIterSkip = f.cpuTime == 1, f.perIterSkip
+	opt.Cycles = f.cycles
+	if f.cycles == 0 {
+		opt.Cycles = -1
+	}
+	if changed("per_iter_skip") && (!opt.PerIter || f.perIterSkip < 0 || f.perIterSkip >= f.iters) {
+		return opt, usageErr("invalid -K %d: it skips the first iterations of --per-iter (-I 1): use 0 to %d", f.perIterSkip, f.iters-1)
+	}
 	if opt.Graph > 0 && opt.Blocking == 3 {
 		opt.Blocking = 0 // as nccl-tests: -z 3 does not combine with -G
 	}
@@ -197,6 +255,12 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 	opt, err := f.options(cmd, c, g.seed)
 	if err != nil {
 		return err
+	}
+	if !c.Rooted && f.root != 0 {
+		fmt.Fprintf(e.stderr, "gpubench: -r %d ignored: %s has no root (-r is for broadcast and reduce)\n", f.root, c.Name)
+	}
+	if f.nthreads > 1 {
+		fmt.Fprintf(e.stderr, "gpubench: one thread drives every GPU of this process: -t %d runs %d GPUs, as -g %d does\n", f.nthreads, opt.NGPUs, opt.NGPUs)
 	}
 	proc, err := f.launch.process()
 	if err != nil {

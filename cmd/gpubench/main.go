@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "0.1.0-dev"
+// version is the file VERSION's (a test keeps them equal); make sets it from that file too.
+var version = "0.2.0-dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -142,7 +142,7 @@ func (g *globals) openP2P(e *env) (p2p.Backend, string, error) {
 		if err == nil {
 			return b, "", nil
 		}
-		if err := g.noRealGPU(e, err); err != nil {
+		if err := g.noRealGPU(e, err, g.namedLibs(false)); err != nil {
 			return nil, "", err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -48,7 +49,9 @@ func newRootCmd(e *env) *cobra.Command {
 			"measures it, on the real GPUs or on a simulated machine (--backend sim --topology NAME|FILE).",
 		SilenceErrors: true,
 		SilenceUsage:  true,
+		Version:       e.version,
 	}
+	root.SetVersionTemplate(versionLine(e.version) + "\n")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.backend, "backend", "auto", "GPU backend: auto (real GPUs when available, else the simulator), cuda or sim")
@@ -89,11 +92,15 @@ func (g *globals) validate(backends ...string) error {
 	return nil
 }
 
-// noRealGPU handles a real backend that would not open: with --backend cuda it is exit 4 with the
-// whole reason; with auto, a one-line notice and nil, so that the caller falls back to the
-// simulator.
-func (g *globals) noRealGPU(e *env, err error) error {
-	if g.backend == "cuda" {
+// noRealGPU handles a real backend that would not open: with --backend cuda, or when a library
+// was named (named is the flag or variable that named it), it is exit 4 with the whole reason,
+// which names the path and the loader's complaint; with auto, a one-line notice and nil, so that
+// the caller falls back to the simulator.
+func (g *globals) noRealGPU(e *env, err error, named string) error {
+	switch {
+	case named != "":
+		return &exitError{code: exitNoGPU, err: fmt.Errorf("%s names a library that did not load: %w", named, err)}
+	case g.backend == "cuda":
 		return &exitError{code: exitNoGPU, err: fmt.Errorf("no usable GPU: %w", err)}
 	}
 	why := err.Error()
@@ -105,6 +112,22 @@ func (g *globals) noRealGPU(e *env, err error) error {
 	}
 	fmt.Fprintf(e.stderr, "gpubench: %s; using the simulator (--topology %s)\n", why, g.topology)
 	return nil
+}
+
+// namedLibs says which of --cuda-lib, --nccl-lib, $GPUBENCH_CUDART and $GPUBENCH_NCCL name a
+// library ("" when none does): naming one asks for the real GPUs.
+func (g *globals) namedLibs(nccl bool) string {
+	var named []string
+	for _, v := range []struct {
+		name, value string
+		nccl        bool
+	}{{"--cuda-lib", g.cudaLib, false}, {"$GPUBENCH_CUDART", os.Getenv("GPUBENCH_CUDART"), false},
+		{"--nccl-lib", g.ncclLib, true}, {"$GPUBENCH_NCCL", os.Getenv("GPUBENCH_NCCL"), true}} {
+		if v.value != "" && (nccl || !v.nccl) {
+			named = append(named, v.name)
+		}
+	}
+	return strings.Join(named, " and ")
 }
 
 // openSim returns the simulated backend the flags describe, and its data cap.

@@ -51,7 +51,11 @@ func (f *serveFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	if g.backend != "sim" {
 		var err error
 		if src, err = metrics.OpenNVML(f.nvmlLib); err != nil {
-			if err := g.noRealGPU(e, err); err != nil {
+			named := ""
+			if f.nvmlLib != "" {
+				named = "--nvml-lib"
+			}
+			if err := g.noRealGPU(e, err, named); err != nil {
 				return err
 			}
 		}

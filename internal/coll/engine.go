@@ -34,8 +34,16 @@ type Options struct {
 	// loop, which in one process is the same as 1.
 	Blocking int
 	// PerIter times every iteration on the devices' streams (the Comm must be a
-	// gpu.StreamTimer) and gives each placement its statistics.
-	PerIter bool
+	// gpu.StreamTimer) and gives each placement its statistics; PerIterSkip leaves the first
+	// that many iterations out of the statistics (nccl-tests' -K), though Times keeps them.
+	PerIter     bool
+	PerIterSkip int
+	// CPUTime also times the host's launches alone, from before the first to after the last,
+	// before waiting for the devices (nccl-tests' -C).
+	CPUTime bool
+	// Cycles is how many times the whole run repeats (nccl-tests' -N): 0 and 1 run it once, a
+	// negative number until ctx ends.
+	Cycles int
 	// OnStart, when set, gets the summary's devices, sweep and peak before the first measurement.
 	OnStart func(*Summary)
 	// OnResult, when set, gets every row as soon as it is measured.
@@ -61,6 +69,8 @@ type Placement struct {
 	TimeUS float64
 	AlgBW  float64
 	BusBW  float64
+	// CPUTimeUS is the host's launch time per collective, with Options.CPUTime (0 otherwise).
+	CPUTimeUS float64
 	// Wrong is the number of wrong elements; nil when the result was not checked (checking off,
 	// an in-place result nccl-tests does not check, or a timing-only buffer).
 	Wrong *int64
@@ -88,7 +98,13 @@ type IterStats struct {
 // NewIterStats computes the statistics of per-iteration times (µs); percentiles are the
 // nearest rank.
 func NewIterStats(times []float64) *IterStats {
-	s := &IterStats{TimesUS: times}
+	return newIterStats(times, 0)
+}
+
+// newIterStats leaves the first skip times out of the statistics, and keeps them in TimesUS.
+func newIterStats(all []float64, skip int) *IterStats {
+	s := &IterStats{TimesUS: all}
+	times := all[min(skip, len(all)):]
 	if len(times) == 0 {
 		return s
 	}
@@ -114,6 +130,7 @@ func NewIterStats(times []float64) *IterStats {
 
 // Result is one row of the table.
 type Result struct {
+	Cycle      int // which repeat of the run (Options.Cycles), from 0
 	Size       int64
 	Count      int64
 	Type       string
@@ -295,51 +312,53 @@ func Run(ctx context.Context, b gpu.Backend, opt Options) (*Summary, error) {
 	}
 	var busSum float64
 	var cells int
-	for _, dt := range opt.DTypes {
-		for _, op := range ops {
-			for _, root := range roots {
-				a := Args{DType: dt, Op: op, Root: max(root, 0), Ranks: n}
-				if err := r.warmup(s.Sweep, a); err != nil {
-					return r.stop(s, err)
-				}
-				for _, size := range s.Sweep.Sizes() {
-					if err := ctx.Err(); err != nil {
+	for cycle := 0; cycle < max(opt.Cycles, 1) || opt.Cycles < 0; cycle++ {
+		for _, dt := range opt.DTypes {
+			for _, op := range ops {
+				for _, root := range roots {
+					a := Args{DType: dt, Op: op, Root: max(root, 0), Ranks: n}
+					if err := r.warmup(s.Sweep, a); err != nil {
 						return r.stop(s, err)
 					}
-					k := opt.Coll.Counts(size/int64(dt.Size()), dt.Size(), n)
-					res := Result{Size: k.Bytes, Count: k.Param, Type: dt.String(), Op: "none", Root: root}
-					if opt.Coll.Reduces {
-						res.Op = op.String()
-					}
-					r.in, r.red = nil, nil // inputs are made once per row, when a placement checks
-					for _, inPlace := range []bool{false, true} {
-						p, err := r.placement(k, a, inPlace)
-						if err != nil {
-							return r.stop(s, &StepError{Coll: opt.Coll.Name, Size: k.Bytes, InPlace: inPlace, Err: err})
+					for _, size := range s.Sweep.Sizes() {
+						if err := ctx.Err(); err != nil {
+							return r.stop(s, err)
 						}
-						if p.Wrong != nil && *p.Wrong > 0 {
-							s.OutOfBounds++
+						k := opt.Coll.Counts(size/int64(dt.Size()), dt.Size(), n)
+						res := Result{Cycle: cycle, Size: k.Bytes, Count: k.Param, Type: dt.String(), Op: "none", Root: root}
+						if opt.Coll.Reduces {
+							res.Op = op.String()
 						}
-						if p.TimingOnly && s.TimingOnlyFrom == 0 {
-							s.TimingOnlyFrom = k.Bytes
+						r.in, r.red = nil, nil // inputs are made once per row, when a placement checks
+						for _, inPlace := range []bool{false, true} {
+							p, err := r.placement(k, a, inPlace)
+							if err != nil {
+								return r.stop(s, &StepError{Coll: opt.Coll.Name, Size: k.Bytes, InPlace: inPlace, Err: err})
+							}
+							if p.Wrong != nil && *p.Wrong > 0 {
+								s.OutOfBounds++
+							}
+							if p.TimingOnly && s.TimingOnlyFrom == 0 {
+								s.TimingOnlyFrom = k.Bytes
+							}
+							if p.BusBW > s.BestBusBW {
+								s.BestBusBW, s.BestSize = p.BusBW, k.Bytes
+							}
+							busSum += p.BusBW
+							cells++
+							if inPlace {
+								res.InPlace = p
+							} else {
+								res.OutOfPlace = p
+							}
 						}
-						if p.BusBW > s.BestBusBW {
-							s.BestBusBW, s.BestSize = p.BusBW, k.Bytes
+						s.Results = append(s.Results, res)
+						if cells > 0 {
+							s.AvgBusBW = busSum / float64(cells)
 						}
-						busSum += p.BusBW
-						cells++
-						if inPlace {
-							res.InPlace = p
-						} else {
-							res.OutOfPlace = p
+						if opt.OnResult != nil {
+							opt.OnResult(res)
 						}
-					}
-					s.Results = append(s.Results, res)
-					if cells > 0 {
-						s.AvgBusBW = busSum / float64(cells)
-					}
-					if opt.OnResult != nil {
-						opt.OnResult(res)
 					}
 				}
 			}
@@ -483,15 +502,15 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 	// check reloads the inputs.
 	r.skipData(true)
 	err = r.calls(1, bs, k, a)
-	var elapsed float64
-	var iters []float64
+	var lt loopTimes
 	if err == nil {
-		elapsed, iters, err = r.timedLoop(bs, k, a)
+		lt, err = r.timedLoop(bs, k, a)
 	}
 	r.skipData(false)
 	if err != nil {
 		return p, err
 	}
+	iters := lt.iterUS
 	var wrong int64
 	byRank := make([]int64, r.n)
 	for i := 0; checking && i < r.opt.Check; i++ {
@@ -532,19 +551,19 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 				}
 			}
 		}
-		p.PerIter = NewIterStats(iters)
+		p.PerIter = newIterStats(iters, r.opt.PerIterSkip)
 	}
-	times := []float64{elapsed}
+	times, cpu := []float64{lt.sec}, []float64{lt.cpuSec}
 	if r.opt.Group != nil {
 		// Every process's time and wrong count, as nccl-tests gathers them over MPI.
-		all, err := r.opt.Group.AllGather(r.ctx, []float64{elapsed, float64(wrong)})
+		all, err := r.opt.Group.AllGather(r.ctx, []float64{lt.sec, float64(wrong), lt.cpuSec})
 		if err != nil {
 			return p, err
 		}
-		times, wrong = make([]float64, len(all)), 0
+		times, cpu, wrong = make([]float64, len(all)), make([]float64, len(all)), 0
 		slowest := 0
 		for rank, v := range all {
-			times[rank] = v[0]
+			times[rank], cpu[rank] = v[0], v[2]
 			wrong += int64(v[1])
 			byRank[rank] = int64(v[1])
 			if v[0] > times[slowest] {
@@ -558,6 +577,9 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 	}
 	sec := Combine(times, r.opt.Average)
 	p.TimeUS = sec * 1e6
+	if r.opt.CPUTime {
+		p.CPUTimeUS = Combine(cpu, r.opt.Average) * 1e6
+	}
 	if sec > 0 {
 		p.AlgBW = float64(k.Bytes) / 1e9 / sec
 	}
@@ -592,107 +614,136 @@ func (r *runner) anyOf(v bool) (bool, error) {
 	return v, err
 }
 
-// timedLoop runs the timed iterations and returns the seconds per collective, on the backend's
-// host clock from before the first launch to after the last completion, as nccl-tests times it;
-// with PerIter also every iteration's stream time, µs (every graph launch's, divided by the
-// iterations it holds, in graph mode).
-func (r *runner) timedLoop(bs *buffers, k Counts, a Args) (float64, []float64, error) {
+// loopTimes is what the timed loop measured: seconds per collective from before the first
+// launch to after the last completion, the host's launch time alone per collective, and with
+// PerIter every iteration's stream time (µs).
+type loopTimes struct {
+	sec, cpuSec float64
+	iterUS      []float64
+}
+
+// timedLoop runs the timed iterations, timed on the backend's host clock as nccl-tests times
+// them; in graph mode every graph launch's stream time is divided by the iterations it holds.
+func (r *runner) timedLoop(bs *buffers, k Counts, a Args) (loopTimes, error) {
+	var lt loopTimes
 	iters := r.opt.Iters
 	var st gpu.StreamTimer
 	mark := func() error { return nil }
 	if r.opt.PerIter {
 		var ok bool
 		if st, ok = r.comm.(gpu.StreamTimer); !ok {
-			return 0, nil, fmt.Errorf("--per-iter: the %s backend cannot time its streams", r.b.Name())
+			return lt, fmt.Errorf("--per-iter: the %s backend cannot time its streams", r.b.Name())
 		}
 		// Every mark is made before the clock starts, so that marking costs the loop only the
 		// recording.
 		if err := st.Reserve(max(iters, r.opt.Graph) + 1); err != nil {
-			return 0, nil, err
+			return lt, err
 		}
 		mark = st.Mark
 	}
-	perIter := func(per int) ([]float64, error) {
-		if st == nil {
-			return nil, nil
-		}
-		iv, err := st.Intervals()
-		us := make([]float64, len(iv))
-		for i, d := range iv {
-			us[i] = float64(d.Nanoseconds()) / 1e3 / float64(per)
-		}
-		return us, err
-	}
+	launches, per := iters, 1 // timed launches, and collectives in each
+	var launch func() error
 	if r.opt.Graph > 0 {
-		gc, ok := r.comm.(gpu.GraphComm)
-		if !ok {
-			return 0, nil, fmt.Errorf("graph mode (-G): the %s backend cannot capture graphs", r.b.Name())
-		}
-		if err := gc.BeginCapture(); err != nil {
-			return 0, nil, err
-		}
-		var err error
-		for i := 0; i < iters && err == nil; i++ {
-			err = r.opt.Coll.Call(r.comm, bs.send, bs.recv, k, a)
-		}
-		g, endErr := gc.EndCapture()
-		if err != nil || endErr != nil {
-			return 0, nil, errors.Join(err, endErr)
+		g, err := r.capture(bs, k, a)
+		if err != nil {
+			return lt, err
 		}
 		defer g.Destroy()
-		t0 := r.b.Now()
-		if err := mark(); err != nil {
-			return 0, nil, err
-		}
-		for i := 0; i < r.opt.Graph; i++ {
-			if err := g.Launch(); err != nil {
-				return 0, nil, err
-			}
-			if err := mark(); err != nil {
-				return 0, nil, err
-			}
-		}
-		if err := r.sync(); err != nil {
-			return 0, nil, err
-		}
-		elapsed := (r.b.Now() - t0).Seconds() / float64(iters*r.opt.Graph)
-		us, err := perIter(iters)
-		return elapsed, us, err
+		launches, per, launch = r.opt.Graph, iters, g.Launch
+	} else {
+		launch = func() error { return r.opt.Coll.Call(r.comm, bs.send, bs.recv, k, a) }
 	}
+	done := r.ctx.Done() // a long loop (-n 1000000000) still ends on Ctrl-C
 	t0 := r.b.Now()
 	if err := mark(); err != nil {
-		return 0, nil, err
+		return lt, err
 	}
-	for i := 0; i < iters; i++ {
-		if err := r.opt.Coll.Call(r.comm, bs.send, bs.recv, k, a); err != nil {
-			return 0, nil, err
+	for i := 0; i < launches; i++ {
+		select {
+		case <-done:
+			return lt, r.ctx.Err()
+		default:
+		}
+		if err := launch(); err != nil {
+			return lt, err
 		}
 		if err := mark(); err != nil {
-			return 0, nil, err
+			return lt, err
 		}
-		if r.opt.Blocking == 0 {
-			continue
+		if err := r.block(); err != nil {
+			return lt, err
 		}
-		if err := r.sync(); err != nil {
-			return 0, nil, err
+	}
+	// nccl-tests' -C: the launches alone, per collective (in graph mode, per captured iteration).
+	lt.cpuSec = (r.b.Now() - t0).Seconds() / float64(iters)
+	if err := r.sync(); err != nil {
+		return lt, err
+	}
+	lt.sec = (r.b.Now() - t0).Seconds() / float64(launches*per)
+	if st != nil {
+		iv, err := st.Intervals()
+		if err != nil {
+			return lt, err
 		}
-		if r.opt.Blocking == 1 && r.opt.Group != nil { // the barrier across processes
-			if _, err := r.opt.Group.AllGather(r.ctx, nil); err != nil {
-				return 0, nil, err
-			}
+		lt.iterUS = make([]float64, len(iv))
+		for i, d := range iv {
+			lt.iterUS[i] = float64(d.Nanoseconds()) / 1e3 / float64(per)
 		}
+	}
+	return lt, nil
+}
+
+// capture records the timed loop's iterations as a graph (nccl-tests' -G).
+func (r *runner) capture(bs *buffers, k Counts, a Args) (gpu.Graph, error) {
+	gc, ok := r.comm.(gpu.GraphComm)
+	if !ok {
+		return nil, fmt.Errorf("graph mode (-G): the %s backend cannot capture graphs", r.b.Name())
+	}
+	if err := gc.BeginCapture(); err != nil {
+		return nil, err
+	}
+	var err error
+	for i := 0; i < r.opt.Iters && err == nil; i++ {
+		err = r.opt.Coll.Call(r.comm, bs.send, bs.recv, k, a)
+	}
+	g, endErr := gc.EndCapture()
+	if err != nil || endErr != nil {
+		if g != nil {
+			_ = g.Destroy()
+		}
+		return nil, errors.Join(err, endErr)
+	}
+	return g, nil
+}
+
+// block waits after a timed launch as nccl-tests' -z asks: not at all with 0; for the devices
+// with 1, 2 and 3 (in one process an iteration is one call), with 1's barrier across processes.
+// Graph launches are not blocked (-G and -z 3 do not combine in nccl-tests; gpubench drops -z
+// with -G altogether, as each launch already holds the whole loop).
+func (r *runner) block() error {
+	if r.opt.Blocking == 0 || r.opt.Graph > 0 {
+		return nil
 	}
 	if err := r.sync(); err != nil {
-		return 0, nil, err
+		return err
 	}
-	elapsed := (r.b.Now() - t0).Seconds() / float64(iters)
-	us, err := perIter(1)
-	return elapsed, us, err
+	if r.opt.Blocking == 1 && r.opt.Group != nil { // the barrier across processes
+		if _, err := r.opt.Group.AllGather(r.ctx, nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // calls enqueues the collective n times, then waits for the devices.
 func (r *runner) calls(n int, bs *buffers, k Counts, a Args) error {
+	done := r.ctx.Done()
 	for i := 0; i < n; i++ {
+		select {
+		case <-done:
+			return r.ctx.Err()
+		default:
+		}
 		if err := r.opt.Coll.Call(r.comm, bs.send, bs.recv, k, a); err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpubench/gpubench/internal/metrics/telemetry"
+	"github.com/gpubench/gpubench/internal/topo"
 )
 
 // NVML is the telemetry of the real GPUs, read through go-nvml. XIDs come from an NVML event set
@@ -33,10 +34,7 @@ func OpenNVML(path string) (telemetry.Source, error) {
 	}
 	lib := nvml.New(opts...)
 	if ret := lib.Init(); ret != nvml.SUCCESS {
-		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
-			return nil, fmt.Errorf("NVML: libnvidia-ml.so.1 not found (is the NVIDIA driver installed?)")
-		}
-		return nil, fmt.Errorf("NVML init: %s", nvml.ErrorString(ret))
+		return nil, topo.InitError(ret, path)
 	}
 	n, err := NewNVML(lib)
 	if err != nil {

@@ -97,6 +97,15 @@ func headerNotes(r *CollRun) []string {
 	if r.Coll.Factor(len(s.Devices)) == 0 {
 		notes = append(notes, fmt.Sprintf("With %d rank, busbw is 0 by definition (busbw = algbw x %s): read algbw", len(s.Devices), factorText(r.Coll)))
 	}
+	if r.Opt.CPUTime {
+		notes = append(notes, "Time is the host's launch time per collective (-C); algbw and busbw come from the completion time")
+	}
+	switch c := r.Opt.Cycles; {
+	case c < 0:
+		notes = append(notes, "The sweep repeats until interrupted (-N 0)")
+	case c > 1:
+		notes = append(notes, fmt.Sprintf("The sweep runs %d times (-N %d), each cycle's rows after the last's", c, c))
+	}
 	return notes
 }
 
@@ -252,6 +261,15 @@ func busID(id string) string {
 	return id
 }
 
+// shownTime is the time column of the table and Markdown: the completion time, or with -C the
+// host's launch time, as nccl-tests' -C shows it (bandwidths always come from completion).
+func shownTime(r *CollRun, p coll.Placement) float64 {
+	if r.Opt.CPUTime {
+		return p.CPUTimeUS
+	}
+	return p.TimeUS
+}
+
 func (t *tableWriter) Row(r *CollRun, res coll.Result) error {
 	line := fmt.Sprintf("%12d  %12d  %8s  %6s  %6d", res.Size, res.Count, res.Type, res.Op, res.Root)
 	for _, p := range []coll.Placement{res.OutOfPlace, res.InPlace} {
@@ -259,7 +277,7 @@ func (t *tableWriter) Row(r *CollRun, res coll.Result) error {
 		if p.Wrong != nil {
 			wrong = strconv.FormatFloat(float64(*p.Wrong), 'g', 6, 64)
 		}
-		line += fmt.Sprintf("  %7s  %6s  %6s  %6s", floatStr(p.TimeUS, 7), floatStr(p.AlgBW, 6), floatStr(p.BusBW, 6), wrong)
+		line += fmt.Sprintf("  %7s  %6s  %6s  %6s", floatStr(shownTime(r, p), 7), floatStr(p.AlgBW, 6), floatStr(p.BusBW, 6), wrong)
 	}
 	if r.Opt.PerIter {
 		line += iterCells(res.OutOfPlace) + iterCells(res.InPlace)
@@ -332,6 +350,9 @@ type jsonConfig struct {
 	Root         *int     `json:"root"`
 	Seed         uint64   `json:"seed"`
 	DataCap      *int64   `json:"sim_data_cap_bytes"`
+	Cycles       int      `json:"run_cycles,omitempty"`     // -N: 0 omitted (once), -1 until interrupted
+	CPUTime      bool     `json:"report_cputime,omitempty"` // -C
+	PerIterSkip  int      `json:"per_iter_skip,omitempty"`  // -K
 }
 
 type jsonDevice struct {
@@ -345,6 +366,7 @@ type jsonDevice struct {
 }
 
 type jsonResult struct {
+	Cycle      *int          `json:"cycle,omitempty"` // with -N: which repeat, from 1
 	Size       int64         `json:"size_bytes"`
 	Count      int64         `json:"count"`
 	Type       string        `json:"type"`
@@ -360,6 +382,8 @@ type jsonPlacement struct {
 	BusBW      float64 `json:"busbw_gbs"`
 	Wrong      *int64  `json:"wrong"`
 	TimingOnly bool    `json:"timing_only"`
+	// CPUTimeUS is the host's launch time per collective, with -C.
+	CPUTimeUS *float64 `json:"cpu_time_us,omitempty"`
 	// Runs across processes: every rank's time, and the slowest rank.
 	RankTimesUS []float64 `json:"rank_time_us,omitempty"`
 	SlowestRank *int      `json:"slowest_rank,omitempty"`
@@ -421,7 +445,7 @@ func CollJSON(r *CollRun) any {
 		Config: jsonConfig{
 			Ranks: len(s.Devices), MinBytes: s.Sweep.Min, MaxBytes: s.Sweep.Max, RequestedMax: o.Sweep.Max,
 			Warmup: o.Warmup, Iters: o.Iters, Check: o.Check, Average: o.Average, Seed: o.Seed,
-			Graph: o.Graph, Blocking: o.Blocking,
+			Graph: o.Graph, Blocking: o.Blocking, CPUTime: o.CPUTime, PerIterSkip: o.PerIterSkip,
 		},
 		Notes:       append(headerNotes(r), footerNotes(r)...),
 		Results:     []jsonResult{},
@@ -438,6 +462,9 @@ func CollJSON(r *CollRun) any {
 	}
 	if r.Launch != "" {
 		doc.Launch = &r.Launch
+	}
+	if o.Cycles != 1 {
+		doc.Config.Cycles = o.Cycles
 	}
 	if s.Sweep.Factor > 1 {
 		doc.Config.StepFactor = &s.Sweep.Factor
@@ -486,7 +513,11 @@ func CollJSON(r *CollRun) any {
 }
 
 func jsonRow(r *CollRun, res coll.Result) jsonResult {
-	jr := jsonResult{Size: res.Size, Count: res.Count, Type: res.Type, OutOfPlace: jsonPlace(res.OutOfPlace), InPlace: jsonPlace(res.InPlace)}
+	jr := jsonResult{Size: res.Size, Count: res.Count, Type: res.Type, OutOfPlace: jsonPlace(r, res.OutOfPlace), InPlace: jsonPlace(r, res.InPlace)}
+	if r.Opt.Cycles != 0 && r.Opt.Cycles != 1 {
+		c := res.Cycle + 1
+		jr.Cycle = &c
+	}
 	if r.Coll.Reduces {
 		jr.Op = &res.Op
 	}
@@ -496,9 +527,12 @@ func jsonRow(r *CollRun, res coll.Result) jsonResult {
 	return jr
 }
 
-func jsonPlace(p coll.Placement) jsonPlacement {
+func jsonPlace(r *CollRun, p coll.Placement) jsonPlacement {
 	j := jsonPlacement{TimeUS: p.TimeUS, AlgBW: p.AlgBW, BusBW: p.BusBW, Wrong: p.Wrong, TimingOnly: p.TimingOnly,
 		RankTimesUS: p.RankTimesUS, SlowestRank: p.SlowestRank}
+	if r.Opt.CPUTime {
+		j.CPUTimeUS = &p.CPUTimeUS
+	}
 	if s := p.PerIter; s != nil {
 		j.PerIter = &jsonIter{N: len(s.TimesUS), MeanUS: s.MeanUS, P50US: s.P50US, P95US: s.P95US, P99US: s.P99US,
 			MaxUS: s.MaxUS, CV: s.CV, Times: s.TimesUS}
@@ -516,14 +550,19 @@ type csvWriter struct{ w *csv.Writer }
 var csvIterHeader = []string{"p50_us", "p95_us", "p99_us", "max_us", "cv", "slowest_rank"}
 
 func (c *csvWriter) Start(r *CollRun) error {
-	head := csvHeader
+	head := slices.Clone(csvHeader)
 	if r.Opt.PerIter {
-		head = slices.Clone(head)
 		for _, place := range []string{"oop_", "ip_"} {
 			for _, h := range csvIterHeader {
 				head = append(head, place+h)
 			}
 		}
+	}
+	if r.Opt.CPUTime {
+		head = append(head, "oop_cpu_time_us", "ip_cpu_time_us")
+	}
+	if r.Opt.Cycles != 0 && r.Opt.Cycles != 1 {
+		head = append(head, "cycle")
 	}
 	c.w.Write(head)
 	c.w.Flush()
@@ -552,6 +591,12 @@ func (c *csvWriter) Row(r *CollRun, res coll.Result) error {
 		} else {
 			rec = append(rec, "", "", "", "", "", slow)
 		}
+	}
+	if r.Opt.CPUTime {
+		rec = append(rec, num(res.OutOfPlace.CPUTimeUS), num(res.InPlace.CPUTimeUS))
+	}
+	if r.Opt.Cycles != 0 && r.Opt.Cycles != 1 {
+		rec = append(rec, strconv.Itoa(res.Cycle+1))
 	}
 	c.w.Write(rec)
 	c.w.Flush()
@@ -592,7 +637,7 @@ func (m *markdownWriter) Row(r *CollRun, res coll.Result) error {
 		if p.Wrong != nil {
 			wrong = strconv.FormatInt(*p.Wrong, 10)
 		}
-		line += fmt.Sprintf(" %s | %s | %s | %s |", floatStr(p.TimeUS, 7), floatStr(p.AlgBW, 6), floatStr(p.BusBW, 6), wrong)
+		line += fmt.Sprintf(" %s | %s | %s | %s |", floatStr(shownTime(r, p), 7), floatStr(p.AlgBW, 6), floatStr(p.BusBW, 6), wrong)
 	}
 	if r.Opt.PerIter {
 		for _, p := range []coll.Placement{res.OutOfPlace, res.InPlace} {

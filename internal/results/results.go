@@ -55,6 +55,7 @@ type BusPeak struct {
 
 // Row is one size of a sweep, for one type, op and root.
 type Row struct {
+	Cycle      int // which repeat of a run with -N, from 1; 0 in a run without
 	Size       int64
 	Count      int64
 	Type       string
@@ -66,6 +67,7 @@ type Row struct {
 
 // Placement is one placement's figures.
 type Placement struct {
+	CPUTimeUS   *float64 // the host's launch time (-C)
 	TimeUS      float64
 	AlgBW       float64
 	BusBW       float64
@@ -261,6 +263,7 @@ type jsonDoc struct {
 }
 
 type jsonRow struct {
+	Cycle      *int           `json:"cycle"`
 	Size       *int64         `json:"size_bytes"`
 	Count      *int64         `json:"count"`
 	Type       *string        `json:"type"`
@@ -276,6 +279,7 @@ type jsonPlacement struct {
 	BusBW       *float64     `json:"busbw_gbs"`
 	Wrong       *int64       `json:"wrong"`
 	TimingOnly  bool         `json:"timing_only"`
+	CPUTimeUS   *float64     `json:"cpu_time_us"`
 	SlowestRank *int         `json:"slowest_rank"`
 	PerIter     *jsonPerIter `json:"per_iter"`
 }
@@ -351,6 +355,12 @@ func (r *jsonRow) row() (Row, error) {
 		return Row{}, errors.New("no \"in_place\"")
 	}
 	row := Row{Size: *r.Size, Type: *r.Type, Root: r.Root}
+	if r.Cycle != nil {
+		if *r.Cycle < 1 {
+			return Row{}, fmt.Errorf("cycle %d is not a cycle number (from 1)", *r.Cycle)
+		}
+		row.Cycle = *r.Cycle
+	}
 	if r.Count != nil {
 		row.Count = *r.Count
 	}
@@ -379,7 +389,12 @@ func (p *jsonPlacement) placement() (Placement, error) {
 			return Placement{}, err
 		}
 	}
-	out := Placement{TimeUS: *p.TimeUS, AlgBW: *p.AlgBW, BusBW: *p.BusBW, Wrong: p.Wrong, TimingOnly: p.TimingOnly, SlowestRank: p.SlowestRank}
+	out := Placement{TimeUS: *p.TimeUS, AlgBW: *p.AlgBW, BusBW: *p.BusBW, Wrong: p.Wrong, TimingOnly: p.TimingOnly, SlowestRank: p.SlowestRank, CPUTimeUS: p.CPUTimeUS}
+	if p.CPUTimeUS != nil {
+		if err := nonNegative("cpu_time_us", *p.CPUTimeUS); err != nil {
+			return Placement{}, err
+		}
+	}
 	if p.SlowestRank != nil && *p.SlowestRank < 0 {
 		return Placement{}, fmt.Errorf("slowest_rank %d is negative", *p.SlowestRank)
 	}
@@ -465,9 +480,10 @@ func checkRows(c *Coll) (notices []string, err error) {
 	return notices, nil
 }
 
-// RowKey tells rows apart: collective, type, op, root (-1 when none) and size.
+// RowKey tells rows apart: collective, cycle (-N), type, op, root (-1 when none) and size.
 type RowKey struct {
 	Collective string
+	Cycle      int
 	Type, Op   string
 	Root       int
 	Size       int64
@@ -479,7 +495,7 @@ func (r Row) Key(c string) RowKey {
 	if r.Root != nil {
 		root = *r.Root
 	}
-	return RowKey{Collective: c, Type: r.Type, Op: r.Op, Root: root, Size: r.Size}
+	return RowKey{Collective: c, Cycle: r.Cycle, Type: r.Type, Op: r.Op, Root: root, Size: r.Size}
 }
 
 func (k RowKey) String() string {
@@ -489,6 +505,9 @@ func (k RowKey) String() string {
 	}
 	if k.Root >= 0 {
 		s += fmt.Sprintf(" root %d", k.Root)
+	}
+	if k.Cycle > 0 {
+		s += fmt.Sprintf(" cycle %d", k.Cycle)
 	}
 	return s
 }

@@ -40,7 +40,7 @@ func Discover(opt Options) (*Report, error) {
 // load are unresolved, and calling them crashes.
 func DiscoverWith(lib Library, opt Options) (*Report, error) {
 	if ret := lib.Init(); ret != nvml.SUCCESS {
-		return nil, initError(ret, opt.NVMLLib)
+		return nil, InitError(ret, opt.NVMLLib)
 	}
 	defer lib.Shutdown()
 	m, err := collect(lib, opt)
@@ -54,8 +54,9 @@ func DiscoverWith(lib Library, opt Options) (*Report, error) {
 	return build(m, sysReader{root: root}, opt), nil
 }
 
-// initError says why NVML did not start and what to do about it.
-func initError(ret nvml.Return, path string) error {
+// InitError says why NVML did not start and what to do about it, in the words every command
+// uses; it wraps ErrUnavailable.
+func InitError(ret nvml.Return, path string) error {
 	if path == "" {
 		path = "libnvidia-ml.so.1"
 	}
