@@ -280,7 +280,7 @@ func TestNCCLTestsFlags(t *testing.T) {
 
 func TestVersion(t *testing.T) {
 	out, _, code := gpubench(t, "version")
-	if code != 0 || !strings.HasPrefix(out, "gpubench test (go") {
+	if code != 0 || !strings.HasPrefix(out, "gpubench test (commit ") {
 		t.Errorf("version: exit %d, %q", code, out)
 	}
 }

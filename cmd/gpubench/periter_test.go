@@ -125,7 +125,7 @@ func TestPlotAndServeOutputs(t *testing.T) {
 		t.Fatal("no result file")
 	}
 	img := filepath.Join(dir, "a.svg")
-	out, _, code = gpubench(t, "plot", res, "-o", img, "--output", "json")
+	out, _, code = gpubench(t, "plot", res, "--out", img, "--output", "json")
 	var got struct {
 		File          string
 		Width, Height int
@@ -134,7 +134,7 @@ func TestPlotAndServeOutputs(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got.File != img || got.Width != 960 || len(got.Inputs) != 1 {
 		t.Errorf("plot --output json: exit %d, %q", code, out)
 	}
-	for _, args := range [][]string{{"plot", res, "-o", img, "--output", "csv"}, {"serve", "--backend", "sim", "--output", "csv"}} {
+	for _, args := range [][]string{{"plot", res, "--out", img, "--output", "csv"}, {"serve", "--backend", "sim", "--output", "csv"}} {
 		if out, errOut, code := gpubench(t, args...); code != exitUsage || out != "" || !strings.Contains(errOut, `unknown --output "csv"`) {
 			t.Errorf("%v: exit %d, %q, %q", args, code, out, errOut)
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 type plotFlags struct {
 	out       string
+	oldOut    string // -o, the old name of --out
 	y         string
 	placement string
 	matrices  []string
@@ -27,20 +29,24 @@ type plotFlags struct {
 func newPlotCmd(e *env, g *globals) *cobra.Command {
 	f := &plotFlags{}
 	cmd := &cobra.Command{
-		Use:   "plot RESULT.json [RESULT.json...] -o FILE.svg|png",
+		Use:   "plot RESULT.json [RESULT.json...] --out FILE.svg|png",
 		Short: "Draw results: busbw or time against size, runs overlaid; p2p matrices as heat maps",
 		Long: "plot draws collective results (--output json documents or JSON lines written with --out) as\n" +
 			"busbw, algbw or time against size on a log axis, one line per run with a legend, and each\n" +
 			"topology's nominal bus peak as a dashed line. p2p results (gpubench p2p --output json) become\n" +
 			"heat maps of the matrices asked for, the unidirectional P2P write bandwidth by default. The\n" +
-			"image is SVG or PNG, by the extension of -o.",
-		Example: "  gpubench plot before.json after.json -o busbw.svg\n  gpubench plot run.json --y time --placement both -o time.png\n  gpubench plot p2p.json --matrix uni_enabled,bi_enabled -o p2p.png",
+			"image is SVG or PNG, by the extension of --out.",
+		Example: "  gpubench plot before.json after.json --out busbw.svg\n  gpubench plot run.json --y time --placement both --out time.png\n  gpubench plot p2p.json --matrix uni_enabled,bi_enabled --out p2p.png",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return f.run(cmd, e, g, args)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVarP(&f.out, "out", "o", "", "the image to write: FILE.svg or FILE.png (required)")
+	fl.StringVar(&f.out, "out", "", "the image to write: FILE.svg or FILE.png (required)")
+	// -o was the image; on the collectives it is nccl-tests' --op: one letter, one meaning. It
+	// still works, with a notice.
+	fl.StringVarP(&f.oldOut, "image", "o", "", "")
+	_ = fl.MarkHidden("image")
 	fl.StringVar(&f.y, "y", "busbw", "collectives: what to draw against size: "+strings.Join(plot.Measures, ", "))
 	fl.StringVar(&f.placement, "placement", "out", "collectives: out (out-of-place), in (in-place) or both")
 	fl.StringSliceVar(&f.matrices, "matrix", []string{"uni_enabled"}, "p2p: matrices to draw, side by side: uni_enabled, uni_disabled, bi_enabled, bi_disabled, lat_enabled, lat_disabled")
@@ -51,18 +57,28 @@ func newPlotCmd(e *env, g *globals) *cobra.Command {
 
 func (f *plotFlags) run(cmd *cobra.Command, e *env, g *globals, args []string) error {
 	if len(args) == 0 {
-		return usageErr("plot needs a result file: gpubench plot RESULT.json [RESULT.json...] -o FILE.svg")
+		return usageErr("plot needs a result file: gpubench plot RESULT.json [RESULT.json...] --out FILE.svg")
+	}
+	if f.oldOut != "" {
+		if f.out != "" {
+			return usageErr("give the image once, with --out")
+		}
+		fmt.Fprintln(e.stderr, "gpubench: plot -o is deprecated (on the collectives -o is the reduction op): use --out")
+		f.out = f.oldOut
 	}
 	if f.out == "" {
-		return usageErr("plot needs an image to write: add -o FILE.svg or -o FILE.png")
+		return usageErr("plot needs an image to write: add --out FILE.svg or --out FILE.png")
 	}
 	if !slices.Contains([]string{"table", "json", "markdown"}, g.output) {
-		return usageErr("unknown --output %q for plot: use table, json or markdown (the image goes to -o)", g.output)
+		return usageErr("unknown --output %q for plot: use table, json or markdown (the image goes to --out)", g.output)
 	}
 	opt := plot.Options{Measure: f.y, Placement: f.placement, Matrices: f.matrices, Title: f.title}
 	opt.Format = strings.TrimPrefix(strings.ToLower(filepath.Ext(f.out)), ".")
 	if !slices.Contains(plot.Formats, opt.Format) {
-		return usageErr("invalid -o %q: name an .svg or .png file", f.out)
+		return usageErr("invalid --out %q: name an .svg or .png file", f.out)
+	}
+	if fi, err := os.Stat(filepath.Dir(f.out)); err != nil || !fi.IsDir() {
+		return usageErr("invalid --out %q: the folder %s does not exist", f.out, filepath.Dir(f.out))
 	}
 	var err error
 	if opt.Width, opt.Height, err = parseImageSize(f.size); err != nil {
@@ -130,7 +146,11 @@ func parseImageSize(s string) (w, h int, err error) {
 func writeAtomic(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
-		return err
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err // the temporary file's name means nothing to the user
+		}
+		return fmt.Errorf("cannot create a file in %s: %w", filepath.Dir(path), err)
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := tmp.Write(data); err != nil {

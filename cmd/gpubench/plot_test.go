@@ -78,7 +78,7 @@ func hexDigit(v uint32) byte { return "0123456789ABCDEF"[v&15] }
 // a legend entry per run and the nominal peak.
 func TestPlotSVG(t *testing.T) {
 	dir := simRuns(t)
-	_, errOut, code := inDir(t, dir, "plot", "base.json", "slow.json", "j1.json", "-o", "busbw.svg", "--size", "800x500")
+	_, errOut, code := inDir(t, dir, "plot", "base.json", "slow.json", "j1.json", "--out", "busbw.svg", "--size", "800x500")
 	if code != 0 || errOut != "gpubench: plot: wrote busbw.svg (800x500 SVG) from base.json, slow.json, j1.json\n" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
@@ -143,7 +143,7 @@ func countColor(img image.Image, c color.Color) int {
 // A PNG of the size asked, the time plot with both placements, each series' colour drawn.
 func TestPlotPNG(t *testing.T) {
 	dir := simRuns(t)
-	if _, errOut, code := inDir(t, dir, "plot", "base.json", "slow.json", "--y", "time", "--placement", "both", "-o", "time.png", "--size", "640x480"); code != 0 {
+	if _, errOut, code := inDir(t, dir, "plot", "base.json", "slow.json", "--y", "time", "--placement", "both", "--out", "time.png", "--size", "640x480"); code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 	img := decodePNG(t, filepath.Join(dir, "time.png"))
@@ -171,14 +171,14 @@ func TestPlotP2PHeatMap(t *testing.T) {
 		os.WriteFile(filepath.Join(dir, topo+".json"), []byte(out), 0o644)
 	}
 	grey := color.Gray{Y: 0xdd}
-	if _, errOut, code := inDir(t, dir, "plot", "dgx-h100.json", "-o", "h100.png"); code != 0 {
+	if _, errOut, code := inDir(t, dir, "plot", "dgx-h100.json", "--out", "h100.png"); code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 	img := decodePNG(t, filepath.Join(dir, "h100.png"))
 	if b := img.Bounds(); b.Dx() != 960 || b.Dy() != 600 || countColor(img, grey) > 200 { // a few from anti-aliased text
 		t.Errorf("dgx-h100: image %v, %d N/A pixels; want 960x600 and every cell measured", b, countColor(img, grey))
 	}
-	if _, errOut, code := inDir(t, dir, "plot", "pcie-4090x8.json", "dgx-h100.json", "--matrix", "uni_enabled,bi_enabled", "-o", "both.png", "--size", "1200x1000"); code != 0 {
+	if _, errOut, code := inDir(t, dir, "plot", "pcie-4090x8.json", "dgx-h100.json", "--matrix", "uni_enabled,bi_enabled", "--out", "both.png", "--size", "1200x1000"); code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 	img = decodePNG(t, filepath.Join(dir, "both.png"))
@@ -195,17 +195,17 @@ func TestPlotBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"plot", "base.json"}, "add -o FILE.svg"},
-		{[]string{"plot", "-o", "x.svg"}, "plot needs a result file"},
-		{[]string{"plot", "base.json", "-o", "x.pdf"}, `invalid -o "x.pdf"`},
-		{[]string{"plot", "base.json", "-o", "x.svg", "--size", "10x10"}, `invalid --size "10x10"`},
-		{[]string{"plot", "base.json", "-o", "x.svg", "--y", "speed"}, `invalid --y "speed"`},
-		{[]string{"plot", "base.json", "-o", "x.svg", "--placement", "middle"}, `invalid --placement "middle"`},
-		{[]string{"plot", "base.json", "p2p.json", "-o", "x.svg"}, "plot collective results and p2p results separately"},
-		{[]string{"plot", "base.json", "-o", "x.svg", "--matrix", "bi_enabled"}, "--matrix is for p2p results"},
-		{[]string{"plot", "p2p.json", "-o", "x.svg", "--y", "time"}, "--y and --placement are for collective results"},
-		{[]string{"plot", "p2p.json", "-o", "x.svg", "--matrix", "uni"}, `has no matrix "uni": it holds bi_disabled, bi_enabled`},
-		{[]string{"plot", "missing.json", "-o", "x.svg"}, "missing.json: no such file or directory"},
+		{[]string{"plot", "base.json"}, "add --out FILE.svg"},
+		{[]string{"plot", "--out", "x.svg"}, "plot needs a result file"},
+		{[]string{"plot", "base.json", "--out", "x.pdf"}, `invalid --out "x.pdf"`},
+		{[]string{"plot", "base.json", "--out", "x.svg", "--size", "10x10"}, `invalid --size "10x10"`},
+		{[]string{"plot", "base.json", "--out", "x.svg", "--y", "speed"}, `invalid --y "speed"`},
+		{[]string{"plot", "base.json", "--out", "x.svg", "--placement", "middle"}, `invalid --placement "middle"`},
+		{[]string{"plot", "base.json", "p2p.json", "--out", "x.svg"}, "plot collective results and p2p results separately"},
+		{[]string{"plot", "base.json", "--out", "x.svg", "--matrix", "bi_enabled"}, "--matrix is for p2p results"},
+		{[]string{"plot", "p2p.json", "--out", "x.svg", "--y", "time"}, "--y and --placement are for collective results"},
+		{[]string{"plot", "p2p.json", "--out", "x.svg", "--matrix", "uni"}, `has no matrix "uni": it holds bi_disabled, bi_enabled`},
+		{[]string{"plot", "missing.json", "--out", "x.svg"}, "missing.json: no such file or directory"},
 	}
 	for _, c := range cases {
 		out, errOut, code := inDir(t, dir, c.args...)

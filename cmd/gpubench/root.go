@@ -181,6 +181,8 @@ func normalize(_ *pflag.FlagSet, name string) pflag.NormalizedName {
 		name = "warmup"
 	case "datatype":
 		name = "dtype"
+	case "cudagraph":
+		name = "graph"
 	}
 	return pflag.NormalizedName(name)
 }

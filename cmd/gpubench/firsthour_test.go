@@ -1,0 +1,160 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Every collective's default output (8B:8GB on 8 GPUs, whose smallest sizes round to 0-byte rows
+// for all-gather, reduce-scatter and all-to-all) goes through every reader, as a document and as
+// a stream.
+func TestEveryDefaultOutputIsRead(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []string{"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "sendrecv"} {
+		doc, stream := filepath.Join(dir, c+".json"), filepath.Join(dir, c+".jsonl")
+		out, errOut, code := gpubench(t, c, "--backend", "sim", "--output", "json", "--out", stream)
+		if code != 0 {
+			t.Fatalf("%s: exit %d, %s", c, code, errOut)
+		}
+		if err := os.WriteFile(doc, []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, errOut, code := gpubench(t, "compare", doc, stream); code != 0 {
+			t.Errorf("compare %s: exit %d, %s", c, code, errOut)
+		}
+		if _, errOut, code := gpubench(t, "plot", doc, stream, "--out", filepath.Join(dir, c+".svg")); code != 0 {
+			t.Errorf("plot %s: exit %d, %s", c, code, errOut)
+		}
+	}
+}
+
+// nccl-tests' flags either do what they do there or are refused with why.
+func TestNCCLTestsFlagsDropIn(t *testing.T) {
+	out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "-b", "1K", "-e", "4K", "-f", "2", "-t", "2", "-g", "2", "-N", "2", "-C", "1", "-r", "0", "--output", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var doc struct {
+		Config struct {
+			Ranks  int  `json:"ranks"`
+			Cycles int  `json:"run_cycles"`
+			CPU    bool `json:"report_cputime"`
+		} `json:"config"`
+		Results []struct {
+			Cycle      int `json:"cycle"`
+			OutOfPlace struct {
+				TimeUS float64  `json:"time_us"`
+				CPU    *float64 `json:"cpu_time_us"`
+			} `json:"out_of_place"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Config.Ranks != 4 || doc.Config.Cycles != 2 || !doc.Config.CPU || len(doc.Results) != 6 {
+		t.Fatalf("-t 2 -g 2 -N 2 -C 1: config %+v, %d rows; want 4 ranks, 2 cycles of 3 rows, cputime", doc.Config, len(doc.Results))
+	}
+	if r := doc.Results[5]; r.Cycle != 2 || r.OutOfPlace.CPU == nil || !(*r.OutOfPlace.CPU > 0 && *r.OutOfPlace.CPU <= r.OutOfPlace.TimeUS) {
+		t.Errorf("last row: cycle %d, cpu time %v, time %v; want cycle 2 and a launch time within the completion time", r.Cycle, r.OutOfPlace.CPU, r.OutOfPlace.TimeUS)
+	}
+	if !strings.Contains(errOut, "-t 2 runs 4 GPUs") {
+		t.Errorf("-t: no notice in %q", errOut)
+	}
+	// The table's time column is the launch time with -C, as in nccl-tests.
+	table, _, _ := gpubench(t, "allreduce", "--backend", "sim", "-b", "1G", "-e", "1G", "-C", "1")
+	if !strings.Contains(table, "host's launch time per collective (-C)") {
+		t.Errorf("-C: no note in\n%s", table)
+	}
+	// -I is --per-iter, and -K leaves iterations out of its statistics.
+	out, errOut, code = gpubench(t, "broadcast", "--backend", "sim", "-b", "1K", "-e", "1K", "-I", "1", "-K", "1", "--output", "json")
+	if code != 0 || !strings.Contains(out, `"per_iter_skip": 1`) || !strings.Contains(out, `"p50_us"`) {
+		t.Errorf("-I 1 -K 1: exit %d, %s\n%s", code, errOut, out)
+	}
+	// -r on a collective without a root is taken, as nccl-tests takes it, and said to be ignored.
+	if _, errOut, code := gpubench(t, "allgather", "--backend", "sim", "-b", "1K", "-e", "1K", "-r", "2"); code != 0 || !strings.Contains(errOut, "-r 2 ignored: allgather has no root") {
+		t.Errorf("allgather -r 2: exit %d, %q", code, errOut)
+	}
+	for _, c := range []struct{ args, want string }{
+		{"-m 2", "-m 2 (--agg_iters): gpubench times each collective on its own"},
+		{"--agg_iters 4", "-m 4 (--agg_iters)"},
+		{"-p 1", "-p 1 (--parallel_init)"},
+		{"-R 1", "-R 1 (--local_register)"},
+		{"-J out.json", "use --output json, or --out FILE"},
+		{"-y 1", "-y 1 (--stream_null)"},
+		{"-N -1", "invalid -N -1"},
+		{"-K 3", "invalid -K 3"},
+		{"-t 0", "invalid -t 0"},
+	} {
+		args := append([]string{"allreduce", "--backend", "sim", "-b", "1K", "-e", "1K"}, strings.Fields(c.args)...)
+		out, errOut, code := gpubench(t, args...)
+		if code != exitUsage || out != "" || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit 2 and one line containing %q", c.args, code, out, errOut, c.want)
+		}
+	}
+	// The defaults of the refused flags, as nccl-tests' own scripts pass them, are taken.
+	if _, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "-b", "1K", "-e", "1K", "-m", "1", "-p", "0", "-R", "0", "--cudagraph", "1"); code != 0 {
+		t.Errorf("default values: exit %d, %s", code, errOut)
+	}
+}
+
+// A library the user names is what they asked for: when it does not load, the run does not fall
+// back to the simulator.
+func TestNamedLibraryMustLoad(t *testing.T) {
+	for _, args := range [][]string{
+		{"allreduce", "--cuda-lib", "/nonexistent/libcudart.so.12", "-b", "1K", "-e", "1K"},
+		{"p2p", "--cuda-lib", "/nonexistent/libcudart.so.12", "--size", "1M"},
+		{"serve", "--nvml-lib", "/nonexistent/libnvidia-ml.so.1", "--metrics", "127.0.0.1:0"},
+	} {
+		out, errOut, code := gpubenchProcess(t, nil, args...)
+		if code != exitNoGPU || out != "" || !strings.Contains(errOut, "/nonexistent/") || strings.Contains(errOut, "using the simulator") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 4 naming the path", args, code, out, errOut)
+		}
+	}
+	_, errOut, code := gpubenchProcess(t, []string{"GPUBENCH_CUDART=/nonexistent/libcudart.so"}, "allreduce", "-b", "1K", "-e", "1K")
+	if code != exitNoGPU || !strings.Contains(errOut, "$GPUBENCH_CUDART names a library that did not load") {
+		t.Errorf("GPUBENCH_CUDART: exit %d, %q", code, errOut)
+	}
+}
+
+func TestVersionFlag(t *testing.T) {
+	out, _, code := gpubench(t, "--version")
+	if code != 0 || !strings.HasPrefix(out, "gpubench test (commit ") {
+		t.Errorf("--version: exit %d, %q", code, out)
+	}
+	file, err := os.ReadFile("../../VERSION")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(string(file)) != version {
+		t.Errorf("VERSION holds %q, the binary's default version is %q: keep them equal", file, version)
+	}
+}
+
+func TestCompareThresholdIsPercent(t *testing.T) {
+	dir := simRuns(t)
+	base, j1 := filepath.Join(dir, "base.json"), filepath.Join(dir, "j1.json")
+	_, errOut, code := gpubench(t, "compare", "--threshold", "0.05", base, j1)
+	if code != exitUsage || !strings.Contains(errOut, "write 0.05% for 0.05 percent, or 5% for the fraction 0.05") {
+		t.Errorf("--threshold 0.05: exit %d, %q", code, errOut)
+	}
+	out, errOut, code := gpubench(t, "compare", "--threshold", "2.5", base, j1, "--output", "json")
+	if code != 0 || !strings.Contains(out, `"threshold_percent": 2.5`) {
+		t.Errorf("--threshold 2.5: exit %d, %s\n%s", code, errOut, out)
+	}
+}
+
+// plot's image is --out, as every command's output file is; -o still works, with a notice, and
+// a folder that does not exist is named as the user gave it.
+func TestPlotOut(t *testing.T) {
+	dir := simRuns(t)
+	if _, errOut, code := inDir(t, dir, "plot", "base.json", "-o", "old.svg"); code != 0 || !strings.Contains(errOut, "use --out") {
+		t.Errorf("plot -o: exit %d, %q", code, errOut)
+	}
+	_, errOut, code := gpubench(t, "plot", filepath.Join(dir, "base.json"), "--out", "/nonexistent/x.svg")
+	if code != exitUsage || !strings.Contains(errOut, `invalid --out "/nonexistent/x.svg": the folder /nonexistent does not exist`) {
+		t.Errorf("missing folder: exit %d, %q", code, errOut)
+	}
+}
