@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpubench/gpubench/internal/input"
 	"github.com/gpubench/gpubench/internal/topo"
 )
 
@@ -161,7 +162,7 @@ func checkACS(f *Facts) Result {
 	var onSwitch, onRoot []string
 	withACS, unreadable := 0, 0
 	for _, b := range bridges {
-		config, err := os.ReadFile(f.fs.path("sys", "bus", "pci", "devices", b, "config"))
+		config, err := input.ReadFile(f.fs.path("sys", "bus", "pci", "devices", b, "config"), input.SysfsLimit)
 		if err != nil {
 			unreadable++
 			continue

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpubench/gpubench/internal/input"
 	"github.com/gpubench/gpubench/internal/topo"
 )
 
@@ -19,7 +20,7 @@ func (s fsys) path(p ...string) string { return filepath.Join(append([]string{s.
 
 // read returns a file's text, trimmed, and whether it could be read.
 func (s fsys) read(p ...string) (string, bool) {
-	b, err := os.ReadFile(s.path(p...))
+	b, err := input.ReadFile(s.path(p...), input.SysfsLimit)
 	if err != nil {
 		return "", false
 	}

@@ -172,6 +172,9 @@ func (t *Topology) Validate() error {
 	if len(t.Nodes) == 0 {
 		return fmt.Errorf("topology %s has no nodes", t.Name)
 	}
+	if err := t.checkLimits(); err != nil {
+		return err
+	}
 	if len(t.Nodes) > 1 && t.Network == nil {
 		return fmt.Errorf("topology %s has %d nodes but no network", t.Name, len(t.Nodes))
 	}
@@ -295,14 +298,7 @@ func (t *Topology) Validate() error {
 		}
 	}
 	// Every GPU must reach every other one.
-	for i := range t.gpus {
-		for j := range t.gpus {
-			if i != j && t.Route(i, j).Hops == nil {
-				return fmt.Errorf("topology %s: no path from %s to %s", t.Name, t.GPUName(i), t.GPUName(j))
-			}
-		}
-	}
-	return nil
+	return t.checkReach()
 }
 
 // validateFacts checks the optional facts `gpubench topo` records.

@@ -533,7 +533,7 @@ func TestValidateRejects(t *testing.T) {
 			t.Nodes[1].NICs = nil
 			t.Nodes[1].Links = t.Nodes[1].Links[:3]
 			t.Network = &gpu.Network{Kind: "infiniband"}
-		}, "no path from host0/gpu0 to host1/gpu0"},
+		}, "host1/gpu0 reaches no NIC"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/input"
 )
 
 //go:embed presets/*.json
@@ -38,9 +39,9 @@ func LoadTopology(nameOrPath string) (*gpu.Topology, error) {
 	if statErr != nil && !strings.ContainsAny(nameOrPath, "/\\") && !strings.HasSuffix(nameOrPath, ".json") {
 		return nil, fmt.Errorf("unknown topology %q: use a preset (%s) or a topology file's path", nameOrPath, strings.Join(Presets(), ", "))
 	}
-	data, err := os.ReadFile(nameOrPath)
+	data, err := input.ReadFile(nameOrPath, input.TopologyLimit)
 	if err != nil {
-		return nil, fmt.Errorf("cannot read topology file: %v", err)
+		return nil, fmt.Errorf("cannot read topology file %v", err)
 	}
 	t, err := gpu.ParseTopology(data)
 	if err != nil {

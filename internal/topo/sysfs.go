@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/gpubench/gpubench/internal/input"
 )
 
 // sysReader reads sysfs and /proc under a root directory: "/" on a real machine, a fixture tree
@@ -18,7 +20,7 @@ func (r sysReader) path(p ...string) string {
 }
 
 func (r sysReader) read(p ...string) (string, bool) {
-	b, err := os.ReadFile(r.path(p...))
+	b, err := input.ReadFile(r.path(p...), input.SysfsLimit)
 	if err != nil {
 		return "", false
 	}

@@ -1,0 +1,215 @@
+package gpu
+
+import "fmt"
+
+// Limits on what a topology may describe. Real machines are far inside them: a node has at most
+// a few dozen GPUs (72 in an NVL72 rack taken as one node) and its parts are a few links apart
+// (GPU, one or two PCIe switches, CPU, the other socket); the largest clusters NCCL runs are
+// tens of thousands of GPUs. Past them gpubench refuses a topology rather than spend minutes or
+// unbounded memory on it.
+const (
+	MaxGPUs        = 16384 // in all nodes together
+	MaxNodeGPUs    = 1024  // in one node
+	MaxNodeParts   = 8192  // CPUs, GPUs, switches and NICs of one node
+	MaxNodeLinks   = 32768 // links of one node
+	MaxNodeLinkHop = 16    // links between any part of a node and its first part, at most
+)
+
+// checkLimits refuses a topology past the limits above, naming the limit.
+func (t *Topology) checkLimits() error {
+	gpus := 0
+	for _, n := range t.Nodes {
+		gpus += len(n.GPUs)
+		parts := len(n.CPUs) + len(n.GPUs) + len(n.Switches) + len(n.NICs)
+		switch {
+		case len(n.GPUs) > MaxNodeGPUs:
+			return fmt.Errorf("node %s has %d GPUs; gpubench takes at most %d per node (describe a cluster as several nodes)", n.Hostname, len(n.GPUs), MaxNodeGPUs)
+		case parts > MaxNodeParts:
+			return fmt.Errorf("node %s has %d parts; gpubench takes at most %d per node", n.Hostname, parts, MaxNodeParts)
+		case len(n.Links) > MaxNodeLinks:
+			return fmt.Errorf("node %s has %d links; gpubench takes at most %d per node", n.Hostname, len(n.Links), MaxNodeLinks)
+		}
+	}
+	if gpus > MaxGPUs {
+		return fmt.Errorf("topology %s has %d GPUs; gpubench takes at most %d", t.Name, gpus, MaxGPUs)
+	}
+	return nil
+}
+
+// checkReach makes sure that every route the simulator will ask for exists, in time linear in
+// the topology's size rather than one search per pair of GPUs: within a node every GPU must reach
+// every other one (over NVLink or PCIe, or through a CPU's memory when P2P is off), no part may be
+// more than MaxNodeLinkHop links from the node's first part (routes stay short), and between
+// nodes every GPU must reach a NIC.
+//
+// A route's search never passes through a GPU or a NIC (Topology.search), so two GPUs reach each
+// other over some link kinds exactly when they share a link, or both touch one component of the
+// other parts joined by links of those kinds.
+func (t *Topology) checkReach() error {
+	nodeGPUs := 0
+	for ni := range t.Nodes {
+		n := &t.Nodes[ni]
+		gpus := t.gpus[nodeGPUs : nodeGPUs+len(n.GPUs)]
+		nodeGPUs += len(n.GPUs)
+		if far := t.farthest(t.verts[n.Hostname+"/"+firstID(n)]); far > MaxNodeLinkHop {
+			return fmt.Errorf("node %s: some of its parts are %d links apart; gpubench takes nodes whose parts are at most %d links from the first (a real PCIe tree is a few switches deep)", n.Hostname, far, MaxNodeLinkHop)
+		}
+		nv := t.touches(gpus, "nvlink")
+		pc := t.touches(gpus, "pcie", "smp")
+		var cpus []int // without P2P: the CPU each GPU stages its copies through
+		if t.P2P != "all" {
+			for _, g := range gpus {
+				cpus = append(cpus, t.nearest(g.vert, "cpu", "pcie"))
+			}
+		}
+		for i, a := range gpus {
+			if len(t.Nodes) > 1 && t.nearestNIC(a.vert) < 0 {
+				return fmt.Errorf("topology %s: %s reaches no NIC, so it cannot reach the other nodes", t.Name, t.GPUName(nodeGPUs-len(n.GPUs)+i))
+			}
+		}
+		if t.P2P == "all" && (nv.common() || pc.common()) {
+			continue // one switch or CPU that every GPU reaches: the usual machine
+		}
+		for i := range gpus {
+			for j := i + 1; j < len(gpus); j++ {
+				ok := false
+				if t.P2P == "all" {
+					ok = nv.meet(i, j) || pc.meet(i, j)
+				} else {
+					ok = pc.staged(cpus, i, j) && pc.staged(cpus, j, i)
+				}
+				if !ok {
+					base := nodeGPUs - len(n.GPUs)
+					return fmt.Errorf("topology %s: no path from %s to %s", t.Name, t.GPUName(base+i), t.GPUName(base+j))
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func firstID(n *Node) string {
+	if len(n.CPUs) > 0 {
+		return n.CPUs[0].ID
+	}
+	return n.GPUs[0].ID
+}
+
+// farthest is the most links any vertex of v's node is from v, over every link kind but the
+// network's.
+func (t *Topology) farthest(v int) int {
+	dist := map[int]int{v: 0}
+	frontier, d := []int{v}, 0
+	for len(frontier) > 0 && d <= MaxNodeLinkHop {
+		var next []int
+		for _, u := range frontier {
+			for _, ei := range t.adj[u] {
+				e := t.edges[ei]
+				w := e.a + e.b - u
+				if _, seen := dist[w]; seen || e.kind == "net" {
+					continue
+				}
+				dist[w] = d + 1
+				next = append(next, w)
+			}
+		}
+		if len(next) > 0 {
+			d++
+		}
+		frontier = next
+	}
+	return d
+}
+
+// touchSets says, for each GPU of a node, which components of the node's other parts it touches
+// over some link kinds, and which GPUs it shares a link with.
+type touchSets struct {
+	comp   map[int]int // vertex -> component id, for parts that are neither GPUs nor NICs
+	touch  []map[int]bool
+	direct []map[int]bool // GPU index -> GPU indexes it shares a link with
+}
+
+// touches finds the components of a node's parts other than GPUs and NICs joined by links of the
+// given kinds, and the components each GPU reaches in one link.
+func (t *Topology) touches(gpus []gpuRef, kinds ...string) touchSets {
+	s := touchSets{comp: map[int]int{}, touch: make([]map[int]bool, len(gpus)), direct: make([]map[int]bool, len(gpus))}
+	index := map[int]int{} // GPU vertex -> index in gpus
+	for i, g := range gpus {
+		index[g.vert] = i
+		s.touch[i], s.direct[i] = map[int]bool{}, map[int]bool{}
+	}
+	interior := func(v int) bool { k := t.kinds[v]; return k != "gpu" && k != "nic" }
+	for i, g := range gpus {
+		for _, ei := range t.adj[g.vert] {
+			e := t.edges[ei]
+			if !contains(kinds, e.kind) {
+				continue
+			}
+			w := e.a + e.b - g.vert
+			if j, ok := index[w]; ok {
+				s.direct[i][j] = true
+				continue
+			}
+			if !interior(w) {
+				continue
+			}
+			if _, ok := s.comp[w]; !ok { // a new component: walk it
+				id := len(s.comp)
+				s.comp[w] = id
+				stack := []int{w}
+				for len(stack) > 0 {
+					u := stack[len(stack)-1]
+					stack = stack[:len(stack)-1]
+					for _, ej := range t.adj[u] {
+						f := t.edges[ej]
+						x := f.a + f.b - u
+						if _, seen := s.comp[x]; seen || !interior(x) || !contains(kinds, f.kind) {
+							continue
+						}
+						s.comp[x] = id
+						stack = append(stack, x)
+					}
+				}
+			}
+			s.touch[i][s.comp[w]] = true
+		}
+	}
+	return s
+}
+
+// common says whether one component is touched by every GPU.
+func (s touchSets) common() bool {
+	if len(s.touch) == 0 {
+		return true
+	}
+	for c := range s.touch[0] {
+		all := true
+		for _, m := range s.touch[1:] {
+			all = all && m[c]
+		}
+		if all {
+			return true
+		}
+	}
+	return false
+}
+
+// meet says whether GPUs i and j reach each other: a shared link, or a shared component.
+func (s touchSets) meet(i, j int) bool {
+	if s.direct[i][j] {
+		return true
+	}
+	for c := range s.touch[i] {
+		if s.touch[j][c] {
+			return true
+		}
+	}
+	return false
+}
+
+// staged says, of the components over PCIe and CPU links, whether GPU i can copy to GPU j
+// through host memory: i has a CPU to stage through (cpus[i]), and j touches that CPU's component.
+func (s touchSets) staged(cpus []int, i, j int) bool {
+	c, ok := s.comp[cpus[i]]
+	return cpus[i] >= 0 && ok && s.touch[j][c]
+}

@@ -1,0 +1,109 @@
+package gpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// checkReach must accept exactly the topologies in which every pair of GPUs has a route: on
+// random small nodes, its verdict is compared with a route search for every pair.
+func TestCheckReachAgreesWithRoutes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	kinds := []string{"nvlink", "pcie", "smp"}
+	accepted, refused := 0, 0
+	for trial := 0; trial < 3000; trial++ {
+		n := Node{Hostname: "h"}
+		var parts []string
+		for i := range 2 + rng.IntN(4) {
+			id := fmt.Sprintf("g%d", i)
+			n.GPUs = append(n.GPUs, GPU{ID: id, Name: "x", MemoryBytes: 1, MemoryGBs: 1, ComputeCapability: "9.0"})
+			parts = append(parts, id)
+		}
+		for i := range rng.IntN(3) {
+			id := fmt.Sprintf("c%d", i)
+			n.CPUs = append(n.CPUs, CPU{ID: id})
+			parts = append(parts, id)
+		}
+		for i := range rng.IntN(4) {
+			id := fmt.Sprintf("s%d", i)
+			kind := "pcie"
+			if rng.IntN(2) == 0 {
+				kind = "nvswitch"
+			}
+			n.Switches = append(n.Switches, Switch{ID: id, Kind: kind})
+			parts = append(parts, id)
+		}
+		for range rng.IntN(8) {
+			a, b := parts[rng.IntN(len(parts))], parts[rng.IntN(len(parts))]
+			if a != b {
+				n.Links = append(n.Links, Link{A: a, B: b, Kind: kinds[rng.IntN(len(kinds))], GBs: 10})
+			}
+		}
+		topo := &Topology{Format: TopologyFormat, Name: "r", Nodes: []Node{n}}
+		if rng.IntN(3) == 0 {
+			topo.P2P = "none"
+		}
+		err := topo.Validate()
+		if err != nil && !strings.Contains(err.Error(), "no path") {
+			t.Fatalf("trial %d: unexpected error %v", trial, err)
+		}
+		allRoutes := true
+		for i := range topo.NumGPUs() {
+			for j := range topo.NumGPUs() {
+				if i != j && topo.Route(i, j).Hops == nil {
+					allRoutes = false
+				}
+			}
+		}
+		if (err == nil) != allRoutes {
+			t.Fatalf("trial %d (p2p %s, links %+v): checkReach says %v, routes for every pair: %v", trial, topo.P2P, n.Links, err, allRoutes)
+		}
+		if err == nil {
+			accepted++
+		} else {
+			refused++
+		}
+	}
+	if accepted < 100 || refused < 100 {
+		t.Errorf("the random topologies were too one-sided to test anything: %d accepted, %d refused", accepted, refused)
+	}
+}
+
+// Topologies past the limits are refused with the limit named, and a deep PCIe chain too.
+func TestTopologyLimits(t *testing.T) {
+	gpus := func(host string, k int) Node {
+		n := Node{Hostname: host, Switches: []Switch{{ID: "nvs", Kind: "nvswitch"}}}
+		for i := range k {
+			id := fmt.Sprintf("g%d", i)
+			n.GPUs = append(n.GPUs, GPU{ID: id, Name: "x", MemoryBytes: 1, MemoryGBs: 1, ComputeCapability: "9.0"})
+			n.Links = append(n.Links, Link{A: id, B: "nvs", Kind: "nvlink", GBs: 100})
+		}
+		return n
+	}
+	big := &Topology{Format: TopologyFormat, Name: "big", Nodes: []Node{gpus("h", MaxNodeGPUs+1)}}
+	if err := big.Validate(); err == nil || !strings.Contains(err.Error(), "gpubench takes at most 1024 per node") {
+		t.Errorf("%d GPUs on one node: %v", MaxNodeGPUs+1, err)
+	}
+	many := &Topology{Format: TopologyFormat, Name: "many", Network: &Network{Kind: "infiniband"}}
+	for i := range MaxGPUs/1024 + 1 {
+		many.Nodes = append(many.Nodes, gpus(fmt.Sprintf("h%d", i), 1024))
+	}
+	if err := many.Validate(); err == nil || !strings.Contains(err.Error(), "gpubench takes at most 16384") {
+		t.Errorf("%d GPUs: %v", len(many.Nodes)*1024, err)
+	}
+	chain := Node{Hostname: "h", CPUs: []CPU{{ID: "cpu"}}}
+	prev := "cpu"
+	for i := range 40 {
+		sw, g := fmt.Sprintf("s%d", i), fmt.Sprintf("g%d", i)
+		chain.Switches = append(chain.Switches, Switch{ID: sw, Kind: "pcie"})
+		chain.GPUs = append(chain.GPUs, GPU{ID: g, Name: "x", MemoryBytes: 1, MemoryGBs: 1, ComputeCapability: "8.9"})
+		chain.Links = append(chain.Links, Link{A: prev, B: sw, Kind: "pcie", GBs: 32}, Link{A: sw, B: g, Kind: "pcie", GBs: 32})
+		prev = sw
+	}
+	deep := &Topology{Format: TopologyFormat, Name: "deep", Nodes: []Node{chain}}
+	if err := deep.Validate(); err == nil || !strings.Contains(err.Error(), "links apart") {
+		t.Errorf("a 40-switch PCIe chain: %v", err)
+	}
+}
