@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -156,5 +157,66 @@ func TestPlotOut(t *testing.T) {
 	_, errOut, code := gpubench(t, "plot", filepath.Join(dir, "base.json"), "--out", "/nonexistent/x.svg")
 	if code != exitUsage || !strings.Contains(errOut, `invalid --out "/nonexistent/x.svg": the folder /nonexistent does not exist`) {
 		t.Errorf("missing folder: exit %d, %q", code, errOut)
+	}
+}
+
+// --pairs measures those pairs: the matrices hold their GPUs only, and peer access is enabled for
+// them alone; a header never claims a check that no copy made.
+func TestP2PPairsAndDataCheck(t *testing.T) {
+	out, errOut, code := gpubench(t, "p2p", "--backend", "sim", "--pairs", "0-1,2-3", "--size", "1M", "--output", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var doc struct {
+		Devices []struct {
+			Device int `json:"device"`
+		} `json:"devices"`
+		Access [][]*struct {
+			Enable string `json:"enable"`
+		} `json:"access"`
+		Matrices map[string]struct {
+			Values [][]*float64 `json:"values"`
+		} `json:"matrices"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Devices) != 4 || len(doc.Matrices["uni_enabled"].Values) != 4 {
+		t.Fatalf("--pairs 0-1,2-3: %d devices, %d matrix rows; want 4", len(doc.Devices), len(doc.Matrices["uni_enabled"].Values))
+	}
+	if a := doc.Access[0][1]; a == nil || a.Enable != "ok" {
+		t.Errorf("pair 0-1 enable: %+v, want ok", a)
+	}
+	if a := doc.Access[0][2]; a == nil || a.Enable != "not requested" {
+		t.Errorf("pair 0-2 enable: %+v, want not requested", a)
+	}
+	table, _, _ := gpubench(t, "p2p", "--backend", "sim", "--size", "1G", "--devices", "0-1")
+	if strings.Contains(table, "data verified") || !strings.Contains(table, "no copy's data could be checked") {
+		t.Errorf("1 GiB copies past the data cap: the header claims a check:\n%s", table[:min(len(table), 400)])
+	}
+}
+
+// A machine larger than p2p measures at once is refused, with what to do.
+func TestP2PTooManyDevices(t *testing.T) {
+	n := map[string]any{"hostname": "big", "cpus": []any{map[string]any{"id": "cpu0"}},
+		"switches": []any{map[string]any{"id": "nvs", "kind": "nvswitch"}}}
+	var gpus, links []any
+	for i := range 80 {
+		id := fmt.Sprintf("gpu%d", i)
+		gpus = append(gpus, map[string]any{"id": id, "name": "G", "memory_bytes": 1 << 34, "memory_bandwidth_gbs": 1000, "compute_capability": "9.0"})
+		links = append(links, map[string]any{"a": id, "b": "nvs", "kind": "nvlink", "gbs": 450})
+	}
+	n["gpus"], n["links"] = gpus, links
+	data, _ := json.Marshal(map[string]any{"format": "gpubench-topology/1", "name": "big", "nodes": []any{n}})
+	path := filepath.Join(t.TempDir(), "big.json")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := gpubench(t, "p2p", "--backend", "sim", "--topology", path)
+	if code != exitUsage || !strings.Contains(errOut, "takes at most 72: choose some with --devices or --pairs") {
+		t.Errorf("80 GPUs: exit %d, %q", code, errOut)
+	}
+	if _, errOut, code := gpubench(t, "p2p", "--backend", "sim", "--topology", path, "--devices", "0-3", "--size", "1M"); code != 0 {
+		t.Errorf("4 of 80 GPUs: exit %d, %s", code, errOut)
 	}
 }

@@ -100,6 +100,16 @@ func (f *p2pFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 				return usageErr("invalid --pairs %q: pair %s is not among --devices %s", f.pairs, p, f.devices)
 			}
 		}
+		if opt.Devices == nil { // the matrices hold the GPUs of the pairs, not every GPU
+			for _, p := range opt.Pairs {
+				opt.Devices = append(opt.Devices, p.A, p.B)
+			}
+			slices.Sort(opt.Devices)
+			opt.Devices = slices.Compact(opt.Devices)
+		}
+	}
+	if k := len(opt.Devices); k > p2p.MaxDevices || opt.Devices == nil && n > p2p.MaxDevices {
+		return usageErr("p2p measures every pair of %d GPUs, and takes at most %d: choose some with --devices or --pairs", max(k, n), p2p.MaxDevices)
 	}
 	if opt.Sweep != nil && len(opt.Pairs) != 1 {
 		return usageErr("--sweep measures one pair: give exactly one with --pairs, e.g. --pairs 0-1")

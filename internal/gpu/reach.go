@@ -62,8 +62,8 @@ func (t *Topology) checkReach() error {
 				cpus = append(cpus, t.nearest(g.vert, "cpu", "pcie"))
 			}
 		}
-		for i, a := range gpus {
-			if len(t.Nodes) > 1 && t.nearestNIC(a.vert) < 0 {
+		for i := range gpus {
+			if len(t.Nodes) > 1 && t.nic[nodeGPUs-len(n.GPUs)+i] < 0 {
 				return fmt.Errorf("topology %s: %s reaches no NIC, so it cannot reach the other nodes", t.Name, t.GPUName(nodeGPUs-len(n.GPUs)+i))
 			}
 		}

@@ -31,6 +31,12 @@ type Topology struct {
 	kinds []string       // vertex kind: gpu, cpu, nvswitch, pcie, nic, fabric
 	edges []edge
 	adj   [][]int // vertex -> edge indices
+	// Between nodes, a GPU's route always leaves and enters through its nearest NIC, found once
+	// per GPU at Validate rather than once per pair: up[g] and down[g] are the hops from GPU g
+	// to that NIC and back (nil without one), netEdge[v] a NIC vertex's link to the network.
+	up, down [][]Hop
+	nic      []int // GPU -> its nearest NIC's vertex, or -1
+	netEdge  map[int]int
 }
 
 // Network is the fabric that joins the nodes' NICs (non-blocking).
@@ -181,7 +187,7 @@ func (t *Topology) Validate() error {
 	if t.Network != nil && !netKinds[t.Network.Kind] {
 		return fmt.Errorf("network kind %q; want infiniband or ethernet", t.Network.Kind)
 	}
-	t.gpus, t.verts, t.kinds, t.edges, t.adj = nil, map[string]int{}, nil, nil, nil
+	t.gpus, t.verts, t.kinds, t.edges, t.adj, t.netEdge = nil, map[string]int{}, nil, nil, nil, map[int]int{}
 	addVert := func(host, id, kind string) error {
 		if !idPattern.MatchString(id) {
 			return fmt.Errorf("node %s: bad id %q (use letters, digits and _.:-)", host, id)
@@ -259,7 +265,8 @@ func (t *Topology) Validate() error {
 			if lat == 0 {
 				lat = defaultLatencyUS["net"]
 			}
-			t.addEdge(len(t.kinds)-1, fabric, "net", c.Gbps/8, lat)
+			t.netEdge[len(t.kinds)-1] = len(t.edges)
+			t.addEdge(len(t.kinds)-1, fabric, "net", c.Gbps/8, lat) // NIC first: a NIC leaves Forward
 		}
 		for li, l := range n.Links {
 			a, okA := t.verts[n.Hostname+"/"+l.A]
@@ -298,6 +305,13 @@ func (t *Topology) Validate() error {
 		}
 	}
 	// Every GPU must reach every other one.
+	t.nic, t.up, t.down = make([]int, len(t.gpus)), make([][]Hop, len(t.gpus)), make([][]Hop, len(t.gpus))
+	for g, ref := range t.gpus {
+		t.nic[g] = t.nearestNIC(ref.vert)
+		if t.nic[g] >= 0 {
+			t.up[g], t.down[g] = t.bfs(ref.vert, t.nic[g], "pcie", "smp"), t.bfs(t.nic[g], ref.vert, "pcie", "smp")
+		}
+	}
 	return t.checkReach()
 }
 
@@ -410,7 +424,13 @@ type Path struct {
 func (t *Topology) Route(a, b int) Path {
 	va, vb := t.gpus[a].vert, t.gpus[b].vert
 	if t.gpus[a].node != t.gpus[b].node {
-		return t.RouteVia(a, b, t.nearestNIC(va), t.nearestNIC(vb))
+		if t.nic[a] < 0 || t.nic[b] < 0 {
+			return Path{}
+		}
+		ea, eb := t.netEdge[t.nic[a]], t.netEdge[t.nic[b]]
+		hops := make([]Hop, 0, len(t.up[a])+2+len(t.down[b]))
+		hops = append(append(hops, t.up[a]...), Hop{Edge: ea, Forward: true}, Hop{Edge: eb, Forward: false})
+		return t.path(append(hops, t.down[b]...), "NET")
 	}
 	if t.P2P == "all" {
 		if h := t.bfs(va, vb, "nvlink"); h != nil {

@@ -59,7 +59,7 @@ type Matrix struct {
 // Access is what one ordered pair says about peer access.
 type Access struct {
 	Info   gpu.PeerInfo
-	Enable string // "" when access is not possible; "ok"; or why enabling failed
+	Enable string // "" when access is not possible; "ok"; "not requested" (--pairs); or why enabling failed
 }
 
 // HostRow is one device's host and local copy bandwidth, GB/s.
@@ -99,6 +99,10 @@ type runner struct {
 	src, dst map[int]gpu.Buffer
 	res      *Result
 }
+
+// MaxDevices is the most GPUs p2p measures at once: its matrices grow with the square of their
+// number, and a peer-to-peer fabric is one machine's (NVL72, the largest, has 72 GPUs).
+const MaxDevices = 72
 
 // Run measures everything Options ask for.
 func Run(ctx context.Context, b Backend, opt Options) (*Result, error) {
@@ -214,6 +218,10 @@ func (r *runner) enableAll() {
 		for j, c := range r.devs {
 			acc := &r.res.Access[i][j]
 			if i == j || !acc.Info.Access {
+				continue
+			}
+			if !r.wanted(i, j) {
+				acc.Enable = "not requested"
 				continue
 			}
 			switch err := r.b.EnablePeer(a, c); {

@@ -48,8 +48,11 @@ func p2pTable(w io.Writer, r *P2PRun) error {
 		where += ", topology " + r.Topology
 	}
 	check := "data verified"
-	if !o.Verify {
+	switch {
+	case !o.Verify:
 		check = "data not verified"
+	case res.Verified == 0:
+		check = "no copy's data could be checked (see the data check below)"
 	}
 	fmt.Fprintf(w, "# gpubench %s: p2p, %s\n", r.Version, where)
 	if r.Runtime != "" {

@@ -1,8 +1,10 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gpubench/gpubench/internal/gpu"
@@ -22,6 +24,23 @@ type comm struct {
 	replaying bool
 	marks     []float64 // stream times recorded by Mark, µs
 	skipData  bool      // gpu.DataSkipper: time the calls, move nothing
+	// p2pUS memoizes the point-to-point model's times by call: its flows cost a route per pair
+	// of ranks, and a timed loop asks the same question every iteration. The links of a
+	// communicator do not change while it lives (a timed slow link applies to later ones).
+	p2pUS map[string]float64
+}
+
+// p2pCost is the time of a point-to-point call, computed once per key from flows().
+func (c *comm) p2pCost(key string, n int64, flows func() []gpu.Flow) float64 {
+	if us, ok := c.p2pUS[key]; ok {
+		return us
+	}
+	if c.p2pUS == nil {
+		c.p2pUS = map[string]float64{}
+	}
+	us := c.m.p2pTime(flows(), n)
+	c.p2pUS[key] = us
+	return us
 }
 
 // SkipData makes the calls from now on move no data (gpu.DataSkipper).
@@ -285,15 +304,19 @@ func (c *comm) AllToAll(send, recv []gpu.Buffer, count int64, dt gpu.DType) erro
 	if err := c.args("alltoall", all("send", send, n*int64(ranks)), all("recv", recv, n*int64(ranks))); err != nil {
 		return err
 	}
-	var flows []gpu.Flow
-	for i := range ranks {
-		for j := range ranks {
-			if i != j {
-				flows = append(flows, gpu.Flow{Path: c.m.topo.Route(c.devs[i], c.devs[j]), Bytes: float64(n)})
+	us := c.p2pCost(fmt.Sprintf("alltoall %d", n), n, func() []gpu.Flow {
+		// Not through the backend's route cache: that would keep a route for every pair.
+		flows := make([]gpu.Flow, 0, ranks*(ranks-1))
+		for i := range ranks {
+			for j := range ranks {
+				if i != j {
+					flows = append(flows, gpu.Flow{Path: c.m.topo.Route(c.devs[i], c.devs[j]), Bytes: float64(n)})
+				}
 			}
 		}
-	}
-	c.run(n, c.m.p2pTime(flows, n), dt, hasData(send, recv), recv, func() {
+		return flows
+	})
+	c.run(n, us, dt, hasData(send, recv), recv, func() {
 		in := make([][]byte, ranks)
 		for r, x := range send {
 			in[r] = append([]byte(nil), bytesOf(x, n*int64(ranks))...)
@@ -329,7 +352,7 @@ func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 	if len(sends) != len(recvs) || len(sends) != len(ops)/2 || len(ops)%2 != 0 {
 		return fmt.Errorf("sim sendrecv: every send needs exactly one matching receive: %w", gpu.ErrInvalid)
 	}
-	var flows []gpu.Flow
+	var pairs []pair
 	var bufs []gpu.Buffer
 	out := make([]gpu.Buffer, ranks)
 	for p, s := range sends {
@@ -337,11 +360,19 @@ func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 		if !ok {
 			return fmt.Errorf("sim sendrecv: rank %d sends to %d, which does not receive from it: %w", p.from, p.to, gpu.ErrInvalid)
 		}
-		flows = append(flows, gpu.Flow{Path: c.m.topo.Route(c.devs[p.from], c.devs[p.to]), Bytes: float64(n)})
+		pairs = append(pairs, p)
 		bufs = append(bufs, s, r)
 		out[p.to] = r
 	}
-	c.run(n, c.m.p2pTime(flows, n), dt, hasData(bufs), out, func() {
+	slices.SortFunc(pairs, func(a, b pair) int { return cmp.Or(a.from-b.from, a.to-b.to) })
+	us := c.p2pCost(fmt.Sprintf("sendrecv %d %v", n, pairs), n, func() []gpu.Flow {
+		flows := make([]gpu.Flow, len(pairs))
+		for i, p := range pairs {
+			flows[i] = gpu.Flow{Path: c.b.route(routeDirect, c.devs[p.from], c.devs[p.to]), Bytes: float64(n)}
+		}
+		return flows
+	})
+	c.run(n, us, dt, hasData(bufs), out, func() {
 		data := map[pair][]byte{}
 		for p, s := range sends {
 			data[p] = append([]byte(nil), bytesOf(s, n)...)
