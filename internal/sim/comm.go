@@ -368,7 +368,7 @@ func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 	us := c.p2pCost(fmt.Sprintf("sendrecv %d %v", n, pairs), n, func() []gpu.Flow {
 		flows := make([]gpu.Flow, len(pairs))
 		for i, p := range pairs {
-			flows[i] = gpu.Flow{Path: c.b.route(routeDirect, c.devs[p.from], c.devs[p.to]), Bytes: float64(n)}
+			flows[i] = gpu.Flow{Path: c.m.topo.Route(c.devs[p.from], c.devs[p.to]), Bytes: float64(n)}
 		}
 		return flows
 	})
