@@ -314,7 +314,7 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 	ctx := cmd.Context()
 	var wd *world
 	if proc.Multi() {
-		if wd, err = joinWorld(cmd, e, b, proc, addr, &f.launch, &opt); err != nil {
+		if wd, err = joinWorld(cmd, e, g, b, proc, addr, &f.launch, &opt); err != nil {
 			return err
 		}
 		ctx = wd.group.Context()

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -13,12 +15,14 @@ import (
 	"github.com/gpubench/gpubench/internal/coll"
 	"github.com/gpubench/gpubench/internal/gpu"
 	"github.com/gpubench/gpubench/internal/launch"
+	"github.com/gpubench/gpubench/internal/sim"
 )
 
 // launchFlags place a collective command's process among many (docs/multinode.md).
 type launchFlags struct {
 	rank, worldSize, localRank int
 	rendezvous                 string
+	runKey                     string
 	timeout                    time.Duration
 }
 
@@ -29,11 +33,12 @@ func (l *launchFlags) add(cmd *cobra.Command) {
 	fl.IntVar(&l.localRank, "local-rank", -1, "rank among this host's processes, which picks the GPU (default: from the launcher)")
 	fl.StringVar(&l.rendezvous, "rendezvous", "", "HOST:PORT where rank 0 meets the others (default: MASTER_ADDR:MASTER_PORT, or what the launcher implies)")
 	fl.DurationVar(&l.timeout, "rendezvous-timeout", 5*time.Minute, "how long ranks wait for each other to start")
+	fl.StringVar(&l.runKey, "run-key", "", "key every rank of a run shares, so that no other process can join it (default: $"+launch.RunKeyEnv+", else the launcher's job id)")
 }
 
 // process is this process's place: from the launcher's variables, with the flags over them.
 func (l *launchFlags) process() (launch.Process, error) {
-	p, err := launch.Detect(os.LookupEnv, launch.Overrides{Rank: l.rank, Size: l.worldSize, LocalRank: l.localRank})
+	p, err := launch.Detect(os.LookupEnv, launch.Overrides{Rank: l.rank, Size: l.worldSize, LocalRank: l.localRank, RunKey: l.runKey})
 	if err != nil {
 		return p, usageErr("%v", launchMsg(err))
 	}
@@ -59,46 +64,54 @@ type world struct {
 
 // joinWorld picks this process's GPU, meets the other ranks and joins the communicator; it fills
 // opt so that the engine drives this rank only.
-func joinWorld(cmd *cobra.Command, e *env, b gpu.Backend, p launch.Process, addr string, l *launchFlags, opt *coll.Options) (*world, error) {
+func joinWorld(cmd *cobra.Command, e *env, g *globals, b gpu.Backend, p launch.Process, addr string, l *launchFlags, opt *coll.Options) (*world, error) {
 	joiner, ok := b.(gpu.Joiner)
 	if !ok {
 		return nil, runtimeErr(fmt.Errorf("the %s backend cannot run across processes", b.Name()))
 	}
 	devs := b.Devices()
-	var dev int
-	if b.Name() == "sim" { // the topology is the whole world: rank r is its GPU r
+	// A local rank past the GPUs this process sees is a launch error on every backend, though the
+	// simulator runs rank r on its GPU r: the topology is the whole world.
+	dev, err := p.Device(len(devs))
+	if err != nil {
+		return nil, usageErr("%v", launchMsg(err))
+	}
+	if b.Name() == "sim" {
 		if p.Size > len(devs) {
 			return nil, usageErr("%d ranks, but the simulated %s has %d GPUs: use a --topology with at least %d", p.Size, b.Topology().Name, len(devs), p.Size)
 		}
 		dev = p.Rank
-	} else {
-		var err error
-		if dev, err = p.Device(len(devs)); err != nil {
-			return nil, usageErr("%v", launchMsg(err))
-		}
+	}
+	run, err := runOf(b, g, opt)
+	if err != nil {
+		return nil, err
 	}
 	host, _ := os.Hostname()
-	me := launch.Member{Host: host, PID: e.pid, Device: devs[dev], Run: runOf(b, opt)}
-	g, err := launch.Join(cmd.Context(), p, addr, l.timeout, me, joiner.NewUniqueID)
+	me := launch.Member{Host: host, PID: e.pid, Device: devs[dev], Run: run}
+	grp, err := launch.Join(cmd.Context(), p, addr, l.timeout, me, joiner.NewUniqueID)
 	if err != nil {
 		if errors.Is(err, launch.ErrConfig) {
 			return nil, usageErr("%s", launchMsg(err))
 		}
 		return nil, runtimeErr(fmt.Errorf("rank %d: %w", p.Rank, err))
 	}
-	comm, err := joiner.JoinComm(g.Context(), g.ID(), p.Size, p.Rank, dev)
+	comm, err := joiner.JoinComm(grp.Context(), grp.ID(), p.Size, p.Rank, dev)
 	if err != nil {
-		if cause := g.Err(); cause != nil { // another rank failed first: name it
+		if cause := grp.Err(); cause != nil { // another rank failed first: name it
 			err = cause
 		} else {
 			err = fmt.Errorf("rank %d joining the communicator: %w", p.Rank, err)
 		}
-		g.Close(err)
+		grp.Close(err)
 		return nil, runtimeErr(err)
 	}
-	w := &world{group: g, comm: comm, line: fmt.Sprintf("%s, %d processes, rendezvous %s", p.Source, p.Size, addr)}
-	opt.Comm, opt.Rank, opt.Group = comm, p.Rank, g
-	for _, m := range g.Members() {
+	key := "no run key"
+	if p.KeyFrom() != "" {
+		key = "run key from " + p.KeyFrom()
+	}
+	w := &world{group: grp, comm: comm, line: fmt.Sprintf("%s, %d processes, rendezvous %s, %s", p.Source, p.Size, addr, key)}
+	opt.Comm, opt.Rank, opt.Group = comm, p.Rank, grp
+	for _, m := range grp.Members() {
 		opt.Devices = append(opt.Devices, m.Device)
 		w.pids = append(w.pids, m.PID)
 	}
@@ -126,15 +139,49 @@ func (w *world) close(runErr error) error {
 }
 
 // runOf says what a rank will run: the collective and every option that decides how many calls
-// it makes and of what, which all ranks must share.
-func runOf(b gpu.Backend, opt *coll.Options) string {
-	where := b.Name()
-	if t := b.Topology(); b.Name() == "sim" && t != nil {
-		where += " " + t.Name
+// it makes, of what, with what data, and what results it expects, which all ranks must share. It
+// is a list of fields separated by "; ", so that a refusal can name the ones that differ.
+func runOf(b gpu.Backend, g *globals, opt *coll.Options) (string, error) {
+	fields := []string{
+		"collective " + opt.Coll.Name,
+		"backend " + b.Name(),
+		fmt.Sprintf("sizes %d-%d x%d +%d", opt.Sweep.Min, opt.Sweep.Max, opt.Sweep.Factor, opt.Sweep.Step),
+		fmt.Sprintf("-d %v", opt.DTypes),
+		fmt.Sprintf("-o %v", opt.Ops),
+		fmt.Sprintf("-r %d", opt.Root),
+		fmt.Sprintf("-n %d", opt.Iters),
+		fmt.Sprintf("-w %d", opt.Warmup),
+		fmt.Sprintf("-c %d", opt.Check),
+		fmt.Sprintf("-a %d", opt.Average),
+		fmt.Sprintf("-G %d", opt.Graph),
+		fmt.Sprintf("-z %d", opt.Blocking),
+		fmt.Sprintf("--per-iter %v", opt.PerIter),
+		fmt.Sprintf("--seed %d", opt.Seed), // the inputs, and so the expected results
 	}
-	return fmt.Sprintf("%s on %s, sizes %d-%d x%d +%d, types %v, ops %v, root %d, -n %d -w %d -c %d -a %d -G %d -z %d, per-iter %v",
-		opt.Coll.Name, where, opt.Sweep.Min, opt.Sweep.Max, opt.Sweep.Factor, opt.Sweep.Step, opt.DTypes, opt.Ops, opt.Root,
-		opt.Iters, opt.Warmup, opt.Check, opt.Average, opt.Graph, opt.Blocking, opt.PerIter)
+	if t := b.Topology(); b.Name() == "sim" && t != nil {
+		// The simulator's machine, data and faults decide every time and every result.
+		js, err := json.Marshal(t)
+		if err != nil {
+			return "", runtimeErr(fmt.Errorf("describing the topology to the other ranks: %w", err))
+		}
+		capBytes, err := parseCap(g.dataCap)
+		if err != nil {
+			return "", usageErr("invalid --sim-data-cap %q: %v", g.dataCap, err)
+		}
+		faults := make([]string, len(g.faults))
+		for i, f := range g.faults {
+			fault, err := sim.ParseFault(f)
+			if err != nil {
+				return "", usageErr("invalid --sim-fault: %v", err)
+			}
+			faults[i] = fmt.Sprintf("%+v", fault)
+		}
+		sum := sha256.Sum256(js)
+		fields = append(fields, fmt.Sprintf("--topology %s (%x)", t.Name, sum[:6]),
+			fmt.Sprintf("--sim-data-cap %d", capBytes), fmt.Sprintf("--sim-jitter %v", g.jitter),
+			"--sim-fault ["+strings.Join(faults, " ")+"]")
+	}
+	return strings.Join(fields, "; "), nil
 }
 
 // hubHost is the host part of a rendezvous address: where rank 0 is reached.

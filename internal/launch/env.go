@@ -26,9 +26,16 @@ type Process struct {
 	LocalRank  int
 	LocalSize  int    // processes on this host; 0 when the launcher does not say
 	Source     string // who said so: torchrun, env (RANK, WORLD_SIZE), openmpi, mpich, slurm, flags; "" for one process
-	Job        string // the launcher's job id, when it gives one: ranks of other jobs are refused
-	env        func(string) (string, bool)
+	Job        string // the launcher's job id, when it gives one
+	// key is what every rank of the run shares and proves at the rendezvous: --run-key, else
+	// GPUBENCH_RUN_KEY, else the launcher's job id ("" when there is none); keyFrom says which.
+	key, keyFrom string
+	env          func(string) (string, bool)
 }
+
+// KeyFrom says where the run's key came from: --run-key, GPUBENCH_RUN_KEY, or the launcher's job
+// variables; "" when the run has none, and any process that speaks gpubench's rendezvous can join.
+func (p Process) KeyFrom() string { return p.keyFrom }
 
 // Multi reports whether the run spans processes.
 func (p Process) Multi() bool { return p.Size > 1 }
@@ -44,13 +51,16 @@ type launcher struct {
 }
 
 // launchers in the order they are believed: a launcher started by another (torchrun under srun,
-// mpirun inside a Slurm allocation) sets its own variables beside the outer one's.
+// mpirun inside a Slurm allocation) sets its own variables beside the outer one's. Their job
+// variables are the same in every process of one launch, and differ between launches.
 var launchers = []launcher{
 	{name: "torchrun", rank: "RANK", size: "WORLD_SIZE", localRank: "LOCAL_RANK", local: "LOCAL_WORLD_SIZE",
 		job: []string{"TORCHELASTIC_RUN_ID"}},
+	// Open MPI 4 and 5 (PMIx) name the job; Open MPI 4 adds a random key per job.
 	{name: "openmpi", rank: "OMPI_COMM_WORLD_RANK", size: "OMPI_COMM_WORLD_SIZE",
-		localRank: "OMPI_COMM_WORLD_LOCAL_RANK", local: "OMPI_COMM_WORLD_LOCAL_SIZE"},
-	// MPICH's and Intel MPI's Hydra.
+		localRank: "OMPI_COMM_WORLD_LOCAL_RANK", local: "OMPI_COMM_WORLD_LOCAL_SIZE",
+		job: []string{"PMIX_NAMESPACE", "OMPI_MCA_orte_precondition_transports"}},
+	// MPICH's and Intel MPI's Hydra, which put no job id in the environment.
 	{name: "mpich", rank: "PMI_RANK", size: "PMI_SIZE", localRank: "MPI_LOCALRANKID", local: "MPI_LOCALNRANKS"},
 	// srun: the batch script itself also has SLURM_PROCID and SLURM_NTASKS, but no step id.
 	{name: "slurm", rank: "SLURM_PROCID", size: "SLURM_STEP_NUM_TASKS", sizeAlt: "SLURM_NTASKS", localRank: "SLURM_LOCALID",
@@ -61,70 +71,101 @@ var launchers = []launcher{
 		}},
 }
 
-// Overrides are the --rank, --world-size and --local-rank flags; -1 means not given.
-type Overrides struct{ Rank, Size, LocalRank int }
+// Overrides are the --rank, --world-size and --local-rank flags (-1: not given), and --run-key.
+type Overrides struct {
+	Rank, Size, LocalRank int
+	RunKey                string
+}
 
-// Detect reads this process's place from the launcher's environment, with the flags over it. A
-// process that no launcher started, and no flag places, is a single process (Size 1).
+// RunKeyEnv names the variable that gives every rank of a run its key, when --run-key does not.
+const RunKeyEnv = "GPUBENCH_RUN_KEY"
+
+// Detect reads this process's place from the launcher's environment, with the flags over it:
+// --rank and --world-size together place it without the launcher, whose variables are then not
+// read; a flag alone replaces the launcher's variable. A local rank that neither gives is the
+// rank modulo the launcher's count of processes on this host, or the rank itself. A process that
+// no launcher started, and no flag places, is a single process (Size 1).
 func Detect(env func(string) (string, bool), o Overrides) (Process, error) {
 	p := Process{Size: 1, env: env}
-	for _, l := range launchers {
-		if _, ok := env(l.rank); !ok || (l.active != nil && !l.active(env)) {
-			continue
-		}
-		var err error
-		p.Source = l.name
-		if p.Rank, err = intVar(env, l.rank); err != nil {
-			return p, err
-		}
-		size := l.size
-		if _, ok := env(size); !ok && l.sizeAlt != "" {
-			size = l.sizeAlt
-		}
-		if p.Size, err = intVar(env, size); err != nil {
-			return p, err
-		}
-		if p.LocalRank, err = intVar(env, l.localRank); err != nil {
-			return p, err
-		}
-		if l.local != "" {
-			if _, ok := env(l.local); ok {
-				if p.LocalSize, err = intVar(env, l.local); err != nil {
-					return p, err
-				}
+	var l *launcher
+	if o.Rank < 0 || o.Size < 0 {
+		for i := range launchers {
+			if _, ok := env(launchers[i].rank); ok && (launchers[i].active == nil || launchers[i].active(env)) {
+				l = &launchers[i]
+				break
 			}
 		}
-		var job []string
+	}
+	flags := o.Rank >= 0 || o.Size >= 0 || o.LocalRank >= 0
+	switch {
+	case l == nil && !flags:
+		return p, nil
+	case l == nil && (o.Rank < 0 || o.Size < 0):
+		return p, configErr("--rank and --world-size go together (and --local-rank, which defaults to --rank)")
+	case l == nil:
+		p.Source = "flags"
+	default:
+		var job, from []string
 		for _, name := range l.job {
 			if v, ok := env(name); ok {
-				job = append(job, v)
+				job, from = append(job, v), append(from, name)
 			}
 		}
-		p.Job = strings.Join(job, ".")
+		p.Job, p.keyFrom = strings.Join(job, "."), strings.Join(from, "+")
+		p.Source = l.name
 		if l.name == "torchrun" && p.Job == "" {
 			p.Source = "env" // RANK and WORLD_SIZE set by hand or by a job spec, not by torchrun
 		}
-		break
-	}
-	if o.Rank >= 0 || o.Size >= 0 || o.LocalRank >= 0 {
-		if p.Source == "" {
-			if o.Rank < 0 || o.Size < 0 {
-				return p, configErr("--rank and --world-size go together (and --local-rank, which defaults to --rank)")
-			}
-			p.Source = "flags"
-			p.LocalRank = o.Rank
-		} else {
+		if flags {
 			p.Source = "flags over " + p.Source
 		}
-		if o.Rank >= 0 {
-			p.Rank = o.Rank
+	}
+	// value is the flag when given, else the launcher's variable; ok is false when neither is.
+	value := func(flag int, names ...string) (n int, ok bool, err error) {
+		if flag >= 0 {
+			return flag, true, nil
 		}
-		if o.Size >= 0 {
-			p.Size = o.Size
+		for _, name := range names {
+			if _, set := env(name); name != "" && set {
+				n, err = intVar(env, name)
+				return n, true, err
+			}
 		}
-		if o.LocalRank >= 0 {
-			p.LocalRank = o.LocalRank
+		return 0, false, nil
+	}
+	if l == nil {
+		l = &launcher{} // flags alone: no variables
+	}
+	var ok bool
+	var err error
+	if p.Rank, _, err = value(o.Rank, l.rank); err != nil {
+		return p, err
+	}
+	if p.Size, ok, err = value(o.Size, l.size, l.sizeAlt); err != nil {
+		return p, err
+	} else if !ok {
+		return p, configErr("%s is set but %s is not: set it in every process, or pass --world-size", l.rank, l.size)
+	}
+	if o.Size < 0 { // the launcher's count of processes on this host belongs to its world
+		if p.LocalSize, _, err = value(-1, l.local); err != nil {
+			return p, err
 		}
+	}
+	if p.LocalRank, ok, err = value(o.LocalRank, l.localRank); err != nil {
+		return p, err
+	} else if !ok {
+		p.LocalRank = p.Rank
+		if p.LocalSize > 0 {
+			p.LocalRank = p.Rank % p.LocalSize
+		}
+	}
+	if v, _ := env(RunKeyEnv); v != "" {
+		p.key, p.keyFrom = v, RunKeyEnv
+	} else {
+		p.key = p.Job
+	}
+	if o.RunKey != "" {
+		p.key, p.keyFrom = o.RunKey, "--run-key"
 	}
 	switch {
 	case p.Size < 1:
@@ -137,11 +178,9 @@ func Detect(env func(string) (string, bool), o Overrides) (Process, error) {
 	return p, nil
 }
 
+// intVar reads a variable that is set: a rank or a count.
 func intVar(env func(string) (string, bool), name string) (int, error) {
-	v, ok := env(name)
-	if !ok {
-		return 0, configErr("%s is not set, though the launcher's other variables are", name)
-	}
+	v, _ := env(name)
 	n, err := strconv.Atoi(strings.TrimSpace(v))
 	if err != nil || n < 0 {
 		return 0, configErr("%s=%q is not a rank or a count", name, v)

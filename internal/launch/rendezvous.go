@@ -1,10 +1,15 @@
 package launch
 
 import (
+	"cmp"
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -21,31 +26,35 @@ type Member struct {
 	Host   string     `json:"host"`
 	PID    int        `json:"pid"`
 	Device gpu.Device `json:"device"`
-	// Run says what the rank will run (the command and the options that shape it): ranks that
-	// would run different things are refused before they start.
+	// Run says what the rank will run: the command and every option that shapes its calls or its
+	// data, as fields separated by "; ". Ranks that would run different things are refused before
+	// they start, and the refusal names the fields that differ.
 	Run string `json:"run"`
 }
 
 func (m Member) String() string { return fmt.Sprintf("rank %d (%s, pid %d)", m.Rank, m.Host, m.PID) }
 
 // The rendezvous speaks JSON, one message per line, over one TCP connection from every rank to
-// rank 0, which stays open for the whole run: a rank whose connection drops has left.
+// rank 0, which stays open for the whole run: a rank whose connection drops has left. Rank 0
+// speaks first, with a fresh challenge; a rank answers with its hello and a proof that it holds
+// the run's key (an HMAC of the challenge), so the key itself never crosses the network.
 type message struct {
-	Hello   *hello      `json:"hello,omitempty"`
-	Welcome *welcome    `json:"welcome,omitempty"`
-	Gather  bool        `json:"gather,omitempty"` // Seq and Vals, or Seq and All from rank 0
-	Seq     int         `json:"seq,omitempty"`
-	Vals    []float64   `json:"vals,omitempty"`
-	All     [][]float64 `json:"all,omitempty"`
-	Abort   string      `json:"abort,omitempty"`
-	Config  bool        `json:"config,omitempty"` // the abort is a configuration error
-	Bye     bool        `json:"bye,omitempty"`
+	Challenge []byte      `json:"challenge,omitempty"`
+	Hello     *hello      `json:"hello,omitempty"`
+	Welcome   *welcome    `json:"welcome,omitempty"`
+	Gather    bool        `json:"gather,omitempty"` // Seq and Vals, or Seq and All from rank 0
+	Seq       int         `json:"seq,omitempty"`
+	Vals      []float64   `json:"vals,omitempty"`
+	All       [][]float64 `json:"all,omitempty"`
+	Abort     string      `json:"abort,omitempty"`
+	Config    bool        `json:"config,omitempty"` // the abort is a configuration error
+	Bye       bool        `json:"bye,omitempty"`
 }
 
 type hello struct {
 	Member
-	Size int    `json:"size"`
-	Job  string `json:"job"`
+	Size  int    `json:"size"`
+	Proof []byte `json:"proof"` // prove(key, challenge)
 }
 
 type welcome struct {
@@ -53,16 +62,32 @@ type welcome struct {
 	ID      []byte   `json:"id"`
 }
 
+// prove is what a rank holding key answers to rank 0's challenge.
+func prove(key string, challenge []byte) []byte {
+	mac := hmac.New(sha256.New, []byte(key))
+	mac.Write([]byte("gpubench rendezvous\x00"))
+	mac.Write(challenge)
+	return mac.Sum(nil)
+}
+
 // Keepalives find a rank whose host vanished (no FIN, no RST) in about 20 s.
 var keepAlive = net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 5 * time.Second, Count: 3}
 
-// helloWait bounds how long a connection may take to say who it is.
+// helloWait bounds how long a rank waits for rank 0's first word on a connection, and every write.
 const helloWait = 10 * time.Second
+
+// handshakeWait bounds how long rank 0 waits for a connection to say who it is: one that says
+// nothing is dropped, without delaying anyone else.
+const handshakeWait = 5 * time.Second
+
+// maxHello bounds what rank 0 reads from a connection before it has proved the run's key.
+const maxHello = 64 << 10
 
 // Group is this process's place among the processes of a run.
 type Group struct {
 	p       Process
 	addr    string
+	ln      net.Listener // rank 0: a listener already open at addr (tests); nil to open one
 	members []Member
 	id      []byte
 	ctx     context.Context
@@ -77,6 +102,7 @@ type Group struct {
 type peer struct {
 	m     Member
 	conn  net.Conn
+	r     *budget
 	mu    sync.Mutex // writes
 	enc   *json.Encoder
 	dec   *json.Decoder
@@ -86,24 +112,55 @@ type peer struct {
 }
 
 func newPeer(m Member, conn net.Conn) *peer {
-	return &peer{m: m, conn: conn, enc: json.NewEncoder(conn), dec: json.NewDecoder(conn), in: make(chan message, 1),
+	r := &budget{r: conn, n: -1}
+	return &peer{m: m, conn: conn, r: r, enc: json.NewEncoder(conn), dec: json.NewDecoder(r), in: make(chan message, 1),
 		bye: make(chan struct{}), ended: make(chan struct{})}
 }
 
 func (p *peer) send(m message) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.conn.SetWriteDeadline(time.Now().Add(helloWait))
+	if err := p.conn.SetWriteDeadline(time.Now().Add(helloWait)); err != nil {
+		return err
+	}
 	return p.enc.Encode(m)
+}
+
+// budget reads at most n more bytes from r, or without limit when n is negative.
+type budget struct {
+	r io.Reader
+	n int64
+}
+
+var errTooLong = errors.New("more than a hello before proving the run's key")
+
+func (b *budget) Read(p []byte) (int, error) {
+	if b.n < 0 {
+		return b.r.Read(p)
+	}
+	if b.n == 0 {
+		return 0, errTooLong
+	}
+	if int64(len(p)) > b.n {
+		p = p[:b.n]
+	}
+	n, err := b.r.Read(p)
+	b.n -= int64(n)
+	return n, err
 }
 
 // Join meets the other processes at addr: rank 0 listens there and waits, up to timeout, for
 // every other rank, then calls newID and hands its result and every rank's Member to all. The
 // group's context ends, with the reason as its cause, when any rank fails or leaves.
 func Join(ctx context.Context, p Process, addr string, timeout time.Duration, me Member, newID func() ([]byte, error)) (*Group, error) {
+	return join(ctx, p, addr, nil, timeout, me, newID)
+}
+
+// join is Join; rank 0 uses ln when it is not nil, instead of listening at addr itself.
+func join(ctx context.Context, p Process, addr string, ln net.Listener, timeout time.Duration, me Member, newID func() ([]byte, error)) (*Group, error) {
 	me.Rank = p.Rank
 	gctx, cancel := context.WithCancelCause(ctx)
-	g := &Group{p: p, addr: addr, ctx: gctx, cancel: cancel, closing: make(chan struct{})}
+	g := &Group{p: p, addr: addr, ln: ln, ctx: gctx, cancel: cancel, closing: make(chan struct{})}
 	var err error
 	if p.Rank == 0 {
 		err = g.serve(me, timeout, newID)
@@ -127,83 +184,109 @@ func Join(ctx context.Context, p Process, addr string, timeout time.Duration, me
 	return g, nil
 }
 
-// serve is rank 0's side of Join.
-func (g *Group) serve(me Member, timeout time.Duration, newID func() ([]byte, error)) error {
-	_, port, _ := net.SplitHostPort(g.addr)
+// arrival is a connection that proved the run's key, and what it said.
+type arrival struct {
+	q *peer
+	h *hello
+}
+
+// listen opens rank 0's side of the rendezvous: every interface, at addr's port.
+func (g *Group) listen() (net.Listener, error) {
+	if g.ln != nil {
+		return g.ln, nil
+	}
+	_, port, err := net.SplitHostPort(g.addr)
+	if err != nil {
+		return nil, configErr("rendezvous address %q: %v; use HOST:PORT", g.addr, err)
+	}
 	lc := net.ListenConfig{KeepAliveConfig: keepAlive}
 	ln, err := lc.Listen(g.ctx, "tcp", ":"+port)
+	switch {
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, configErr("rank 0 cannot listen on port %s for the rendezvous: it is in use on this host; choose a free MASTER_PORT, or --rendezvous HOST:PORT", port)
+	case err != nil:
+		return nil, fmt.Errorf("rank 0 cannot listen on port %s for the rendezvous: %w", port, err)
+	}
+	return ln, nil
+}
+
+// serve is rank 0's side of Join. Every connection is greeted on its own, so that one that says
+// nothing delays no one; one that does not prove the run's key is dropped. A rank that proves it
+// but does not fit (another world size, a rank taken twice, another command or options) is a
+// configuration error, which rank 0 tells every rank once as many have arrived as the world has
+// (or the timeout ends), so that every rank hears it, whatever order they came in.
+func (g *Group) serve(me Member, timeout time.Duration, newID func() ([]byte, error)) error {
+	ln, err := g.listen()
 	if err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return configErr("rank 0 cannot listen on port %s for the rendezvous: it is in use on this host; choose a free MASTER_PORT, or --rendezvous HOST:PORT", port)
-		}
-		return fmt.Errorf("rank 0 cannot listen on port %s for the rendezvous: %w", port, err)
+		return err
 	}
 	defer ln.Close()
-	stop := context.AfterFunc(g.ctx, func() { ln.Close() })
-	defer stop()
-	deadline := time.Now().Add(timeout)
-	ln.(*net.TCPListener).SetDeadline(deadline)
+	done := make(chan struct{})
+	defer close(done)
+	arrivals := make(chan arrival)
+	acceptErr := make(chan error, 1)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				acceptErr <- err
+				return
+			}
+			go g.greet(conn, arrivals, done)
+		}
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
 	g.peers = make([]*peer, g.p.Size)
-	joined := 1
+	var refused []*peer // proved the key, but do not fit
+	var refusal error   // the first of those
+	// Refusing waits for as many processes as the smallest world any of them claims.
+	want, came := g.p.Size, 1
 	abort := func(err error) error {
-		for _, q := range g.peers {
+		for _, q := range append(g.peers, refused...) {
 			if q != nil {
 				q.send(message{Abort: err.Error(), Config: errors.Is(err, ErrConfig)})
 			}
 		}
+		for _, q := range refused {
+			q.conn.Close()
+		}
 		return err
 	}
-	for joined < g.p.Size {
-		conn, err := ln.Accept()
-		if err != nil {
+	for ; came < want; came++ {
+		var a arrival
+		select {
+		case a = <-arrivals:
+		case err := <-acceptErr:
+			return abort(fmt.Errorf("rank 0 stopped accepting ranks at %s: %w", g.addr, err))
+		case <-g.ctx.Done():
+			return abort(context.Cause(g.ctx))
+		case <-timer.C:
+			if refusal != nil {
+				return abort(refusal)
+			}
 			var missing []string
 			for r, q := range g.peers {
 				if r > 0 && q == nil {
 					missing = append(missing, strconv.Itoa(r))
 				}
 			}
-			if g.ctx.Err() != nil {
-				return abort(context.Cause(g.ctx))
-			}
-			return abort(fmt.Errorf("rank %s did not reach the rendezvous at %s within %v: check that every process started, with MASTER_ADDR and MASTER_PORT (or --rendezvous) naming rank 0's host and a port it can reach",
+			return abort(fmt.Errorf("rank %s did not reach the rendezvous at %s within %v: check that every process started, with MASTER_ADDR and MASTER_PORT (or --rendezvous) naming rank 0's host and a port it can reach, and the same run key",
 				strings.Join(missing, ","), g.addr, timeout))
 		}
-		var m message
-		q := newPeer(Member{}, conn)
-		conn.SetReadDeadline(time.Now().Add(helloWait))
-		err = q.dec.Decode(&m)
-		conn.SetReadDeadline(time.Time{})
-		if err != nil || m.Hello == nil { // not a gpubench rank
-			conn.Close()
+		a.q.m = a.h.Member
+		if err := g.fits(me, a.h); err != nil {
+			refusal = cmp.Or(refusal, err)
+			refused = append(refused, a.q)
+			if a.h.Size > 0 {
+				want = min(want, a.h.Size)
+			}
 			continue
 		}
-		h := m.Hello
-		q.m = h.Member
-		who := h.Member.String()
-		switch {
-		case h.Job != g.p.Job && h.Job != "" && g.p.Job != "":
-			err = configErr("%s of job %s reached the rendezvous of job %s at %s: give each job its own MASTER_PORT", who, h.Job, g.p.Job, g.addr)
-		case h.Size != g.p.Size:
-			err = configErr("%s was started with a world of %d ranks, rank 0 with %d: start every process with the same world size", who, h.Size, g.p.Size)
-		case h.Rank <= 0 || h.Rank >= g.p.Size:
-			other := fmt.Sprintf("rank 0 (%s, pid %d)", me.Host, me.PID)
-			if h.Rank > 0 {
-				other = "the world's ranks 0-" + strconv.Itoa(g.p.Size-1)
-			}
-			err = configErr("%s does not fit beside %s: give every process its own rank", who, other)
-		case h.Run != me.Run:
-			err = configErr("%s was started to run %q, rank 0 to run %q: start every process with the same command and options", who, h.Run, me.Run)
-		case g.peers[h.Rank] != nil:
-			err = configErr("rank %d is claimed by two processes, %s and %s: give every process its own rank",
-				h.Rank, g.peers[h.Rank].m.String(), who)
-		}
-		if err != nil {
-			q.send(message{Abort: err.Error(), Config: true})
-			conn.Close()
-			return abort(err)
-		}
-		g.peers[h.Rank] = q
-		joined++
+		g.peers[a.h.Rank] = a.q
+	}
+	if refusal != nil {
+		return abort(refusal)
 	}
 	id, err := newID()
 	if err != nil {
@@ -222,6 +305,81 @@ func (g *Group) serve(me Member, timeout time.Duration, newID func() ([]byte, er
 		}
 	}
 	return nil
+}
+
+// fits says why a rank that proved the run's key cannot join rank 0's world, or nil.
+func (g *Group) fits(me Member, h *hello) error {
+	who := h.Member.String()
+	switch {
+	case h.Size != g.p.Size:
+		return configErr("%s was started with a world of %d ranks, rank 0 with %d: start every process with the same world size", who, h.Size, g.p.Size)
+	case h.Rank <= 0 || h.Rank >= g.p.Size:
+		other := fmt.Sprintf("rank 0 (%s, pid %d)", me.Host, me.PID)
+		if h.Rank > 0 {
+			other = "the world's ranks 0-" + strconv.Itoa(g.p.Size-1)
+		}
+		return configErr("%s does not fit beside %s: give every process its own rank", who, other)
+	case h.Run != me.Run:
+		theirs, ours := runDiff(h.Run, me.Run)
+		return configErr("%s was started with %s, rank 0 with %s: start every process with the same command and options", who, theirs, ours)
+	case g.peers[h.Rank] != nil:
+		return configErr("rank %d is claimed by two processes, %s and %s: give every process its own rank",
+			h.Rank, g.peers[h.Rank].m.String(), who)
+	}
+	return nil
+}
+
+// runDiff returns the fields of two Run strings that differ, or both whole when their fields do
+// not line up.
+func runDiff(a, b string) (string, string) {
+	fa, fb := strings.Split(a, "; "), strings.Split(b, "; ")
+	if len(fa) != len(fb) {
+		return strconv.Quote(a), strconv.Quote(b)
+	}
+	var da, db []string
+	for i := range fa {
+		if fa[i] != fb[i] {
+			da, db = append(da, fa[i]), append(db, fb[i])
+		}
+	}
+	return strings.Join(da, ", "), strings.Join(db, ", ")
+}
+
+// greet challenges one connection to rank 0 and hands it on once it has proved the run's key. A
+// connection that says nothing in time, or not a hello, is closed; one with another key is told
+// only that it reached another run, and closed.
+func (g *Group) greet(conn net.Conn, arrivals chan<- arrival, done <-chan struct{}) {
+	q := newPeer(Member{}, conn)
+	challenge := make([]byte, 32)
+	rand.Read(challenge)
+	q.r.n = maxHello
+	var m message
+	err := conn.SetDeadline(time.Now().Add(handshakeWait))
+	if err == nil {
+		err = q.enc.Encode(message{Challenge: challenge})
+	}
+	if err == nil {
+		err = q.dec.Decode(&m)
+	}
+	if err == nil {
+		err = conn.SetDeadline(time.Time{})
+	}
+	if err != nil || m.Hello == nil { // not a gpubench rank
+		conn.Close()
+		return
+	}
+	if !hmac.Equal(m.Hello.Proof, prove(g.p.key, challenge)) {
+		q.send(message{Abort: fmt.Sprintf("%s reached the rendezvous at %s of another run (its run key differs): give each run its own MASTER_PORT, and every rank of one run the same launcher job or run key (--run-key, GPUBENCH_RUN_KEY)",
+			m.Hello.Member, g.addr), Config: true})
+		conn.Close()
+		return
+	}
+	q.r.n = -1
+	select {
+	case arrivals <- arrival{q: q, h: m.Hello}:
+	case <-done:
+		conn.Close()
+	}
 }
 
 // join is every other rank's side of Join: it calls rank 0 until it answers or the timeout ends.
@@ -245,22 +403,39 @@ func (g *Group) join(me Member, timeout time.Duration) error {
 	}
 	q := newPeer(Member{Rank: 0, Host: g.addr}, conn)
 	g.peers = []*peer{q}
-	if err := q.send(message{Hello: &hello{Member: me, Size: g.p.Size, Job: g.p.Job}}); err != nil {
-		return fmt.Errorf("saying hello at the rendezvous at %s: %w", g.addr, err)
-	}
 	stop := context.AfterFunc(g.ctx, func() { conn.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
-	// Rank 0, up now, waits at most the timeout for the others; the grace lets its word on who is
-	// missing arrive first.
-	conn.SetReadDeadline(time.Now().Add(timeout + helloWait))
 	var m message
-	err := q.dec.Decode(&m)
-	conn.SetReadDeadline(time.Time{})
+	err := conn.SetReadDeadline(time.Now().Add(helloWait))
+	if err == nil {
+		err = q.dec.Decode(&m)
+	}
 	switch {
 	case g.ctx.Err() != nil:
 		return context.Cause(g.ctx)
 	case err != nil:
-		return fmt.Errorf("rank 0 did not start the run within %v of rank %d reaching the rendezvous at %s: %v", timeout, me.Rank, g.addr, err)
+		return fmt.Errorf("rank 0 at %s did not begin the rendezvous with rank %d: %w", g.addr, me.Rank, err)
+	case m.Challenge == nil:
+		return configErr("what listens at %s is not gpubench's rank 0: choose a free MASTER_PORT, or --rendezvous HOST:PORT", g.addr)
+	}
+	if err := q.send(message{Hello: &hello{Member: me, Size: g.p.Size, Proof: prove(g.p.key, m.Challenge)}}); err != nil {
+		return fmt.Errorf("saying hello at the rendezvous at %s: %w", g.addr, err)
+	}
+	// Rank 0, up now, waits at most the timeout for the others; the grace lets its word on who is
+	// missing arrive first.
+	m = message{}
+	err = conn.SetReadDeadline(time.Now().Add(timeout + helloWait))
+	if err == nil {
+		err = q.dec.Decode(&m)
+	}
+	if err == nil {
+		err = conn.SetReadDeadline(time.Time{})
+	}
+	switch {
+	case g.ctx.Err() != nil:
+		return context.Cause(g.ctx)
+	case err != nil:
+		return fmt.Errorf("rank 0 did not start the run within %v of rank %d reaching the rendezvous at %s: %w", timeout, me.Rank, g.addr, err)
 	case m.Abort != "" && m.Config:
 		return configErr("%s", strings.TrimPrefix(m.Abort, ErrConfig.Error()+": "))
 	case m.Abort != "":
@@ -286,7 +461,7 @@ func (g *Group) read(q *peer) {
 			case <-g.closing:
 			default:
 				why := "its process exited or lost its connection"
-				if !errors.Is(err, net.ErrClosed) && !strings.Contains(err.Error(), "EOF") {
+				if !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 					why += " (" + err.Error() + ")"
 				}
 				g.fail(fmt.Errorf("%s left the run: %s", q.m, why))
