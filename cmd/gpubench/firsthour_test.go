@@ -220,3 +220,46 @@ func TestP2PTooManyDevices(t *testing.T) {
 		t.Errorf("4 of 80 GPUs: exit %d, %s", code, errOut)
 	}
 }
+
+// Links so slow that no time could be computed are refused when read, and a call whose time is
+// still out of reach fails rather than print a figure.
+func TestNoNonsenseFigures(t *testing.T) {
+	_, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--sim-fault", "slow-link=gpu0,nvswitch,4.9e-324")
+	if code != exitUsage || !strings.Contains(errOut, "must be a number from 0.001 to 1") {
+		t.Errorf("factor 4.9e-324: exit %d, %q", code, errOut)
+	}
+	slow := strings.Replace(twoGPUTopology, `"gbs": 32`, `"gbs": 0.001`, -1)
+	path := filepath.Join(t.TempDir(), "slow.json")
+	if err := os.WriteFile(path, []byte(slow), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--topology", path, "--sim-fault", "slow-link=g0,sw,0.001", "-b", "8G", "-e", "8G", "-c", "0")
+	if code != exitFailure || !strings.Contains(errOut, "the topology's links cannot carry this call") || strings.Contains(out, "GB/s at") {
+		t.Errorf("an 8 GiB all-reduce over a 1 kB/s link: exit %d, stderr %q, stdout:\n%s", code, errOut, out)
+	}
+	if _, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--topology", strings.Replace(path, "slow", "missing", 1)); code != exitUsage || !strings.Contains(errOut, "no such file") {
+		t.Errorf("a missing topology: exit %d, %q", code, errOut)
+	}
+}
+
+// Files that are not regular files, or too large, are refused before they are read.
+func TestUnboundedInputsRefused(t *testing.T) {
+	for _, args := range [][]string{
+		{"allreduce", "--backend", "sim", "--topology", "/dev/zero"},
+		{"compare", "/dev/zero", "/dev/zero"},
+		{"plot", "/dev/urandom", "--out", filepath.Join(t.TempDir(), "x.svg")},
+	} {
+		out, errOut, code := gpubench(t, args...)
+		if code != exitUsage || out != "" || !strings.Contains(errOut, "not a regular file (it is a character device)") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
+	}
+}
+
+// twoGPUTopology is two GPUs under one PCIe switch, links of 32 GB/s.
+const twoGPUTopology = `{"format": "gpubench-topology/1", "name": "two", "nodes": [{"hostname": "h",
+  "cpus": [{"id": "cpu0"}], "switches": [{"id": "sw", "kind": "pcie"}],
+  "gpus": [{"id": "g0", "name": "G", "memory_bytes": 85899345920, "memory_bandwidth_gbs": 1000, "compute_capability": "9.0"},
+           {"id": "g1", "name": "G", "memory_bytes": 85899345920, "memory_bandwidth_gbs": 1000, "compute_capability": "9.0"}],
+  "links": [{"a": "g0", "b": "sw", "kind": "pcie", "gbs": 32}, {"a": "g1", "b": "sw", "kind": "pcie", "gbs": 32},
+            {"a": "sw", "b": "cpu0", "kind": "pcie", "gbs": 32}]}]}`

@@ -14,6 +14,15 @@ import (
 // TopologyFormat is the value of a topology file's "format" field.
 const TopologyFormat = "gpubench-topology/1"
 
+// Ranges that keep the cost model's answers finite and meaningful: no link is slower than 1 MB/s
+// (the slowest real one, PCIe Gen1 x1, carries 250 MB/s), and a slow link keeps at least a
+// thousandth of its bandwidth (one NVLink lane of 18 keeps 0.055, PCIe x1 at Gen1 instead of x16
+// at Gen5 about 0.004).
+const (
+	MinGBs        = 0.001
+	MinSlowFactor = 0.001
+)
+
 // Topology describes one or more machines: GPUs, CPUs, switches, NICs and the links between them.
 // It is what the simulator runs on, and what `gpubench topo --output json` records. The file format
 // is documented in docs/topology.md. Parse it with ParseTopology, which also builds the routing
@@ -232,6 +241,9 @@ func (t *Topology) Validate() error {
 			if g.MemoryBytes <= 0 || g.MemoryGBs <= 0 || g.Name == "" {
 				return fmt.Errorf("node %s gpu %s: name, memory_bytes and memory_bandwidth_gbs must be set", n.Hostname, g.ID)
 			}
+			if !(g.MemoryGBs >= MinGBs && g.MemoryGBs < 1e6) {
+				return fmt.Errorf("node %s gpu %s: memory_bandwidth_gbs %v is out of range [%g, 1e6)", n.Hostname, g.ID, g.MemoryGBs, MinGBs)
+			}
 			if !ccPattern.MatchString(g.ComputeCapability) {
 				return fmt.Errorf("node %s gpu %s: compute_capability %q; want MAJOR.MINOR, e.g. \"9.0\"", n.Hostname, g.ID, g.ComputeCapability)
 			}
@@ -255,8 +267,8 @@ func (t *Topology) Validate() error {
 			if !netKinds[c.Kind] {
 				return fmt.Errorf("node %s nic %s: kind %q; want infiniband or ethernet", n.Hostname, c.ID, c.Kind)
 			}
-			if !(c.Gbps > 0 && c.Gbps < 1e6) {
-				return fmt.Errorf("node %s nic %s: gbps %v is out of range", n.Hostname, c.ID, c.Gbps)
+			if !(c.Gbps >= 8*MinGBs && c.Gbps < 1e6) {
+				return fmt.Errorf("node %s nic %s: gbps %v is out of range [%g, 1e6)", n.Hostname, c.ID, c.Gbps, 8*MinGBs)
 			}
 			if fabric < 0 {
 				continue
@@ -288,8 +300,8 @@ func (t *Topology) Validate() error {
 			default:
 				return fmt.Errorf("node %s link %s-%s: kind %q; want nvlink, pcie or smp", n.Hostname, l.A, l.B, l.Kind)
 			}
-			if !(gbs > 0 && gbs < 1e6) {
-				return fmt.Errorf("node %s link %s-%s: gbs %v is out of range", n.Hostname, l.A, l.B, gbs)
+			if !(gbs >= MinGBs && gbs < 1e6) {
+				return fmt.Errorf("node %s link %s-%s: gbs %v is out of range [%g, 1e6)", n.Hostname, l.A, l.B, gbs, MinGBs)
 			}
 			if l.HostBridge != "" && (l.Kind != "pcie" || t.kinds[a] != "cpu" && t.kinds[b] != "cpu" || !idPattern.MatchString(l.HostBridge)) {
 				return fmt.Errorf("node %s link %s-%s: host_bridge %q needs a pcie link to a CPU and a name of letters, digits and _.:-", n.Hostname, l.A, l.B, l.HostBridge)
@@ -377,8 +389,8 @@ func (t *Topology) NVLS(i int) bool {
 // the simulator's slow-link fault. Nominal figures (BusPeak) keep the link's design value, so the
 // loss shows against them. Parts are named "id" on a one-node topology, or "host/id".
 func (t *Topology) SlowLink(a, b string, f float64) error {
-	if !(f > 0 && f <= 1) {
-		return fmt.Errorf("link factor %v is out of range (0, 1]", f)
+	if !(f >= MinSlowFactor && f <= 1) {
+		return fmt.Errorf("link factor %v is out of range [%g, 1]", f, MinSlowFactor)
 	}
 	va, okA := t.vertex(a)
 	vb, okB := t.vertex(b)

@@ -330,7 +330,7 @@ func TestSlowLinkErrors(t *testing.T) {
 		f      float64
 		want   string
 	}{
-		{"factor zero", "dgx-h100", "gpu0", "nvswitch", 0, "out of range (0, 1]"},
+		{"factor zero", "dgx-h100", "gpu0", "nvswitch", 0, "out of range [0.001, 1]"},
 		{"negative factor", "dgx-h100", "gpu0", "nvswitch", -0.5, "out of range"},
 		{"factor above 1", "dgx-h100", "gpu0", "nvswitch", 1.5, "out of range"},
 		{"factor NaN", "dgx-h100", "gpu0", "nvswitch", math.NaN(), "out of range"},
@@ -510,6 +510,8 @@ func TestValidateRejects(t *testing.T) {
 		}, "node host0 link gpu0-gpu1: gbs 0 is out of range"},
 		{"negative gbs", func(t *gpu.Topology) { t.Nodes[0].Links[1].GBs = -5 }, "link gpu1-sw: gbs -5 is out of range"},
 		{"huge gbs", func(t *gpu.Topology) { t.Nodes[0].Links[1].GBs = 1e7 }, "gbs 1e+07 is out of range"},
+		{"link slower than 1 MB/s", func(t *gpu.Topology) { t.Nodes[0].Links[1].GBs = 1e-9 }, "gbs 1e-09 is out of range [0.001, 1e6)"},
+		{"memory slower than 1 MB/s", func(t *gpu.Topology) { t.Nodes[0].GPUs[0].MemoryGBs = 1e-9 }, "memory_bandwidth_gbs 1e-09 is out of range"},
 		{"negative latency", func(t *gpu.Topology) { t.Nodes[0].Links[1].LatencyUS = -1 }, "link gpu1-sw: latency_us -1 is out of range"},
 		{"malformed cpu_affinity", func(t *gpu.Topology) { t.Nodes[0].GPUs[0].CPUAffinity = "0-3;8" }, `node host0 gpu gpu0: cpu_affinity "0-3;8"; want a CPU list`},
 		{"pcie_gen 7", func(t *gpu.Topology) { t.Nodes[0].GPUs[1].PCIeGen = 7 }, "node host0 gpu gpu1: pcie_gen 7 is out of range 1-6"},

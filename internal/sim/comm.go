@@ -157,17 +157,26 @@ func hasData(sets ...[]gpu.Buffer) bool {
 
 // run advances the clocks by us, then, when the buffers hold data, moves it and applies corrupt
 // faults to each rank's output. A call that moves no bytes does nothing, as in NCCL.
-func (c *comm) run(bytes int64, us float64, dt gpu.DType, data bool, out []gpu.Buffer, move func()) {
+func (c *comm) run(bytes int64, us float64, dt gpu.DType, data bool, out []gpu.Buffer, move func()) error {
 	if bytes == 0 {
-		return
+		return nil
+	}
+	if !(us >= 0 && us <= maxCallUS) { // NaN, negative or absurd: never a time to report
+		return fmt.Errorf("sim: the cost model gives %g µs for %d bytes on %s: the topology's links cannot carry this call: %w", us, bytes, c.m.topo.Name, gpu.ErrInvalid)
 	}
 	data = data && !c.skipData
 	if c.recorded != nil {
 		*c.recorded = append(*c.recorded, func() { c.exec(us, dt, data, out, move, false) })
-		return
+		return nil
 	}
 	c.exec(us, dt, data, out, move, !c.replaying)
+	return nil
 }
+
+// maxCallUS bounds the time one simulated call may take: a day. The topology's ranges (link
+// bandwidths of at least 1 MB/s, slow-link factors of at least 0.001) keep every real question
+// far inside it.
+const maxCallUS = 86400e6
 
 // exec does one call: host launch cost (unless a graph launch already paid it), clocks, data.
 func (c *comm) exec(us float64, dt gpu.DType, data bool, out []gpu.Buffer, move func(), launchCost bool) {
@@ -222,13 +231,12 @@ func (c *comm) AllReduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op 
 	if err := c.args("allreduce", all("send", send, n), all("recv", recv, n)); err != nil {
 		return err
 	}
-	c.run(n, c.collUS(collAllReduce, n, send, recv), dt, hasData(send, recv), recv, func() {
+	return c.run(n, c.collUS(collAllReduce, n, send, recv), dt, hasData(send, recv), recv, func() {
 		res := reduceAll(send, n, dt, op)
 		for _, x := range recv {
 			copy(bytesOf(x, n), res)
 		}
 	})
-	return nil
 }
 
 func (c *comm) AllGather(send, recv []gpu.Buffer, sendCount int64, dt gpu.DType) error {
@@ -237,7 +245,7 @@ func (c *comm) AllGather(send, recv []gpu.Buffer, sendCount int64, dt gpu.DType)
 	if err := c.args("allgather", all("send", send, n), all("recv", recv, n*ranks)); err != nil {
 		return err
 	}
-	c.run(n, c.collUS(collAllGather, n*ranks, send, recv), dt, hasData(send, recv), recv, func() {
+	return c.run(n, c.collUS(collAllGather, n*ranks, send, recv), dt, hasData(send, recv), recv, func() {
 		chunks := make([][]byte, len(send))
 		for r, x := range send {
 			chunks[r] = append([]byte(nil), bytesOf(x, n)...)
@@ -249,7 +257,6 @@ func (c *comm) AllGather(send, recv []gpu.Buffer, sendCount int64, dt gpu.DType)
 			}
 		}
 	})
-	return nil
 }
 
 func (c *comm) ReduceScatter(send, recv []gpu.Buffer, recvCount int64, dt gpu.DType, op gpu.RedOp) error {
@@ -258,13 +265,12 @@ func (c *comm) ReduceScatter(send, recv []gpu.Buffer, recvCount int64, dt gpu.DT
 	if err := c.args("reducescatter", all("send", send, n*ranks), all("recv", recv, n)); err != nil {
 		return err
 	}
-	c.run(n, c.collUS(collReduceScatter, n*ranks, send, recv), dt, hasData(send, recv), recv, func() {
+	return c.run(n, c.collUS(collReduceScatter, n*ranks, send, recv), dt, hasData(send, recv), recv, func() {
 		res := reduceAll(send, n*ranks, dt, op)
 		for r, x := range recv {
 			copy(bytesOf(x, n), res[int64(r)*n:])
 		}
 	})
-	return nil
 }
 
 func (c *comm) Broadcast(send, recv []gpu.Buffer, count int64, dt gpu.DType, root int) error {
@@ -275,13 +281,12 @@ func (c *comm) Broadcast(send, recv []gpu.Buffer, count int64, dt gpu.DType, roo
 	if err := c.args("broadcast", bufSet{"send", send, n, root}, all("recv", recv, n)); err != nil {
 		return err
 	}
-	c.run(n, c.collUS(collBroadcast, n, send, recv), dt, hasData([]gpu.Buffer{send[root]}, recv), recv, func() {
+	return c.run(n, c.collUS(collBroadcast, n, send, recv), dt, hasData([]gpu.Buffer{send[root]}, recv), recv, func() {
 		data := append([]byte(nil), bytesOf(send[root], n)...)
 		for _, x := range recv {
 			copy(bytesOf(x, n), data)
 		}
 	})
-	return nil
 }
 
 func (c *comm) Reduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op gpu.RedOp, root int) error {
@@ -292,10 +297,9 @@ func (c *comm) Reduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op gpu
 	if err := c.args("reduce", all("send", send, n), bufSet{"recv", recv, n, root}); err != nil {
 		return err
 	}
-	c.run(n, c.collUS(collReduce, n, send, recv), dt, hasData(send, []gpu.Buffer{recv[root]}), recv, func() {
+	return c.run(n, c.collUS(collReduce, n, send, recv), dt, hasData(send, []gpu.Buffer{recv[root]}), recv, func() {
 		copy(bytesOf(recv[root], n), reduceAll(send, n, dt, op))
 	})
-	return nil
 }
 
 func (c *comm) AllToAll(send, recv []gpu.Buffer, count int64, dt gpu.DType) error {
@@ -316,7 +320,7 @@ func (c *comm) AllToAll(send, recv []gpu.Buffer, count int64, dt gpu.DType) erro
 		}
 		return flows
 	})
-	c.run(n, us, dt, hasData(send, recv), recv, func() {
+	return c.run(n, us, dt, hasData(send, recv), recv, func() {
 		in := make([][]byte, ranks)
 		for r, x := range send {
 			in[r] = append([]byte(nil), bytesOf(x, n*int64(ranks))...)
@@ -328,7 +332,6 @@ func (c *comm) AllToAll(send, recv []gpu.Buffer, count int64, dt gpu.DType) erro
 			}
 		}
 	})
-	return nil
 }
 
 func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
@@ -372,7 +375,7 @@ func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 		}
 		return flows
 	})
-	c.run(n, us, dt, hasData(bufs), out, func() {
+	return c.run(n, us, dt, hasData(bufs), out, func() {
 		data := map[pair][]byte{}
 		for p, s := range sends {
 			data[p] = append([]byte(nil), bytesOf(s, n)...)
@@ -381,5 +384,4 @@ func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 			copy(bytesOf(r, n), data[p])
 		}
 	})
-	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpubench/gpubench/internal/gpu"
 )
 
 // Fault is a problem the simulator injects, for tests and demonstrations.
@@ -13,7 +15,7 @@ type Fault struct {
 	Device int     // hang, corrupt, xid: the device
 	After  int     // hang, corrupt: collectives on the device that run normally first
 	A, B   string  // slow-link: the parts the link joins ("id", or "host/id")
-	Factor float64 // slow-link: bandwidth multiplier, (0, 1]
+	Factor float64 // slow-link: bandwidth multiplier, [gpu.MinSlowFactor, 1]
 	// At is when, on the simulator's clock, an xid event is raised or a slow-link starts (0: from
 	// the start). A timed slow link starts at the first collective launched at or after At, and
 	// slows the communicators made and the copies started from then on.
@@ -64,8 +66,8 @@ func ParseFault(s string) (Fault, error) {
 		}
 		factorText, at, hasAt := strings.Cut(parts[2], "@")
 		factor, err := strconv.ParseFloat(factorText, 64)
-		if err != nil || !(factor > 0 && factor <= 1) {
-			return Fault{}, fmt.Errorf("bad fault %q: factor %q must be a number in (0, 1]", s, factorText)
+		if err != nil || !(factor >= gpu.MinSlowFactor && factor <= 1) {
+			return Fault{}, fmt.Errorf("bad fault %q: factor %q must be a number from %g to 1", s, factorText, gpu.MinSlowFactor)
 		}
 		if hasAt {
 			if f.At, err = parseTime(at); err != nil {
