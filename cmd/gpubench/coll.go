@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -307,7 +308,7 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 	if proc.Rank != 0 { // rank 0 prints the whole world's results
 		out = io.Discard
 	}
-	w, err := report.NewCollWriter(g.output, out)
+	w, err := report.NewCollWriter(g.output, named{out, "stdout"})
 	if err != nil {
 		return usageErr("%v", err)
 	}
@@ -328,7 +329,7 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 			return usageErr("cannot write --out: %v", err)
 		}
 		defer file.Close()
-		w = report.Tee(w, report.NewCollStream(file))
+		w = report.Tee(w, report.NewCollStream(named{file, "--out " + f.out}))
 	}
 	topology := ""
 	if t := b.Topology(); t != nil {
@@ -342,11 +343,15 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 	if d, ok := b.(describer); ok {
 		r.Runtime = d.Describe()
 	}
-	// Every row goes to the writer even after a write failed: with --out, the file still gets it.
+	// A write that fails ends the run at once (a full disk must not leave a sweep running with
+	// nowhere to go); the other writer still gets the rows so far and the end.
+	ctx, endRun := context.WithCancelCause(ctx)
+	defer endRun(nil)
 	var writeErr error
 	keep := func(err error) {
-		if writeErr == nil {
+		if writeErr == nil && err != nil {
 			writeErr = err
+			endRun(err)
 		}
 	}
 	opt.OnStart = func(s *coll.Summary) {
@@ -377,12 +382,26 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 		keep(w.End(r))
 	}
 	switch {
-	case runErr != nil:
-		return runtimeErr(runErr)
 	case writeErr != nil:
 		return runtimeErr(fmt.Errorf("writing results: %w", writeErr))
+	case runErr != nil:
+		return runtimeErr(runErr)
 	case s.OutOfBounds > 0:
 		return &exitError{code: exitCheck, err: fmt.Errorf("%s: %d results had wrong data (see #wrong)", c.Name, s.OutOfBounds)}
 	}
 	return nil
+}
+
+// named is a writer whose errors say where it writes.
+type named struct {
+	w    io.Writer
+	name string
+}
+
+func (n named) Write(p []byte) (int, error) {
+	k, err := n.w.Write(p)
+	if err != nil {
+		err = fmt.Errorf("%s: %w", n.name, err)
+	}
+	return k, err
 }

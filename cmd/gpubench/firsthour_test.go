@@ -2,10 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -263,3 +267,52 @@ const twoGPUTopology = `{"format": "gpubench-topology/1", "name": "two", "nodes"
            {"id": "g1", "name": "G", "memory_bytes": 85899345920, "memory_bandwidth_gbs": 1000, "compute_capability": "9.0"}],
   "links": [{"a": "g0", "b": "sw", "kind": "pcie", "gbs": 32}, {"a": "g1", "b": "sw", "kind": "pcie", "gbs": 32},
             {"a": "sw", "b": "cpu0", "kind": "pcie", "gbs": 32}]}]}`
+
+// A write that fails ends the run at once, naming the file, with exit 1.
+func TestFullDiskEndsTheRun(t *testing.T) {
+	out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--out", "/dev/full")
+	if code != exitFailure || !strings.Contains(errOut, "--out /dev/full: write /dev/full: no space left on device") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	if rows := strings.Count(out, "\n          "); rows > 1 || !strings.Contains(out, "Stopped early") {
+		t.Errorf("the sweep went on after the first failed write (%d rows):\n%s", rows, out)
+	}
+}
+
+// SIGHUP and SIGTERM end a run as Ctrl-C does: exit 130, the rows so far printed.
+func TestSignalsEndARun(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT} {
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), "GPUBENCH_AS_CLI="+strings.Join([]string{"allreduce", "--backend", "sim", "-b", "1K", "-e", "1K", "-N", "0"}, "\x1f"))
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var errOut strings.Builder
+		cmd.Stderr = &errOut
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var out strings.Builder
+		buf := make([]byte, 4096)
+		for !strings.Contains(out.String(), "    1024 ") { // the first row: the run is under way
+			n, err := stdout.Read(buf)
+			out.Write(buf[:n])
+			if err != nil {
+				t.Fatalf("%v: stdout ended before a row: %v\n%s", sig, err, out.String())
+			}
+		}
+		if err := cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		rest, _ := io.ReadAll(stdout)
+		out.Write(rest)
+		err = cmd.Wait()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != exitInterrupt || !strings.Contains(out.String(), "Stopped early") {
+			t.Errorf("%v: %v, stderr %q, stdout ends %q", sig, err, errOut.String(), tail(out.String(), 300))
+		}
+	}
+}
+
+func tail(s string, n int) string { return s[max(0, len(s)-n):] }

@@ -14,7 +14,7 @@ import (
 var version = "0.2.0-dev"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext()
 	e := &env{stdout: os.Stdout, stderr: os.Stderr, pid: os.Getpid(), now: time.Now, version: version}
 	if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
 		e.progress = true // someone is watching: say how far long runs have got
@@ -22,4 +22,15 @@ func main() {
 	code := run(ctx, e, os.Args[1:])
 	stop()
 	os.Exit(code)
+}
+
+// signalContext ends on SIGINT, SIGTERM or SIGHUP alike: a run stops, keeping the rows measured.
+// Once one has come, the next kills the process at once.
+func signalContext() (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	return ctx, stop
 }

@@ -24,7 +24,10 @@ func TestMain(m *testing.M) {
 		if os.Getenv("GPUBENCH_TEST_REAL_PID") != "" { // tests of several processes tell them apart
 			e.pid = os.Getpid()
 		}
-		os.Exit(run(context.Background(), e, strings.Split(args, "\x1f")))
+		ctx, stop := signalContext()
+		code := run(ctx, e, strings.Split(args, "\x1f"))
+		stop()
+		os.Exit(code)
 	}
 	os.Exit(m.Run())
 }
