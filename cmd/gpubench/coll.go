@@ -387,7 +387,7 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 	case runErr != nil:
 		return runtimeErr(runErr)
 	case s.OutOfBounds > 0:
-		return &exitError{code: exitCheck, err: fmt.Errorf("%s: %d results had wrong data (see #wrong)", c.Name, s.OutOfBounds)}
+		return &exitError{code: exitCheck, err: fmt.Errorf("%s: %d results had wrong data (see #wrong), in the output of %s", c.Name, s.OutOfBounds, report.WrongRanksText(s))}
 	}
 	return nil
 }

@@ -316,3 +316,21 @@ func TestSignalsEndARun(t *testing.T) {
 }
 
 func tail(s string, n int) string { return s[max(0, len(s)-n):] }
+
+// The GPU whose output is wrong is named: in the footer, in JSON and in the exit message.
+func TestCorruptingGPUIsNamed(t *testing.T) {
+	out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--sim-fault", "corrupt=2", "-b", "1K", "-e", "64K", "-f", "4")
+	if code != exitCheck || !strings.Contains(errOut, "in the output of rank 2 (GPU 2 on dgx-h100) in 8 results") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+	if !strings.Contains(out, "# Wrong data in        : rank 2 (GPU 2 on dgx-h100) in 8 results") {
+		t.Errorf("no footer naming rank 2:\n%s", out)
+	}
+	out, _, _ = gpubench(t, "allreduce", "--backend", "sim", "--sim-fault", "corrupt=2", "-b", "1K", "-e", "64K", "-f", "4", "--output", "json")
+	var doc struct {
+		Wrong []struct{ Rank, Device, Results int } `json:"wrong_ranks"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || len(doc.Wrong) != 1 || doc.Wrong[0].Rank != 2 || doc.Wrong[0].Results != 8 {
+		t.Errorf("wrong_ranks %+v (%v); want rank 2 in 8 results", doc.Wrong, err)
+	}
+}

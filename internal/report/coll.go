@@ -167,11 +167,65 @@ func slowest(s *coll.Summary) string {
 	return fmt.Sprintf("Slowest rank         : %s of %d results (per result in JSON)", strings.Join(parts, ", "), total)
 }
 
+// WrongRank is a rank whose output held wrong data, and how often.
+type WrongRank struct {
+	Rank     int    `json:"rank"`
+	Device   int    `json:"device"`
+	Host     string `json:"host"`
+	Results  int    `json:"results"`  // placements with wrong elements in this rank's output
+	Elements int64  `json:"elements"` // wrong elements in all of them
+}
+
+// WrongRanks lists, rank by rank, where the checks found wrong data: a GPU that corrupts what it
+// receives shows as the one rank whose output is wrong; a fault on the way shows in the ranks
+// downstream of it.
+func WrongRanks(s *coll.Summary) []WrongRank {
+	var out []WrongRank
+	for rank, d := range s.Devices {
+		w := WrongRank{Rank: rank, Device: d.Ordinal, Host: d.Host}
+		for _, res := range s.Results {
+			for _, p := range []coll.Placement{res.OutOfPlace, res.InPlace} {
+				if rank < len(p.WrongByRank) && p.WrongByRank[rank] > 0 {
+					w.Results++
+					w.Elements += p.WrongByRank[rank]
+				}
+			}
+		}
+		if w.Results > 0 {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// WrongRanksText names the ranks with wrong data in a line: "rank 2 (GPU 2 on host) in 35
+// results".
+func WrongRanksText(s *coll.Summary) string {
+	var parts []string
+	for _, w := range WrongRanks(s) {
+		where := fmt.Sprintf("GPU %d", w.Device)
+		if w.Host != "" {
+			where += " on " + w.Host
+		}
+		parts = append(parts, fmt.Sprintf("rank %d (%s) in %d result%s", w.Rank, where, w.Results, map[bool]string{true: "", false: "s"}[w.Results == 1]))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	if len(parts) == len(s.Devices) && len(parts) > 1 {
+		return "every rank's output: " + strings.Join(parts, ", ")
+	}
+	return strings.Join(parts, ", ")
+}
+
 func footerNotes(r *CollRun) []string {
 	s := r.Summary
 	var notes []string
 	if line := slowest(s); line != "" {
 		notes = append(notes, line)
+	}
+	if line := WrongRanksText(s); line != "" {
+		notes = append(notes, "Wrong data in        : "+line)
 	}
 	if s.BestBusBW > 0 && s.BusPeak > 0 {
 		notes = append(notes, fmt.Sprintf("Best bus bandwidth   : %.2f GB/s at %d B, %.0f%% of the %.2f GB/s nominal bus peak (%s)",
@@ -330,6 +384,7 @@ type jsonRun struct {
 	ZeroBusBW   bool         `json:"busbw_zero_by_definition"`
 	Interrupted bool         `json:"interrupted"`
 	Error       *string      `json:"error"`
+	WrongRanks  []WrongRank  `json:"wrong_ranks,omitempty"`
 }
 
 type jsonConfig struct {
@@ -505,6 +560,7 @@ func CollJSON(r *CollRun) any {
 	if s.TimingOnlyFrom > 0 {
 		doc.TimingOnly = &s.TimingOnlyFrom
 	}
+	doc.WrongRanks = WrongRanks(s)
 	if s.Err != nil {
 		msg := s.Err.Error()
 		doc.Error = &msg

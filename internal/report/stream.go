@@ -11,7 +11,7 @@ import (
 // endFields are the JSON document's fields known only once a run ends: the stream's end record
 // carries them; its start record carries every other field but results.
 var endFields = []string{"out_of_bounds", "avg_busbw_gbs", "best", "bus_peak", "timing_only_from_bytes",
-	"interrupted", "error", "notes"}
+	"interrupted", "error", "notes", "wrong_ranks"}
 
 // NewCollStream returns a writer that streams a run as JSON lines (--out FILE): a start record,
 // a result record per row as it is measured, and an end record, each written whole in one
