@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/input"
 )
 
 // Exit codes (README, "Exit codes").
@@ -73,8 +74,18 @@ func exitCode(stderr io.Writer, err error) int {
 	if errors.As(err, &e) {
 		code = e.code
 	}
-	if msg := err.Error(); msg != "" {
-		fmt.Fprintln(stderr, "gpubench: "+strings.ReplaceAll(strings.TrimSpace(msg), "\n", " "))
+	if msg := oneLine(err.Error()); msg != "" {
+		fmt.Fprintln(stderr, "gpubench: "+msg)
 	}
 	return code
+}
+
+// oneLine makes an error message one line of plain text: cobra's suggestions ("Did you mean
+// this?" then a tab-indented name per line) become "; did you mean X or Y?", runs of white space
+// one space, and any other control character (from a name in a file) its escape.
+func oneLine(msg string) string {
+	if head, names, ok := strings.Cut(msg, "\n\nDid you mean this?\n"); ok {
+		msg = strings.TrimSpace(head) + "; did you mean " + strings.Join(strings.Fields(names), " or ") + "?"
+	}
+	return input.Safe(strings.Join(strings.Fields(msg), " "))
 }

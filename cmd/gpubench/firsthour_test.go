@@ -334,3 +334,39 @@ func TestCorruptingGPUIsNamed(t *testing.T) {
 		t.Errorf("wrong_ranks %+v (%v); want rank 2 in 8 results", doc.Wrong, err)
 	}
 }
+
+// Names with escape sequences or newlines never reach the terminal raw: topology and result
+// files holding them are refused, and a file name holding one is printed escaped.
+func TestNoTerminalInjection(t *testing.T) {
+	dir := t.TempDir()
+	evil := strings.Replace(twoGPUTopology, `"name": "two"`, `"name": "two\u001b[2J\n1024 1 float sum -1 1.0 1.0 1.0 0"`, 1)
+	path := filepath.Join(dir, "evil.json")
+	if err := os.WriteFile(path, []byte(evil), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--topology", path, "-b", "1K", "-e", "1K")
+	if code != exitUsage || out != "" || !strings.Contains(errOut, `name holds the control character '\x1b'`) || strings.ContainsRune(errOut, 0x1b) {
+		t.Errorf("topology name with an escape: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	good, _, _ := gpubench(t, "allreduce", "--backend", "sim", "-b", "1K", "-e", "1K", "--output", "json")
+	bad := strings.Replace(good, `"topology": "dgx-h100"`, `"topology": "dgx\u001b[31m"`, 1)
+	base, odd := filepath.Join(dir, "base.json"), filepath.Join(dir, "x\x1b[31m\n.json")
+	os.WriteFile(base, []byte(good), 0o644)
+	os.WriteFile(filepath.Join(dir, "bad.json"), []byte(bad), 0o644)
+	os.WriteFile(odd, []byte(good), 0o644)
+	if _, errOut, code := gpubench(t, "compare", base, filepath.Join(dir, "bad.json")); code != exitUsage || !strings.Contains(errOut, `holds the control character '\x1b'`) {
+		t.Errorf("a result file with an escape: exit %d, %q", code, errOut)
+	}
+	out, errOut, code = gpubench(t, "compare", base, odd)
+	if code != 0 || strings.ContainsAny(out+errOut, "\x1b") || !strings.Contains(out, `x\x1b[31m\n.json`) {
+		t.Errorf("a file name with an escape: exit %d, printed raw or not at all:\n%q", code, out)
+	}
+}
+
+// cobra's suggestions read as one line, without a tab.
+func TestSuggestionsOnOneLine(t *testing.T) {
+	_, errOut, code := gpubench(t, "allreduc")
+	if code != exitUsage || errOut != "gpubench: unknown command \"allreduc\" for \"gpubench\"; did you mean allreduce?\n" {
+		t.Errorf("exit %d, %q", code, errOut)
+	}
+}

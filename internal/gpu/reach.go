@@ -1,6 +1,10 @@
 package gpu
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/gpubench/gpubench/internal/input"
+)
 
 // Limits on what a topology may describe. Real machines are far inside them: a node has at most
 // a few dozen GPUs (72 in an NVL72 rack taken as one node) and its parts are a few links apart
@@ -212,4 +216,40 @@ func (s touchSets) meet(i, j int) bool {
 func (s touchSets) staged(cpus []int, i, j int) bool {
 	c, ok := s.comp[cpus[i]]
 	return cpus[i] >= 0 && ok && s.touch[j][c]
+}
+
+// checkText refuses free text that holds a control character: names are printed in tables, and an
+// escape sequence or a newline in one could rewrite the terminal or forge a table line.
+func (t *Topology) checkText() error {
+	check := func(where, field, s string) error {
+		if r, bad := input.Control(s); bad {
+			return fmt.Errorf("%s: %s holds the control character %q; names are printed in tables, so use plain text", where, field, r)
+		}
+		return nil
+	}
+	if err := check("topology", "name", t.Name); err != nil {
+		return err
+	}
+	if err := check("topology "+t.Name, "description", t.Description); err != nil {
+		return err
+	}
+	for i, n := range t.Nodes {
+		if err := check(fmt.Sprintf("node %d", i), "hostname", n.Hostname); err != nil {
+			return err
+		}
+		for _, c := range n.CPUs {
+			if err := check("node "+input.Safe(n.Hostname)+" cpu "+input.Safe(c.ID), "name", c.Name); err != nil {
+				return err
+			}
+		}
+		for _, g := range n.GPUs {
+			where := "node " + input.Safe(n.Hostname) + " gpu " + input.Safe(g.ID)
+			for _, f := range []struct{ field, s string }{{"name", g.Name}, {"uuid", g.UUID}, {"pci_bus_id", g.PCIBusID}} {
+				if err := check(where, f.field, f.s); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
 }

@@ -187,6 +187,9 @@ func (t *Topology) Validate() error {
 	if len(t.Nodes) == 0 {
 		return fmt.Errorf("topology %s has no nodes", t.Name)
 	}
+	if err := t.checkText(); err != nil {
+		return err
+	}
 	if err := t.checkLimits(); err != nil {
 		return err
 	}

@@ -9,6 +9,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strconv"
+	"strings"
+	"unicode"
 )
 
 // Limits on what gpubench reads, by kind of file. Each is far above any real file of its kind
@@ -94,4 +97,34 @@ func human(n int64) string {
 		return fmt.Sprintf("%d KiB", n>>10)
 	}
 	return fmt.Sprintf("%d bytes", n)
+}
+
+// Control returns the first control character in s (an escape, a newline, a tab...), and whether
+// there is one. Names read from files are printed in tables: one that holds a control character
+// could rewrite the terminal or forge a line of the table, so readers refuse it.
+func Control(s string) (rune, bool) {
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return r, true
+		}
+	}
+	return 0, false
+}
+
+// Safe returns s with every control character written as a Go escape (\x1b, \n), for text
+// gpubench did not choose, such as a file name, printed where a terminal would act on it.
+func Safe(s string) string {
+	if _, bad := Control(s); !bad {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }

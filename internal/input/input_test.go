@@ -52,3 +52,15 @@ func TestReadStream(t *testing.T) {
 		t.Errorf("stream: %q, %v", data, err)
 	}
 }
+
+func TestControlAndSafe(t *testing.T) {
+	if _, bad := Control("NVIDIA H100 80GB HBM3 — µs"); bad {
+		t.Error("plain text (with non-ASCII letters) taken for a control character")
+	}
+	if r, bad := Control("gpu\x1b[2Jname"); !bad || r != 0x1b {
+		t.Errorf("escape not found: %q %v", r, bad)
+	}
+	if got := Safe("a\nb\x1b[31mc\td"); got != `a\nb\x1b[31mc\td` {
+		t.Errorf("Safe = %q", got)
+	}
+}

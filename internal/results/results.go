@@ -10,7 +10,9 @@ import (
 	"io"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/gpubench/gpubench/internal/coll"
 	"github.com/gpubench/gpubench/internal/input"
@@ -115,6 +117,7 @@ func ReadFile(path string) (*File, error) {
 // object with a "record" field starts JSON lines; anything else must be one JSON document from a
 // collective command or p2p. Errors name the file and, for JSON lines, the line.
 func Read(name string, data []byte) (*File, error) {
+	name = input.Safe(name) // printed in tables and errors
 	f, err := read(name, data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -124,6 +127,9 @@ func Read(name string, data []byte) (*File, error) {
 
 func read(name string, data []byte) (*File, error) {
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
+	if at, r, bad := jsonControl(data); bad {
+		return nil, fmt.Errorf("a string at byte %d holds the control character %q: gpubench never writes one, and it would be printed raw", at, r)
+	}
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 {
 		return nil, errors.New("empty file: expected gpubench JSON results (--output json or --out FILE)")
@@ -196,6 +202,36 @@ func read(name string, data []byte) (*File, error) {
 		return nil, errors.New("not gpubench results: no \"collective\" field, and \"command\" is not \"p2p\"")
 	}
 	return f, nil
+}
+
+// jsonControl finds a control character in the strings of JSON text (escaped as \n, \u001b, or a
+// raw C1 control in UTF-8), returning its offset.
+func jsonControl(data []byte) (at int, r rune, found bool) {
+	in := false
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; {
+		case c == '"':
+			in = !in
+		case !in:
+		case c == '\\' && i+1 < len(data):
+			i++
+			switch data[i] {
+			case 'n', 't', 'r', 'b', 'f':
+				return i - 1, rune(map[byte]byte{'n': '\n', 't': '\t', 'r': '\r', 'b': '\b', 'f': '\f'}[data[i]]), true
+			case 'u':
+				if i+4 < len(data) {
+					if v, err := strconv.ParseUint(string(data[i+1:i+5]), 16, 32); err == nil && unicode.IsControl(rune(v)) {
+						return i - 1, rune(v), true
+					}
+				}
+			}
+		case c < 0x20 || c == 0x7f:
+			return i, rune(c), true
+		case c == 0xc2 && i+1 < len(data) && data[i+1] >= 0x80 && data[i+1] <= 0x9f:
+			return i, rune(data[i+1]), true
+		}
+	}
+	return 0, 0, false
 }
 
 // isLinesStart says whether data opens with a one-line object that carries a "record" field, for
