@@ -78,7 +78,7 @@ func newCollCmd(e *env, g *globals, c *coll.Collective) *cobra.Command {
 	fl.StringVarP(&f.dtype, "dtype", "d", "float", "data type: "+typeNames()+", or all")
 	fl.IntVarP(&f.average, "average", "a", 1, "combine per-process times: 0 rank 0, 1 mean, 2 min, 3 max")
 	fl.IntVarP(&f.ngpus, "ngpus", "g", 0, "number of GPUs to use (default all)")
-	fl.IntVarP(&f.timeout, "timeout", "T", 0, "seconds to wait for the GPUs before reporting a hang (exit 5); 0 waits for ever")
+	fl.IntVarP(&f.timeout, "timeout", "T", 0, "seconds to wait for the GPUs before reporting a hang (exit 5); 0, as in nccl-tests, waits for ever (one call at 8 GB over slow links can take minutes)")
 	fl.IntVarP(&f.graph, "graph", "G", 0, "capture the timed loop as a graph and time this many launches of it (0: no graph)")
 	fl.IntVarP(&f.blocking, "blocking", "z", 0, "0: queue the timed calls; 1, 2: wait after each call; 3: wait after each iteration")
 	fl.BoolVar(&f.perIter, "per-iter", false, "time every iteration on the GPUs' streams: p50, p95, p99, max, cv and the slowest rank per size")

@@ -47,7 +47,7 @@ func newP2PCmd(e *env, g *globals) *cobra.Command {
 	fl.StringVar(&f.pairs, "pairs", "", "only these pairs in the matrices, e.g. 0-1,2-3")
 	fl.StringVar(&f.sweep, "sweep", "", "with one --pairs pair: also measure it over a size sweep MIN:MAX[:xFACTOR|:+STEP]")
 	fl.BoolVar(&f.noVerify, "no-verify", false, "skip checking the copied data")
-	fl.IntVarP(&f.timeout, "timeout", "T", 60, "seconds to wait for a measurement before reporting a hang (exit 5)")
+	fl.IntVarP(&f.timeout, "timeout", "T", 60, "seconds to wait for one measurement before reporting a hang (exit 5); a sample of copies takes well under a second on a healthy machine")
 	return cmd
 }
 
