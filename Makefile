@@ -33,13 +33,17 @@ vet:
 	$(GO) vet ./...
 	CGO_ENABLED=0 $(GO) vet ./...
 
+# Each package's tests must end well inside TIMEOUT (go test applies it per package's test binary),
+# even under -race on two busy cores: no test runs for long, the simulator is fast instead.
+TIMEOUT ?= 4m
+
 unit:
-	$(GO) test -race -count=1 ./...
-	CGO_ENABLED=0 $(GO) test -count=1 ./...
+	$(GO) test -race -count=1 -timeout $(TIMEOUT) ./...
+	CGO_ENABLED=0 $(GO) test -count=1 -timeout $(TIMEOUT) ./...
 
 # The cgo bindings under the strictest pointer checks.
 cgocheck:
-	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 ./internal/cuda/... ./internal/nccl/...
+	GOEXPERIMENT=cgocheck2 $(GO) test -count=1 -timeout $(TIMEOUT) ./internal/cuda/... ./internal/nccl/...
 
 # The stand-in CUDA runtime's own C tests (plain and under the address and UB sanitizers).
 standin-check:
@@ -47,19 +51,19 @@ standin-check:
 
 # A short run of every fuzz target (go test fuzzes one package and one target at a time).
 fuzz:
-	$(GO) test ./internal/coll -run '^$$' -fuzz '^FuzzParseSizes$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./internal/gpu -run '^$$' -fuzz '^FuzzParseTopology$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./internal/sim -run '^$$' -fuzz '^FuzzParseFault$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./internal/p2p -run '^$$' -fuzz '^FuzzParsePairs$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzParseVisibleDevices$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzParseBusID$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzSysfsValues$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./internal/diag -run '^$$' -fuzz '^FuzzParsers$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./internal/diag -run '^$$' -fuzz '^FuzzParseACSControl$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./internal/results -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./internal/burnin -run '^$$' -fuzz '^FuzzParseReference$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzFirstHost$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzAddressFlag$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/coll -run '^$$' -fuzz '^FuzzParseSizes$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
+	$(GO) test ./internal/gpu -run '^$$' -fuzz '^FuzzParseTopology$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
+	$(GO) test ./internal/sim -run '^$$' -fuzz '^FuzzParseFault$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
+	$(GO) test ./internal/p2p -run '^$$' -fuzz '^FuzzParsePairs$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
+	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzParseVisibleDevices$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
+	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzParseBusID$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
+	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzSysfsValues$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
+	$(GO) test ./internal/diag -run '^$$' -fuzz '^FuzzParsers$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
+	$(GO) test ./internal/diag -run '^$$' -fuzz '^FuzzParseACSControl$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
+	$(GO) test ./internal/results -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
+	$(GO) test ./internal/burnin -run '^$$' -fuzz '^FuzzParseReference$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
+	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzFirstHost$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
+	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzAddressFlag$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
 
 # CPU seconds and peak memory of the simulated 8B:8GB all-reduce sweep.
 bench:
