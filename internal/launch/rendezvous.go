@@ -521,20 +521,27 @@ func (g *Group) Err() error {
 func (g *Group) AllGather(ctx context.Context, vals []float64) ([][]float64, error) {
 	g.seq++
 	wait := func(q *peer) (message, error) {
+		var m message
 		select {
-		case m := <-q.in:
-			if m.Seq != g.seq {
-				return m, fmt.Errorf("%s is at step %d of the run, this process at %d", q.m, m.Seq, g.seq)
-			}
-			return m, nil
+		case m = <-q.in:
 		case <-g.ctx.Done():
-			return message{}, context.Cause(g.ctx)
+			// A peer's reader hands on its messages in order: one that came before the failure
+			// is waiting already, and this step did end on every rank.
+			select {
+			case m = <-q.in:
+			default:
+				return message{}, context.Cause(g.ctx)
+			}
 		case <-ctx.Done():
 			if g.ctx.Err() != nil {
 				return message{}, context.Cause(g.ctx)
 			}
 			return message{}, ctx.Err()
 		}
+		if m.Seq != g.seq {
+			return m, fmt.Errorf("%s is at step %d of the run, this process at %d", q.m, m.Seq, g.seq)
+		}
+		return m, nil
 	}
 	if g.p.Rank != 0 {
 		if err := g.peers[0].send(message{Gather: true, Seq: g.seq, Vals: vals}); err != nil {
