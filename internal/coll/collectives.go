@@ -89,7 +89,7 @@ var AllGather = &Collective{
 	},
 	InPlace: func(k Counts, rank int) (int64, int64) { return int64(rank) * k.Send, 0 },
 	Expected: func(in [][]byte, _, _ []byte, _ int, _ Counts, _ Args) []byte {
-		var out []byte
+		out := make([]byte, 0, len(in)*len(in[0]))
 		for _, x := range in {
 			out = append(out, x...)
 		}
@@ -154,7 +154,7 @@ var AllToAll = &Collective{
 	},
 	InPlace: noOffset,
 	Expected: func(in [][]byte, _, _ []byte, rank int, k Counts, a Args) []byte {
-		var out []byte
+		out := make([]byte, 0, int64(len(in))*k.Param*int64(a.DType.Size()))
 		for _, x := range in {
 			out = append(out, elems(x, a.DType, int64(rank)*k.Param, k.Param)...)
 		}

@@ -24,6 +24,9 @@ type Options struct {
 	Check   int // check iterations per size and placement; 0 turns checking off
 	Average int // how per-process times combine: 0 rank 0, 1 mean, 2 min, 3 max
 	Seed    uint64
+	// Inputs, when set, keeps the crafted inputs of checked rows for later runs with the same
+	// Seed, so that a caller that repeats a sweep (the burn-in) makes them once.
+	Inputs *Inputs
 	// Timeout bounds every wait for the devices; 0 waits for ever (or until ctx ends).
 	Timeout time.Duration
 	// Graph, when above 0, captures the timed loop as a graph and times that many launches of it
@@ -756,23 +759,17 @@ func (r *runner) calls(n int, bs *buffers, k Counts, a Args) error {
 func (r *runner) inputs(k Counts, a Args, inPlace bool) (before [][]byte) {
 	elt := int64(a.DType.Size())
 	if r.in == nil {
-		r.in = make([][]byte, r.n)
-		for rank := range r.in {
-			r.in[rank] = make([]byte, k.Send*elt)
-			fillInput(r.in[rank], a.DType, r.opt.Coll.Reduces, a.Op, r.n, rank, r.opt.Seed)
-		}
-		if r.opt.Coll.Reduces {
-			r.red = reduced(r.in, a.DType, a.Op)
-		}
+		r.in, r.red = r.opt.Inputs.row(r.opt.Coll, r.n, k.Send*elt, a, r.opt.Seed)
 	}
 	before = make([][]byte, r.n)
+	zero := make([]byte, k.Recv*elt) // out of place every receive buffer starts zeroed; only read
 	for rank := range before {
-		before[rank] = make([]byte, k.Recv*elt)
+		before[rank] = zero
 		if inPlace {
 			whole := make([]byte, max(k.Send, k.Recv)*elt)
 			so, ro := r.opt.Coll.InPlace(k, rank)
 			copy(whole[so*elt:], r.in[rank])
-			copy(before[rank], whole[ro*elt:])
+			before[rank] = whole[ro*elt : (ro+k.Recv)*elt]
 		}
 	}
 	return before
