@@ -145,20 +145,20 @@ func (b *Backend) TimedCopies(ctx context.Context, copies []gpu.Copy) ([]time.Du
 		case src.dev == gpu.HostDevice && dst.dev == gpu.HostDevice:
 			return nil, fmt.Errorf("sim copy %d: host to host: %w", i, gpu.ErrInvalid)
 		case src.dev == gpu.HostDevice:
-			addPath(b.topo.HostPath(dst.dev, true), 1)
+			addPath(b.route(routeToGPU, 0, dst.dev), 1)
 		case dst.dev == gpu.HostDevice:
-			addPath(b.topo.HostPath(src.dev, false), 1)
+			addPath(b.route(routeToHost, src.dev, 0), 1)
 		case src.dev == dst.dev:
 			r := resource{mem: src.dev + 1}
 			g, _ := b.topo.GPU(src.dev)
 			p.uses, p.latUS = append(p.uses, r), localCopyUS
 			capacity[r] = g.MemoryGBs * localCopyEfficiency / 2 // every byte is read and written
 		case b.direct(src.dev, dst.dev):
-			addPath(b.topo.Route(src.dev, dst.dev), 1)
+			addPath(b.route(routeDirect, src.dev, dst.dev), 1)
 		default:
-			path := b.topo.StagedRoute(src.dev, dst.dev)
+			path := b.route(routeStaged, src.dev, dst.dev)
 			if b.topo.NodeOf(src.dev) != b.topo.NodeOf(dst.dev) {
-				path = b.topo.Route(src.dev, dst.dev)
+				path = b.route(routeDirect, src.dev, dst.dev)
 			}
 			addPath(path, stagedEfficiency)
 			p.latUS = stagedCopyUS
@@ -183,12 +183,24 @@ func (b *Backend) TimedCopies(ctx context.Context, copies []gpu.Copy) ([]time.Du
 		<-ctx.Done()
 		return nil, &gpu.HangError{Ranks: hung, Err: ctx.Err()}
 	}
+	busy := map[int]float64{} // a device works as long as its longest copy
+	for i, c := range copies {
+		src, dst, _ := bufPair(c)
+		for _, d := range []int{src.dev, dst.dev} {
+			if d != gpu.HostDevice {
+				busy[d] = math.Max(busy[d], float64(out[i])/1e3)
+			}
+		}
+	}
 	b.mu.Lock()
 	b.hostUS += longest / 1e3
+	for d, us := range busy {
+		b.copyUS[d] += us
+	}
 	b.mu.Unlock()
 	for _, c := range copies {
 		src, dst, _ := bufPair(c)
-		if src.data == nil || dst.data == nil {
+		if !src.HasData() || !dst.HasData() {
 			continue
 		}
 		copy(dst.bytes(), src.bytes())
@@ -197,6 +209,41 @@ func (b *Backend) TimedCopies(ctx context.Context, copies []gpu.Copy) ([]time.Du
 		}
 	}
 	return out, nil
+}
+
+// Kinds of copy routes.
+const (
+	routeDirect = iota
+	routeStaged
+	routeToGPU
+	routeToHost
+)
+
+// route is the topology's route of a copy between devices a and c (one is unused for host
+// copies), searched once: a route never changes (a slow link changes its bandwidth, not the way),
+// and benchmarks and burn-ins copy between the same pairs over and over.
+func (b *Backend) route(kind, a, c int) gpu.Path {
+	key := [3]int{kind, a, c}
+	b.mu.Lock()
+	p, ok := b.routes[key]
+	b.mu.Unlock()
+	if ok {
+		return p
+	}
+	switch kind {
+	case routeDirect:
+		p = b.topo.Route(a, c)
+	case routeStaged:
+		p = b.topo.StagedRoute(a, c)
+	case routeToGPU:
+		p = b.topo.HostPath(c, true)
+	default:
+		p = b.topo.HostPath(a, false)
+	}
+	b.mu.Lock()
+	b.routes[key] = p
+	b.mu.Unlock()
+	return p
 }
 
 func bufPair(c gpu.Copy) (src, dst *buffer, ok bool) {

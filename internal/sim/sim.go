@@ -49,6 +49,16 @@ type Backend struct {
 	calls  []int           // per device: collectives run
 	peers  map[[2]int]bool // (dev, peer) pairs with peer access enabled
 	hubs   []net.Listener  // exchanges this process serves for communicators spanning processes
+
+	// spare is host memory that freed buffers had, by size, kept for the next buffers of that
+	// size (at most DataCap bytes in all): benchmarks and burn-ins allocate the same sizes over
+	// and over, and fresh memory costs page faults and zeroing every time.
+	spare      map[int64][][]byte
+	spareBytes int64
+	// Per device: virtual time its stream has run collectives (kernels), and copies to or from
+	// it have run, µs; the simulated telemetry turns them into utilization and power.
+	kernelUS, copyUS []float64
+	routes           map[[3]int]gpu.Path // copy routes by kind and devices (copy.go)
 }
 
 var (
@@ -71,6 +81,8 @@ func New(t *gpu.Topology, opt Options) (*Backend, error) {
 	}
 	n := len(b.devices)
 	b.free, b.used, b.calls = make([]float64, n), make([]int64, n), make([]int, n)
+	b.kernelUS, b.copyUS = make([]float64, n), make([]float64, n)
+	b.routes = map[[3]int]gpu.Path{}
 	b.peers = map[[2]int]bool{}
 	b.opt.Faults = append([]Fault(nil), opt.Faults...) // timed faults are marked as they start
 	for _, f := range opt.Faults {
@@ -98,18 +110,39 @@ func (b *Backend) jitter(us float64) float64 {
 	return us * (1 + b.opt.Jitter*math.Abs(b.rng.NormFloat64()))
 }
 
-// buffer is simulated device memory: a host slice when backed, a length otherwise.
+// buffer is simulated device memory: a host slice when backed, a length otherwise. An allocation
+// within the data cap gets its host memory when first used (as an OS gives pages), so that
+// buffers nobody touches, such as the ones of a call that is timing-only because the others'
+// did not fit, cost nothing; like cudaMalloc's, that memory is not cleared when it is reused.
 type buffer struct {
 	dev    int
-	data   []byte // nil when timing-only
+	data   []byte // nil when timing-only, or not used yet; in a view, see base
 	off, n int64
 	root   bool
-	base   *buffer // the allocation this is a view of
+	base   *buffer  // the allocation this is a view of (nil for world.go's ghosts)
+	lazy   *Backend // an allocation that has host memory to take on first use
 }
 
-func (x *buffer) Device() int   { return x.dev }
-func (x *buffer) Len() int64    { return x.n }
-func (x *buffer) HasData() bool { return x.data != nil }
+func (x *buffer) Device() int { return x.dev }
+func (x *buffer) Len() int64  { return x.n }
+func (x *buffer) HasData() bool {
+	if a := x.base; a != nil {
+		return a.data != nil || a.lazy != nil
+	}
+	return x.data != nil
+}
+
+// store is the host memory of x's allocation, taken on first use; nil when timing-only.
+func (x *buffer) store() []byte {
+	a := x.base
+	if a == nil {
+		return x.data
+	}
+	if a.lazy != nil {
+		a.data, a.lazy = a.lazy.take(a.n), nil
+	}
+	return a.data
+}
 
 func (x *buffer) Slice(off, n int64) gpu.Buffer {
 	if off < 0 || n < 0 || off+n > x.n {
@@ -118,7 +151,7 @@ func (x *buffer) Slice(off, n int64) gpu.Buffer {
 	return &buffer{dev: x.dev, data: x.data, off: x.off + off, n: n, base: x.base}
 }
 
-func (x *buffer) bytes() []byte { return x.data[x.off : x.off+x.n] }
+func (x *buffer) bytes() []byte { return x.store()[x.off : x.off+x.n] }
 
 // Alloc reserves n bytes on device dev, backed by host memory while the data cap allows.
 func (b *Backend) Alloc(dev int, n int64) (gpu.Buffer, error) {
@@ -139,10 +172,22 @@ func (b *Backend) Alloc(dev int, n int64) (gpu.Buffer, error) {
 // back gives a new buffer host memory while the data cap allows. Call it with b.mu held.
 func (b *Backend) back(x *buffer) *buffer {
 	if b.backed+x.n <= b.opt.DataCap {
-		x.data = make([]byte, x.n)
+		x.lazy = b
 		b.backed += x.n
 	}
 	return x
+}
+
+// take returns n bytes of host memory, spare if there is some.
+func (b *Backend) take(n int64) []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if s := b.spare[n]; len(s) > 0 {
+		b.spare[n] = s[:len(s)-1]
+		b.spareBytes -= n
+		return s[len(s)-1]
+	}
+	return make([]byte, n)
 }
 
 // Free releases a buffer from Alloc.
@@ -156,10 +201,20 @@ func (b *Backend) Free(buf gpu.Buffer) error {
 	if x.dev != gpu.HostDevice {
 		b.used[x.dev] -= x.n
 	}
-	if x.data != nil {
+	if x.data != nil || x.lazy != nil {
 		b.backed -= x.n
 	}
-	x.data, x.n = nil, 0
+	if x.data != nil && x.n > 0 {
+		if b.spareBytes+x.n > b.opt.DataCap {
+			b.spare, b.spareBytes = nil, 0 // make room for the sizes in use now
+		}
+		if b.spare == nil {
+			b.spare = map[int64][][]byte{}
+		}
+		b.spare[x.n] = append(b.spare[x.n], x.data)
+		b.spareBytes += x.n
+	}
+	x.data, x.lazy, x.n = nil, nil, 0
 	return nil
 }
 
@@ -201,7 +256,7 @@ func (b *Backend) dataOf(buf gpu.Buffer, n int64) ([]byte, error) {
 	switch {
 	case !ok:
 		return nil, gpu.ErrInvalid
-	case x.data == nil:
+	case !x.HasData():
 		return nil, gpu.ErrNoData
 	case n > x.n:
 		return nil, fmt.Errorf("%d bytes into a %d-byte buffer: %w", n, x.n, gpu.ErrInvalid)
@@ -292,6 +347,7 @@ func (b *Backend) launch(devs []int, us float64, hostCost bool) (corrupt []bool)
 	corrupt = make([]bool, len(devs))
 	for r, d := range devs {
 		b.free[d] = end
+		b.kernelUS[d] += end - start
 		for _, f := range b.opt.Faults {
 			if f.Device != d || b.calls[d] < f.After {
 				continue

@@ -13,12 +13,16 @@ import (
 )
 
 // Simulated telemetry (docs/monitoring.md, "The simulator's telemetry"): every figure follows the
-// load the simulator has run, on its virtual clock.
+// load the simulator has run, on its virtual clock, between one sample and the next.
 //
-//   - Utilization is the share of virtual time since the previous sample in which the device's
-//     stream had collectives queued (copies are not counted).
-//   - Temperature moves towards idleC + (loadC - idleC)·utilization with a time constant of
-//     thermalTau of virtual time; power is idle plus the load share of the board's range.
+//   - Utilization is NVML's: the share of the interval in which a kernel (a collective) ran on
+//     the device, in whole percent; a hung device is busy. Memory utilization adds the time
+//     copies to or from it ran (copy engines run no kernel, but read and write memory).
+//   - Power is idlePowerPct of the board limit, plus kernelPowerPct of it times the kernel
+//     share, plus copyPowerPct times the share copies alone kept it busy.
+//   - Temperature is a first-order thermal model: it moves towards the steady state of the
+//     interval's mean power, idleC + (loadC - idleC)·(P - Pidle)/(Pload - Pidle), with the time
+//     constant thermalTau (T += (Tss - T)·(1 - exp(-dt/tau))).
 //   - Energy integrates power over virtual time; clocks run at boost, except when idle.
 //   - ECC, row remap, PCIe replay and NVLink error counters stay at zero: the simulator injects
 //     XIDs (xid faults), slow links and corrupted results, which the burn-in's other checks see.
@@ -26,16 +30,17 @@ import (
 // Clock figures are an H100 SXM's (base 1590 MHz, boost 1980 MHz, memory 2619 MHz) for every
 // simulated GPU; power limits come from the GPU's name (simPowerLimit).
 const (
-	idleC        = 32.0
-	loadC        = 74.0
-	slowdownC    = 87.0
-	thermalTau   = 60 * time.Second
-	baseSMHz     = 1590e6
-	boostSMHz    = 1980e6
-	idleSMHz     = 345e6
-	memClockHz   = 2619e6
-	idlePowerPct = 0.1
-	loadPowerPct = 0.9
+	idleC          = 32.0
+	loadC          = 74.0
+	slowdownC      = 87.0
+	thermalTau     = 60 * time.Second
+	baseSMHz       = 1590e6
+	boostSMHz      = 1980e6
+	idleSMHz       = 345e6
+	memClockHz     = 2619e6
+	idlePowerPct   = 0.1
+	kernelPowerPct = 0.8 // idle plus this: 90 % of the limit under kernels all the time
+	copyPowerPct   = 0.25
 )
 
 // Telemetry reports a simulated backend's GPUs as a telemetry.Source.
@@ -45,7 +50,8 @@ type Telemetry struct {
 
 	mu       sync.Mutex
 	lastUS   float64   // virtual time of the previous sample
-	busyTill []float64 // per device: the stream's idle time at the previous sample
+	kernelUS []float64 // per device: the backend's kernel and copy time already reported
+	copyUS   []float64
 	tempC    []float64
 	energyJ  []float64
 	reported []bool // per fault: its XID was reported
@@ -67,7 +73,8 @@ func NewTelemetry(b *Backend) *Telemetry {
 	}
 	b.mu.Lock()
 	t.lastUS = b.hostUS
-	t.busyTill = append([]float64(nil), b.free...)
+	t.kernelUS = append([]float64(nil), b.kernelUS...)
+	t.copyUS = append([]float64(nil), b.copyUS...)
 	b.mu.Unlock()
 	t.tempC, t.energyJ = make([]float64, n), make([]float64, n)
 	for i := range t.tempC {
@@ -112,23 +119,28 @@ func (t *Telemetry) Sample() telemetry.Sample {
 	now := b.hostUS
 	free := append([]float64(nil), b.free...)
 	used := append([]int64(nil), b.used...)
+	kernelUS := append([]float64(nil), b.kernelUS...)
+	copyUS := append([]float64(nil), b.copyUS...)
 	b.mu.Unlock()
 	dtUS := now - t.lastUS
 	s := telemetry.Sample{Durations: map[string]time.Duration{}}
 	for i, d := range t.inv.Devices {
 		g := telemetry.NewGPU(i)
-		util := 0.0
+		// Work queued past now counts in the next interval, hence the carry.
+		util, copies := 0.0, 0.0
 		if dtUS > 0 {
-			till := math.Min(free[i], now)
-			busy := till - math.Max(t.busyTill[i], t.lastUS)
-			util = math.Max(0, math.Min(1, busy/dtUS))
-		} else if free[i] > now {
-			util = 1
+			util = math.Min(1, (kernelUS[i]-t.kernelUS[i])/dtUS)
+			copies = math.Min(1-util, (copyUS[i]-t.copyUS[i])/dtUS)
 		}
-		t.busyTill[i] = math.Min(free[i], now)
+		if math.IsInf(free[i], 1) { // a hung kernel never stops running
+			util, copies = 1, 0
+		}
+		t.kernelUS[i] = math.Min(kernelUS[i], t.kernelUS[i]+util*dtUS)
+		t.copyUS[i] = math.Min(copyUS[i], t.copyUS[i]+math.Max(copies, 0)*dtUS)
 		limit := simPowerLimit(d.Name)
-		power := limit * (idlePowerPct + (loadPowerPct-idlePowerPct)*util)
-		target := idleC + (loadC-idleC)*util
+		load := idlePowerPct + kernelPowerPct*util + copyPowerPct*copies
+		power := limit * load
+		target := idleC + (loadC-idleC)*(load-idlePowerPct)/kernelPowerPct
 		dt := time.Duration(dtUS * 1e3)
 		t.tempC[i] = target + (t.tempC[i]-target)*math.Exp(-dt.Seconds()/thermalTau.Seconds())
 		t.energyJ[i] += power * dt.Seconds()
@@ -143,8 +155,8 @@ func (t *Telemetry) Sample() telemetry.Sample {
 		}
 		g.ReasonsKnown = true
 		g.MemoryClockHz = memClockHz
-		g.Utilization = math.Round(util*100) / 100
-		g.MemoryUtilization = math.Round(util*60) / 100
+		g.Utilization = math.Round(util*100) / 100 // NVML reports whole percent
+		g.MemoryUtilization = math.Round((util+copies)*100) / 100
 		g.MemoryUsedBytes = float64(used[i])
 		g.ECCCorrected, g.ECCUncorrected = 0, 0
 		g.RemappedRowsCorrected, g.RemappedRowsUncorr, g.RemapFailed = 0, 0, 0

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -97,5 +98,90 @@ func TestTelemetryFollowsLoad(t *testing.T) {
 	}
 	if s := tel.Sample(); len(s.XIDs) != 0 {
 		t.Errorf("the XID was reported again: %+v", s.XIDs)
+	}
+}
+
+// Utilization is NVML's: the share of the interval in which a collective ran on the GPU, in
+// whole percent. Two pairs of GPUs taking turns are each busy about half the time; the GPUs
+// left out are idle; copies count as memory use only.
+func TestTelemetryUtilizationIsBusyShare(t *testing.T) {
+	t.Parallel()
+	b := backend(t, "dgx-h100", Options{})
+	tel := NewTelemetry(b)
+	tel.Sample()
+	var comms [2]gpu.Comm
+	bufs := make([][]gpu.Buffer, 2)
+	for k := range comms {
+		devs := []int{2 * k, 2*k + 1}
+		var err error
+		if comms[k], err = b.NewComm(devs); err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range devs {
+			x, err := b.Alloc(d, 1<<30)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bufs[k] = append(bufs[k], x)
+		}
+	}
+	for b.Now() < 10*time.Second {
+		for k, c := range comms {
+			if err := c.AllReduce(bufs[k], bufs[k], 1<<28, gpu.Float, gpu.Sum); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Synchronize(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s := tel.Sample()
+	for i, g := range s.GPUs {
+		want := 0.0
+		if i < 4 {
+			want = 0.5
+		}
+		if math.Abs(g.Utilization-want) > 0.05 || g.Utilization*100 != math.Round(g.Utilization*100) {
+			t.Errorf("GPU %d: utilization %v; want about %v, in whole percent", i, g.Utilization, want)
+		}
+	}
+	// A copy between GPUs 4 and 5 uses their memory, but runs no kernel.
+	x, _ := b.Alloc(4, 1<<30)
+	y, _ := b.Alloc(5, 1<<30)
+	if _, err := b.TimedCopies(context.Background(), []gpu.Copy{{Src: x, Dst: y, Issuer: 4, Repeat: 100}}); err != nil {
+		t.Fatal(err)
+	}
+	s = tel.Sample()
+	if g := s.GPUs[5]; g.Utilization != 0 || g.MemoryUtilization < 0.99 || g.PowerWatts <= s.GPUs[6].PowerWatts {
+		t.Errorf("GPU 5 during a copy: utilization %v, memory %v, %v W (idle GPU 6: %v W)", g.Utilization, g.MemoryUtilization, g.PowerWatts, s.GPUs[6].PowerWatts)
+	}
+}
+
+// Under load the temperature rises towards the loaded steady state with the thermal time
+// constant: 63 % of the way after one, nearly all of it after five.
+func TestTelemetryThermalTimeConstant(t *testing.T) {
+	t.Parallel()
+	b := backend(t, "dgx-h100", Options{})
+	tel := NewTelemetry(b)
+	tel.Sample()
+	prev := idleC
+	var at []float64
+	for _, until := range []time.Duration{thermalTau, 5 * thermalTau} {
+		for b.Now() < until { // sample every few seconds, as the burn-in does
+			allReduceUntil(t, b, b.Now()+5*time.Second)
+			g := tel.Sample().GPUs[0]
+			if g.TemperatureCelsius < prev {
+				t.Fatalf("temperature fell from %v to %v under load", prev, g.TemperatureCelsius)
+			}
+			prev = g.TemperatureCelsius
+		}
+		at = append(at, prev)
+	}
+	steady := idleC + 0.99*(loadC-idleC) // utilization stays just under 1 (launch gaps)
+	if want := idleC + (steady-idleC)*(1-math.Exp(-1)); math.Abs(at[0]-want) > 2 {
+		t.Errorf("after one time constant %v °C; want about %.1f", at[0], want)
+	}
+	if at[1] < steady-1.5 || at[1] > loadC {
+		t.Errorf("after five time constants %v °C; want about %.1f", at[1], steady)
 	}
 }
