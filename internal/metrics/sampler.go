@@ -71,6 +71,22 @@ func (s *Sampler) Run(ctx context.Context) {
 	}
 }
 
+// Start polls every interval in a goroutine of its own until ctx ends or stop is called. stop
+// returns once that goroutine has, so that no sample is in flight when the caller then closes
+// the source (closing NVML under a sample frees what the sample reads).
+func (s *Sampler) Start(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Run(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
 // Refresh polls the source now and returns the new snapshot.
 func (s *Sampler) Refresh() Snapshot {
 	s.poll.Lock()
