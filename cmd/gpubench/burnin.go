@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"github.com/gpubench/gpubench/internal/burnin"
 	"github.com/gpubench/gpubench/internal/coll"
 	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/input"
 	"github.com/gpubench/gpubench/internal/metrics"
 	"github.com/gpubench/gpubench/internal/metrics/telemetry"
 	"github.com/gpubench/gpubench/internal/sim"
@@ -31,7 +31,7 @@ type burninFlags struct {
 	maxNVLink          float64
 	metricsAddr        string
 	interval           time.Duration
-	results            string
+	out, results       string // results is --out's old name
 	hold               time.Duration
 	timeout            int
 	nvmlLib            string
@@ -48,8 +48,8 @@ func newBurninCmd(e *env, g *globals) *cobra.Command {
 			"the first minute's best, of a --reference file, or --min-busbw); new XIDs; new uncorrectable\n" +
 			"ECC errors or row-remap failures; PCIe replays and NVLink errors over their thresholds;\n" +
 			"hardware thermal or power slowdown; clocks below base. Exit 3 when any check fails.\n" +
-			"The clock is the backend's: on the simulator --duration is virtual time, so 2h passes in seconds.",
-		Example: "  gpubench burnin --duration 2h --metrics :9400 --results burnin.jsonl\n" +
+			"The clock is the backend's: on the simulator --duration is virtual time (2h costs about a minute of CPU).",
+		Example: "  gpubench burnin --duration 2h --metrics :9400 --out burnin.jsonl\n" +
 			"  gpubench burnin --backend sim --duration 10m --sim-fault xid=3@5m:48\n" +
 			"  gpubench burnin --reference allreduce.json --output json",
 		Args: cobra.NoArgs,
@@ -61,7 +61,7 @@ func newBurninCmd(e *env, g *globals) *cobra.Command {
 	fl.StringVar(&f.collectives, "collectives", "allreduce,allgather,reducescatter,alltoall", "collectives to run each pass, comma-separated (or none)")
 	fl.StringVar(&f.sizes, "sizes", "256K:1G:x16", "collective sizes MIN:MAX[:xFACTOR|:+STEP]")
 	fl.IntVarP(&f.iters, "iters", "n", 5, "timed iterations per size")
-	fl.IntVarP(&f.warmup, "warmup", "w", 1, "warm-up iterations per size")
+	fl.IntVarP(&f.warmup, "warmup", "w", 1, "warm-up iterations per size, in the first pass")
 	fl.StringVar(&f.p2pSize, "p2p-size", "256MiB", "bytes per GPU-to-GPU copy (0: no copies)")
 	fl.Float64Var(&f.floor, "floor", 0.75, "fraction of the baseline or reference bandwidth a measurement must reach")
 	fl.Float64Var(&f.minBusBW, "min-busbw", 0, "busbw in GB/s every collective row must reach (instead of the baseline)")
@@ -71,7 +71,10 @@ func newBurninCmd(e *env, g *globals) *cobra.Command {
 	fl.Float64Var(&f.maxNVLink, "max-nvlink-errors", 100, "new NVLink errors per link above which the burn-in fails")
 	fl.StringVar(&f.metricsAddr, "metrics", "", "serve Prometheus metrics on this address, e.g. :9400 (port 0 picks one)")
 	fl.DurationVar(&f.interval, "sample-interval", metrics.DefaultInterval, "how often to sample GPU telemetry (100ms to 1m)")
-	fl.StringVar(&f.results, "results", "", "stream every result to this file as JSON lines, as they come")
+	fl.StringVar(&f.out, "out", "", "stream every result to this file as JSON lines, as they come")
+	fl.StringVar(&f.results, "results", "", "the old name of --out")
+	_ = fl.MarkDeprecated("results", "use --out")
+	fl.SetOutput(e.stderr) // the notice, which cobra would print on stdout among the results
 	fl.DurationVar(&f.hold, "hold", 0, "with --metrics: keep serving this long after the end, so that the verdict is scraped")
 	fl.IntVarP(&f.timeout, "timeout", "T", 300, "seconds to wait for the GPUs before reporting a hang (exit 5)")
 	fl.StringVar(&f.nvmlLib, "nvml-lib", "", "path of libnvidia-ml to load (default: libnvidia-ml.so.1)")
@@ -133,12 +136,18 @@ func (f *burninFlags) options() (burnin.Options, error) {
 			opt.IgnoredXIDs = append(opt.IgnoredXIDs, x)
 		}
 	}
+	if f.results != "" {
+		if f.out != "" && f.out != f.results {
+			return opt, usageErr("--results is the old name of --out: give --out alone")
+		}
+		f.out = f.results
+	}
 	if len(f.references) > 0 {
 		opt.Reference = burnin.Reference{}
 		for _, path := range f.references {
-			data, err := os.ReadFile(path)
+			data, err := input.ReadFile(path, input.ResultsLimit)
 			if err != nil {
-				return opt, usageErr("invalid --reference: %v", err)
+				return opt, usageErr("invalid --reference %v", err)
 			}
 			if err := burnin.ParseReference(data, opt.Reference); err != nil {
 				return opt, usageErr("invalid --reference %s: %v", path, err)
@@ -179,34 +188,29 @@ func (f *burninFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	if err != nil {
 		return err
 	}
-	var stream *burnin.Stream
-	if f.results != "" {
-		file, err := os.OpenFile(f.results, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-		if err != nil {
-			return usageErr("invalid --results: %v", err)
-		}
-		defer file.Close()
-		stream = burnin.NewStream(file)
-		opt.Record = stream.Write
-	}
 	b, _, err := g.openColl(e)
 	if err != nil {
 		return err
 	}
 	defer b.Close()
+	if err := checkP2PSize(b, opt.P2PSize); err != nil {
+		return err
+	}
 	ctx := cmd.Context()
 	src, virtual := openTelemetry(e, b, f.nvmlLib)
 	var sampler *metrics.Sampler
 	if src != nil {
-		defer src.Close()
 		sampler = metrics.NewSampler(src, f.interval)
 		opt.Sampler, opt.PollEachPass = sampler, virtual
 		sampler.Refresh()
+		stop := func() {}
 		if !virtual {
-			sctx, stop := context.WithCancel(ctx)
-			defer stop()
-			go sampler.Run(sctx)
+			stop = sampler.Start(ctx)
 		}
+		defer func() {
+			stop() // no sample is in flight once it returns
+			src.Close()
+		}()
 	}
 	reg, bench := metrics.NewRegistry(sampler)
 	opt.Bench = bench
@@ -216,6 +220,24 @@ func (f *burninFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 			return usageErr("invalid --metrics %q: %v", f.metricsAddr, err)
 		}
 		defer srv.Close()
+	}
+	// Every input is valid: only now is the results file created (or emptied).
+	var stream *burnin.Stream
+	if f.out != "" {
+		file, err := os.OpenFile(f.out, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+		if err != nil {
+			return usageErr("invalid --out: %v; give a file gpubench can write", err)
+		}
+		defer file.Close()
+		stream = burnin.NewStream(file)
+		opt.Record = func(r burnin.Record) error {
+			if err := stream.Write(r); err != nil {
+				return fmt.Errorf("--out: %w", err)
+			}
+			return nil
+		}
+	}
+	if srv != nil {
 		fmt.Fprintf(e.stderr, "gpubench: metrics on http://%s%s\n", srv.Addr(), metrics.MetricsPath)
 	}
 	topology := ""
@@ -223,13 +245,15 @@ func (f *burninFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 		topology = t.Name
 	}
 	start := e.now()
-	if stream != nil {
+	if opt.Record != nil {
 		devs := []burnin.Device{}
 		for _, d := range b.Devices() {
 			devs = append(devs, burnin.Device{Index: d.Ordinal, Name: d.Name, PCIBusID: d.PCIBusID})
 		}
-		stream.Write(burnin.Record{Record: "start", Version: e.version, Backend: b.Name(), Topology: topology,
-			StartTime: &start, Planned: opt.Duration.Seconds(), Devices: devs})
+		if err := opt.Record(burnin.Record{Record: "start", Version: e.version, Backend: b.Name(), Topology: topology,
+			StartTime: &start, Planned: opt.Duration.Seconds(), Devices: devs}); err != nil {
+			return runtimeErr(err)
+		}
 	}
 	lastLine := time.Time{}
 	opt.Progress = func(elapsed time.Duration, pass, failing int) {
@@ -258,13 +282,15 @@ func (f *burninFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 		msg := runErr.Error()
 		s.Error = &msg
 	}
-	if stream != nil {
-		stream.Write(burnin.Record{Record: "verdict", Checks: rep.Checks, Verdict: rep.Verdict})
+	var writeErr error
+	if opt.Record != nil {
 		endRec := burnin.Record{Record: "end", T: rep.Elapsed.Seconds(), Elapsed: rep.Elapsed.Seconds(), Passes: rep.Passes, EndTime: &end, Interrupted: rep.Interrupted, Verdict: rep.Verdict}
 		if s.Error != nil {
 			endRec.Error = *s.Error
 		}
-		stream.Write(endRec)
+		if writeErr = opt.Record(burnin.Record{Record: "verdict", Checks: rep.Checks, Verdict: rep.Verdict}); writeErr == nil {
+			writeErr = opt.Record(endRec)
+		}
 	}
 	if err := burnin.Write(e.stdout, g.output, s); err != nil {
 		return runtimeErr(fmt.Errorf("writing results: %w", err))
@@ -279,8 +305,8 @@ func (f *burninFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	switch {
 	case runErr != nil:
 		return runtimeErr(runErr)
-	case stream != nil && stream.Err() != nil:
-		return runtimeErr(fmt.Errorf("writing --results: %w", stream.Err()))
+	case writeErr != nil:
+		return runtimeErr(writeErr)
 	case rep.Verdict == burnin.Fail:
 		var failed []string
 		for _, c := range rep.Checks {
@@ -289,6 +315,17 @@ func (f *burninFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 			}
 		}
 		return &exitError{code: exitCheck, err: fmt.Errorf("burnin failed: %s", strings.Join(failed, ", "))}
+	}
+	return nil
+}
+
+// checkP2PSize refuses copies that cannot fit: each GPU holds two buffers of the copy size.
+func checkP2PSize(b gpu.Backend, size int64) error {
+	for _, d := range b.Devices() {
+		if size > 0 && 2*size > d.MemoryBytes {
+			return usageErr("invalid --p2p-size %s: the copies need two buffers of it on every GPU and GPU %d has %d MiB; give at most %dMiB, or 0 for no copies",
+				coll.FormatSize(size), d.Ordinal, d.MemoryBytes>>20, d.MemoryBytes/2>>20)
+		}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -102,7 +104,7 @@ func TestBurninFaults(t *testing.T) {
 // last.
 func TestBurninResultsStream(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.jsonl")
-	_, errOut, code := gpubench(t, "burnin", "--backend", "sim", "--duration", "5s", "--baseline", "2s", "--results", path, "--sim-fault", "xid=1@1s")
+	_, errOut, code := gpubench(t, "burnin", "--backend", "sim", "--duration", "5s", "--baseline", "2s", "--out", path, "--sim-fault", "xid=1@1s")
 	if code != 3 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -136,7 +138,8 @@ func TestBurninUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"--duration", "0s"}, {"--duration", "soon"}, {"--floor", "1.5"}, {"--collectives", "allreduce,bogus"},
 		{"--sizes", "1G:1K"}, {"--ignore-xid", "13,x"}, {"--p2p-size", "8"}, {"--collectives", "none", "--p2p-size", "0"},
-		{"--sample-interval", "1ms"}, {"--reference", "/nonexistent.json"}, {"--metrics", "256.0.0.1:1"},
+		{"--sample-interval", "1ms"}, {"--reference", "/nonexistent.json"}, {"--reference", "/dev/zero"}, {"--metrics", "256.0.0.1:1"},
+		{"--p2p-size", "100G", "--collectives", "none"},
 		{"--sim-fault", "xid=99@1s"}, {"--sim-fault", "slow-link=gpu0,nowhere,0.5@1s"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
@@ -316,7 +319,7 @@ func TestBurninOneGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, extra := range [][]string{nil, {"--min-busbw", "100"}} {
-		args := append([]string{"burnin", "--backend", "sim", "--topology", topo, "--duration", "1s", "--baseline", "500ms",
+		args := append([]string{"burnin", "--backend", "sim", "--topology", topo, "--duration", "100ms", "--baseline", "50ms",
 			"--output", "json", "--collectives", "allreduce"}, extra...)
 		out, errOut, code := gpubench(t, args...)
 		if code != 0 {
@@ -336,6 +339,137 @@ func TestBurninOneGPU(t *testing.T) {
 			if c.Reason == "" {
 				t.Errorf("%v: %s/%s is %s with no reason", extra, c.Subject, c.Check, c.Verdict)
 			}
+		}
+	}
+}
+
+// BenchmarkBurninSim measures what a simulated burn-in with the default collectives, sizes and
+// copies on a dgx-h100 costs the host: CPU seconds per virtual hour (the goal: a 2-hour burn-in
+// in under 30 s of CPU, so under 15).
+func BenchmarkBurninSim(b *testing.B) {
+	e := &env{stdout: io.Discard, stderr: io.Discard, pid: 1, version: "bench", now: time.Now}
+	const virtual = 10 * time.Minute
+	start := cpuTime(b)
+	for i := 0; i < b.N; i++ {
+		if code := run(context.Background(), e, []string{"burnin", "--backend", "sim", "--duration", virtual.String()}); code != 0 {
+			b.Fatalf("exit %d", code)
+		}
+	}
+	b.ReportMetric((cpuTime(b)-start).Seconds()/float64(b.N)/virtual.Hours(), "cpu-s/virtual-h")
+}
+
+func cpuTime(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// A hang fails the hang check of the GPU and of all, and the verdict with it (exit 5): a run that
+// did not finish never passes. The simulated GPU 3 never finishes its third collective.
+func TestBurninHangFails(t *testing.T) {
+	for _, format := range []string{"json", "table"} {
+		out, errOut, code := gpubench(t, "burnin", "--backend", "sim", "--duration", "1m", "--sim-fault", "hang=3@2", "-T", "1", "--output", format)
+		if code != 5 || !strings.Contains(errOut, "hang") {
+			t.Fatalf("%s: exit %d, stderr %q; want exit 5 and the hang named", format, code, errOut)
+		}
+		if format == "table" {
+			if !strings.Contains(out, "# verdict: FAIL") {
+				t.Errorf("table ends %q; want FAIL", out[max(len(out)-80, 0):])
+			}
+			continue
+		}
+		var doc burninDoc
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatal(err)
+		}
+		failed := doc.failed()
+		if doc.Verdict != "fail" || failed["3/hang"] == "" || failed["all/hang"] == "" {
+			t.Errorf("verdict %s, failed %v; want fail with 3/hang and all/hang", doc.Verdict, failed)
+		}
+	}
+}
+
+// Ctrl-C stops a burn-in (exit 130), and its verdict says it was interrupted, not pass; the
+// passes counted are the ones completed.
+func TestBurninInterruptedIsNotPass(t *testing.T) {
+	for _, args := range [][]string{nil, {"--p2p-size", "32G", "--collectives", "none"}} {
+		pr, pw := io.Pipe()
+		ctx, cancel := context.WithCancel(context.Background())
+		var out bytes.Buffer
+		e := &env{stdout: &out, stderr: pw, pid: 4242, version: "test", now: time.Now}
+		done := make(chan int, 1)
+		go func() {
+			done <- run(ctx, e, append([]string{"burnin", "--backend", "sim", "--duration", "2h", "--output", "json"}, args...))
+			pw.Close()
+		}()
+		// The first progress line comes after the first step: interrupt there.
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "gpubench: burnin: ") {
+				cancel()
+				break
+			}
+		}
+		go io.Copy(io.Discard, pr)
+		code := <-done
+		cancel()
+		var doc struct {
+			burninDoc
+			Interrupted bool `json:"interrupted"`
+		}
+		if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out.String())
+		}
+		if code != 130 || doc.Verdict != "interrupted" || !doc.Interrupted || doc.Passes != 0 {
+			t.Errorf("%v: exit %d, verdict %q, interrupted %v, passes %d; want 130, interrupted, 0 passes", args, code, doc.Verdict, doc.Interrupted, doc.Passes)
+		}
+	}
+}
+
+// No output file is created or emptied before every input is valid: a bad or busy --metrics
+// address leaves an existing results file as it was.
+func TestBurninBadInputLeavesOutputAlone(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for _, flag := range []string{"--out", "--results"} {
+		for _, args := range [][]string{{"--metrics", "256.0.0.1:1"}, {"--metrics", busy.Addr().String()}, {"--p2p-size", "100G"}, {"--topology", "nowhere"}} {
+			path := filepath.Join(t.TempDir(), "r.jsonl")
+			if err := os.WriteFile(path, []byte("earlier results\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, errOut, code := gpubench(t, append([]string{"burnin", "--backend", "sim", "--duration", "1s", flag, path}, args...)...)
+			data, _ := os.ReadFile(path)
+			if code != 2 || string(data) != "earlier results\n" {
+				t.Errorf("%s %v: exit %d, file %q, stderr %q; want exit 2 and the file untouched", flag, args, code, data, errOut)
+			}
+		}
+	}
+}
+
+// --results is --out's old name: it still works, with a notice.
+func TestBurninResultsIsDeprecatedOut(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.jsonl")
+	_, errOut, code := gpubench(t, "burnin", "--backend", "sim", "--duration", "2s", "--collectives", "allreduce", "--results", path)
+	data, _ := os.ReadFile(path)
+	if code != 0 || !strings.Contains(errOut, "--results has been deprecated, use --out") || !strings.Contains(string(data), `"record":"end"`) {
+		t.Errorf("exit %d, stderr %q, %d bytes written; want exit 0, a notice and the stream", code, errOut, len(data))
+	}
+}
+
+// A results file that cannot be written ends the burn-in at once, exit 1, naming the file.
+func TestBurninWriteFailureExits1(t *testing.T) {
+	if _, err := os.Stat("/dev/full"); err != nil {
+		t.Skip("no /dev/full")
+	}
+	for _, flag := range []string{"--out", "--results"} {
+		out, errOut, code := gpubench(t, "burnin", "--backend", "sim", "--duration", "10s", flag, "/dev/full")
+		if code != 1 || !strings.Contains(errOut, "/dev/full: no space left") || strings.Contains(errOut, "gpubench: burnin: ") || out != "" {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit 1 naming /dev/full before anything ran", flag, code, out, errOut)
 		}
 	}
 }

@@ -22,6 +22,11 @@ import (
 	"github.com/gpubench/gpubench/internal/p2p"
 )
 
+// smallCopy is the size of the copies that check data when the simulator's data cap leaves the
+// measured ones timing-only: one page, enough to carry a corrupted byte, and cheap to check every
+// pass.
+const smallCopy = 4 << 10
+
 // DefaultIgnoredXIDs are application errors that leave the GPU healthy (NVIDIA's device plugin
 // skips the same set): 13 graphics engine exception, 31 MMU fault, 43 stopped channel, 45
 // preemptive cleanup, 68 video decoder exception.
@@ -56,19 +61,25 @@ type Options struct {
 	// simulator, whose clock runs faster than the sampler's timer).
 	PollEachPass bool
 	Bench        *metrics.Bench
-	// Record, when set, gets every record as it is made.
-	Record func(Record)
+	// Record, when set, gets every record as it is made; an error from it (a results file that
+	// cannot be written) ends the burn-in at once with that error.
+	Record func(Record) error
 	// Progress, when set, hears after every step how far the burn-in is.
 	Progress func(elapsed time.Duration, pass int, failing int)
 }
 
 // Report is a finished burn-in.
 type Report struct {
-	Devices     []Device
-	Start       time.Duration // backend clock
-	Elapsed     time.Duration
-	Passes      int
-	Checks      []Check
+	Devices []Device
+	Start   time.Duration // backend clock
+	Elapsed time.Duration
+	// Passes counts the passes completed (a pass the end of --duration cut short counts; one
+	// that an interruption or a failure cut short does not).
+	Passes int
+	Checks []Check
+	// Verdict is the worst check's verdict when the burn-in ran to its end. One that stopped
+	// early says Interrupted (Ctrl-C) or Incomplete (a failure), unless a check failed: what did
+	// not run cannot pass. A hang fails the hang check of the GPU and of all.
 	Verdict     string
 	Interrupted bool
 	// Err is why the burn-in stopped early (a hang, a failure), if it did.
@@ -76,14 +87,19 @@ type Report struct {
 }
 
 type runner struct {
-	b     gpu.Backend
-	opt   Options
-	ctx   context.Context
-	v     *verdicts
-	start time.Duration
-	pass  int
-	devs  []gpu.Device
+	b      gpu.Backend
+	opt    Options
+	ctx    context.Context
+	cancel context.CancelFunc
+	v      *verdicts
+	start  time.Duration
+	pass   int // the pass running (from 1)
+	done   int // the passes completed
+	devs   []gpu.Device
+	// writeErr is the first error of Options.Record; it ends the burn-in.
+	writeErr error
 
+	inputs   coll.Inputs        // the collectives' crafted inputs, made in the first pass
 	collBase map[string]float64 // coll/size -> best busbw in the baseline window
 	p2pBase  map[[2]int]float64
 	// telemetry at the start
@@ -94,7 +110,9 @@ type runner struct {
 // Run runs the burn-in on b. It returns a report also when it stops early, with the reason in
 // Report.Err and as the error.
 func Run(ctx context.Context, b gpu.Backend, opt Options) (*Report, error) {
-	r := &runner{b: b, opt: opt, ctx: ctx, collBase: map[string]float64{}, p2pBase: map[[2]int]float64{}, devs: b.Devices()}
+	r := &runner{b: b, opt: opt, collBase: map[string]float64{}, p2pBase: map[[2]int]float64{}, devs: b.Devices()}
+	r.ctx, r.cancel = context.WithCancel(ctx)
+	defer r.cancel()
 	r.v = newVerdicts(func(c Check) {
 		if opt.Bench != nil {
 			opt.Bench.Verdict(c.Subject, c.Check, c.Verdict)
@@ -117,12 +135,34 @@ func Run(ctx context.Context, b gpu.Backend, opt Options) (*Report, error) {
 	r.initChecks()
 	r.observe()
 	err := r.loop()
-	r.observe()
+	if r.writeErr != nil {
+		err = r.writeErr // not an interruption: the burn-in stopped itself
+	}
+	var hang *gpu.HangError
+	switch {
+	case errors.As(err, &hang) && errors.Is(err, context.Canceled):
+		r.v.set("all", CheckHang, Skip, "", "interrupted while waiting for the GPUs: no hang was confirmed")
+	case errors.As(err, &hang): // a wait that timed out
+		r.hung(hang)
+	}
+	if err == nil || r.writeErr == nil {
+		r.observe()
+	}
 	r.finishChecks()
-	rep.Elapsed, rep.Passes = b.Now()-r.start, r.pass
+	rep.Elapsed, rep.Passes = b.Now()-r.start, r.done
+	if err == nil {
+		rep.Passes = r.pass // the last pass, cut short by the end of the duration, counts
+	}
 	rep.Checks = r.v.list()
-	rep.Verdict = Overall(rep.Checks)
 	rep.Interrupted = errors.Is(err, context.Canceled)
+	rep.Verdict = Overall(rep.Checks)
+	switch {
+	case err == nil || rep.Verdict == Fail:
+	case rep.Interrupted:
+		rep.Verdict = Interrupted
+	default:
+		rep.Verdict = Incomplete
+	}
 	rep.Err = err
 	if opt.Bench != nil {
 		opt.Bench.State(false, opt.Duration.Seconds(), rep.Elapsed.Seconds())
@@ -133,18 +173,39 @@ func Run(ctx context.Context, b gpu.Backend, opt Options) (*Report, error) {
 func (r *runner) elapsed() time.Duration { return r.b.Now() - r.start }
 
 func (r *runner) record(rec Record) {
-	if r.opt.Record != nil {
-		rec.T = r.elapsed().Seconds()
-		r.opt.Record(rec)
+	if r.opt.Record == nil || r.writeErr != nil {
+		return
 	}
+	rec.T = r.elapsed().Seconds()
+	if err := r.opt.Record(rec); err != nil {
+		r.writeErr = err
+		r.cancel() // stop what is running now
+	}
+}
+
+// hung fails the hang check of every GPU that did not finish in time, and of all. The burn-in
+// drives every GPU in order, so a rank is the GPU of that position.
+func (r *runner) hung(h *gpu.HangError) {
+	thr := fmt.Sprintf("done within %v", r.opt.Timeout)
+	at := round(r.elapsed())
+	var gpus []string
+	for _, rank := range h.Ranks {
+		if rank >= 0 && rank < len(r.devs) {
+			d := r.devs[rank].Ordinal
+			gpus = append(gpus, strconv.Itoa(d))
+			r.v.set(strconv.Itoa(d), CheckHang, Fail, thr, "GPU %d did not finish within %v (pass %d, %v in)", d, r.opt.Timeout, r.pass, at)
+		}
+	}
+	r.failed(CheckHang, 1)
+	what := "a GPU"
+	if len(gpus) > 0 {
+		what = "GPU " + strings.Join(gpus, ",")
+	}
+	r.v.set("all", CheckHang, Fail, thr, "%s did not finish within %v (pass %d, %v in)", what, r.opt.Timeout, r.pass, at)
 }
 
 func (r *runner) initChecks() {
 	all := "all"
-	r.v.set(all, CheckData, Pass, "0 wrong elements", "every checked collective result matched")
-	for _, d := range r.devs {
-		r.v.set(strconv.Itoa(d.Ordinal), CheckData, Pass, "0 wrong bytes", "every checked copy into the GPU matched")
-	}
 	if r.opt.P2PSize > 0 {
 		if _, ok := r.b.(p2p.Backend); !ok {
 			r.v.set(all, CheckP2PBandwidth, Skip, "", "this backend makes no peer copies")
@@ -173,7 +234,15 @@ func (r *runner) loop() error {
 		r.opt.Bench.State(true, r.opt.Duration.Seconds(), 0)
 	}
 	for r.elapsed() < r.opt.Duration {
+		if err := r.ctx.Err(); err != nil {
+			return err
+		}
+		if len(r.opt.Collectives) == 0 && r.opt.P2PSize == 0 {
+			why, _ := r.v.get("all", CheckP2PBandwidth)
+			return fmt.Errorf("nothing left to run: %s, and no collectives were given", why.Reason)
+		}
 		r.pass++
+		begin := r.elapsed()
 		for _, c := range r.opt.Collectives {
 			if err := r.collective(c); err != nil {
 				return err
@@ -189,6 +258,10 @@ func (r *runner) loop() error {
 		}
 		if r.opt.Bench != nil {
 			r.opt.Bench.Pass()
+		}
+		r.done++
+		if r.elapsed() == begin && (len(r.opt.Collectives) > 0 || r.opt.P2PSize > 0) { // every pass must bring the end nearer
+			return fmt.Errorf("pass %d took no time on the %s backend's clock", r.pass, r.b.Name())
 		}
 	}
 	return nil
@@ -209,12 +282,19 @@ func (r *runner) step() error {
 		}
 		r.opt.Progress(r.elapsed(), r.pass, failing)
 	}
+	if r.writeErr != nil {
+		return r.writeErr
+	}
 	return r.ctx.Err()
 }
 
 func (r *runner) collective(c *coll.Collective) error {
+	warmup := r.opt.Warmup
+	if r.pass > 1 {
+		warmup = 0
+	}
 	opt := coll.Options{Coll: c, Sweep: r.opt.Sweep, DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum},
-		Iters: r.opt.Iters, Warmup: r.opt.Warmup, Check: 1, Average: 1, Seed: uint64(r.pass), Timeout: r.opt.Timeout}
+		Iters: r.opt.Iters, Warmup: warmup, Check: 1, Average: 1, Seed: 1, Inputs: &r.inputs, Timeout: r.opt.Timeout}
 	opt.OnResult = func(res coll.Result) { r.collResult(c, res) }
 	_, err := coll.Run(r.ctx, r.b, opt)
 	if err != nil {
@@ -231,10 +311,17 @@ func (r *runner) collResult(c *coll.Collective, res coll.Result) {
 	if r.opt.Bench != nil {
 		r.opt.Bench.Coll(c.Name, res.Size, op.BusBW, op.AlgBW, op.TimeUS)
 	}
-	wrong := int64(0)
+	wrong, checked := int64(0), false
 	for _, w := range []*int64{op.Wrong, ip.Wrong} {
 		if w != nil {
 			wrong += *w
+			checked = true
+		}
+	}
+	if checked {
+		r.v.set("all", CheckData, Pass, "0 wrong elements", "every checked collective result matched")
+		for _, d := range r.devs {
+			r.v.set(strconv.Itoa(d.Ordinal), CheckData, Pass, "0 wrong", "every checked result on the GPU matched")
 		}
 	}
 	if wrong > 0 {
@@ -297,16 +384,16 @@ func (r *runner) copies() error {
 	}
 	res, err := p2p.Run(r.ctx, pb, p2p.Options{Size: r.opt.P2PSize, Repeat: 1, Samples: 1, Verify: true, Timeout: r.opt.Timeout})
 	if errors.Is(err, p2p.ErrTooBig) {
-		r.v.set("all", CheckP2PBandwidth, Skip, "", "copies of %d bytes do not fit: %v", r.opt.P2PSize, err)
+		r.v.set("all", CheckP2PBandwidth, Skip, "", "copies of %d bytes stopped fitting in pass %d: %v", r.opt.P2PSize, r.pass, err)
 		r.opt.P2PSize = 0
-		return nil
+		return r.step()
 	}
 	if err != nil {
 		return fmt.Errorf("p2p: %w", err)
 	}
 	if res.Unverified > 0 && res.Verified+res.Mismatched == 0 {
 		// The simulator's data cap left the large copies timing-only: check data with small ones.
-		small, err := p2p.Run(r.ctx, pb, p2p.Options{Size: 64 << 10, Repeat: 1, Samples: 1, Verify: true, Timeout: r.opt.Timeout})
+		small, err := p2p.Run(r.ctx, pb, p2p.Options{Size: smallCopy, Repeat: 1, Samples: 1, Verify: true, Timeout: r.opt.Timeout})
 		if err != nil && !errors.Is(err, p2p.ErrTooBig) {
 			return fmt.Errorf("p2p: %w", err)
 		}
@@ -320,6 +407,11 @@ func (r *runner) copies() error {
 }
 
 func (r *runner) copyData(res *p2p.Result) {
+	if res.Verified+res.Mismatched > 0 {
+		for _, d := range res.Devices {
+			r.v.set(strconv.Itoa(d.Ordinal), CheckData, Pass, "0 wrong", "every checked result on the GPU matched")
+		}
+	}
 	type copyPair struct {
 		src, dst int
 		what     string
@@ -463,6 +555,14 @@ func round(d time.Duration) time.Duration {
 
 // finishChecks settles checks that could not be judged.
 func (r *runner) finishChecks() {
+	for _, s := range append([]string{"all"}, r.gpuSubjects()...) {
+		if _, ok := r.v.get(s, CheckData); !ok {
+			r.v.set(s, CheckData, Skip, "", "no result was checked: the burn-in ended before its first check")
+		}
+	}
+	if _, ok := r.v.get("all", CheckHang); !ok {
+		r.v.set("all", CheckHang, Pass, fmt.Sprintf("done within %v", r.opt.Timeout), "every operation finished in time")
+	}
 	if _, ok := r.v.get("all", CheckBandwidth); !ok {
 		if len(r.b.Devices()) < 2 {
 			r.v.set("all", CheckBandwidth, Skip, "", "one GPU: a collective's busbw is 0 by definition, so it has no floor")
@@ -615,6 +715,14 @@ func (r *runner) judgeGPU(g, first telemetry.GPU, baseClock float64) {
 	default:
 		r.v.set(s, CheckClocks, Pass, fmt.Sprintf(">= base %.0f MHz under load", baseClock/1e6), "SM clock at or above base under load")
 	}
+}
+
+func (r *runner) gpuSubjects() []string {
+	var s []string
+	for _, d := range r.devs {
+		s = append(s, strconv.Itoa(d.Ordinal))
+	}
+	return s
 }
 
 func intList(v []int) string {

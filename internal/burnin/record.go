@@ -2,8 +2,10 @@ package burnin
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -75,12 +77,14 @@ type Stream struct {
 // NewStream writes to w.
 func NewStream(w io.Writer) *Stream { return &Stream{w: w} }
 
-// Write writes one record; the first error sticks and is returned by Err.
-func (s *Stream) Write(r Record) {
+// Write writes one record and returns the stream's first error: once a write has failed (a full
+// disk), nothing more is written. The verdict and end records are synced to disk, where the
+// writer can be (a pipe or a device cannot, and need not).
+func (s *Stream) Write(r Record) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
-		return
+		return s.err
 	}
 	line, err := json.Marshal(r)
 	if err == nil {
@@ -88,10 +92,13 @@ func (s *Stream) Write(r Record) {
 	}
 	if err == nil {
 		if f, ok := s.w.(interface{ Sync() error }); ok && (r.Record == "verdict" || r.Record == "end") {
-			err = f.Sync()
+			if err = f.Sync(); errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOTSUP) {
+				err = nil
+			}
 		}
 	}
 	s.err = err
+	return err
 }
 
 // Err is the first write error.

@@ -16,6 +16,12 @@ const (
 	Fail = "fail"
 )
 
+// Overall verdicts of a burn-in that stopped early without a failed check (Report.Verdict).
+const (
+	Interrupted = "interrupted"
+	Incomplete  = "incomplete"
+)
+
 func rank(v string) int {
 	switch v {
 	case Pass:
@@ -42,6 +48,7 @@ type Check struct {
 
 // Check names, in report order.
 const (
+	CheckHang         = "hang"
 	CheckData         = "data"
 	CheckBandwidth    = "bandwidth"
 	CheckP2PBandwidth = "p2p_bandwidth"
@@ -53,7 +60,7 @@ const (
 	CheckClocks       = "clocks"
 )
 
-var checkOrder = []string{CheckData, CheckBandwidth, CheckP2PBandwidth, CheckXID, CheckECC, CheckPCIeReplay, CheckNVLink, CheckThrottle, CheckClocks}
+var checkOrder = []string{CheckHang, CheckData, CheckBandwidth, CheckP2PBandwidth, CheckXID, CheckECC, CheckPCIeReplay, CheckNVLink, CheckThrottle, CheckClocks}
 
 // verdicts holds every check's verdict so far. The worst verdict a check reached stays, with the
 // reason of the first time it got there.
