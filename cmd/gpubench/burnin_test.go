@@ -55,6 +55,7 @@ func TestBurninFaults(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			args := base
 			if tc.fault != "" {
 				args = append(append([]string(nil), base...), "--sim-fault", tc.fault)
