@@ -3,17 +3,23 @@ package metrics
 import (
 	"bytes"
 	"compress/gzip"
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/common/expfmt"
+	"golang.org/x/sync/semaphore"
+	"golang.org/x/sync/singleflight"
 )
 
 // Paths served; every other path is 404, every other method 405.
@@ -27,26 +33,55 @@ const (
 	// MaxInFlight bounds the scrapes being answered at once; more wait their turn (until their
 	// request ends) rather than fail.
 	MaxInFlight = 64
-	// CacheAge is how long one encoding of the registry serves scrapes: many scrapers at once cost
-	// one Gather.
+	// CacheAge is how long one encoding of the registry may serve scrapes: many scrapers at once
+	// cost one Gather, and none gets figures older than that.
 	CacheAge = 200 * time.Millisecond
+	// MaxConns bounds the open connections before each new one closes the longest-idle keep-alive
+	// one, so that idle sockets cannot use up the file descriptors that scrapes and NVML need. It
+	// is above the 2,000 busy scrapers the endpoint is tested with (a lower bound would close
+	// their connections between two scrapes, over and over) and far below usual descriptor
+	// limits (Go raises the soft limit to the hard one at start); under a lower limit, running
+	// out of descriptors closes the longest-idle connection too.
+	MaxConns = 4096
+	// IdleTimeout closes a keep-alive connection left idle that long: longer than Prometheus'
+	// default scrape interval (1m), so that a scraper reuses its connection, and well under the
+	// 2 minutes that let abandoned connections pile up.
+	IdleTimeout = 75 * time.Second
 )
 
 // Handler serves a gatherer's metrics in the Prometheus text format.
+//
+// promhttp's handler gathers and encodes anew for every scrape, and its Accept-Encoding
+// negotiation is unexported, so the handler keeps its own encoded page (plain and gzipped) and
+// negotiates itself; x/sync does the rest: singleflight shares one encoding among the scrapes that
+// find the page stale, a weighted semaphore bounds the scrapes in flight.
 type Handler struct {
-	g          prometheus.Gatherer
-	age        time.Duration
-	sem        chan struct{}
-	mu         sync.Mutex
-	at         time.Time
-	body       []byte // text exposition
-	gz         []byte // the same, gzipped
-	refreshing bool   // a goroutine is encoding anew
+	g       prometheus.Gatherer
+	sampler *Sampler // when set, a page whose sample is one interval old and no longer the latest is stale
+	age     time.Duration
+	now     func() time.Time
+	sem     *semaphore.Weighted
+	flight  singleflight.Group
+	page    atomic.Pointer[page]
 }
 
-// NewHandler returns the handler of GET /metrics and /health for g.
+// page is one encoding of the registry.
+type page struct {
+	at       time.Time // when its Gather began
+	sampleAt time.Time // when the sampler's latest sample was taken then
+	samples  int       // the sampler's count of samples then
+	body, gz []byte    // text exposition, and the same gzipped
+}
+
+// NewHandler returns the handler of GET /metrics and /health for g. When g is a *Registry with a
+// sampler, a page is also encoded anew once its sample is one sampling interval old and the
+// sampler has a newer one.
 func NewHandler(g prometheus.Gatherer) *Handler {
-	return &Handler{g: g, age: CacheAge, sem: make(chan struct{}, MaxInFlight)}
+	h := &Handler{g: g, age: CacheAge, now: time.Now, sem: semaphore.NewWeighted(MaxInFlight)}
+	if r, ok := g.(*Registry); ok {
+		h.sampler = r.sampler
+	}
+	return h
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -64,87 +99,145 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
 		return
 	}
-	select {
-	case h.sem <- struct{}{}:
-		defer func() { <-h.sem }()
-	case <-r.Context().Done():
-		return
+	if err := h.sem.Acquire(r.Context(), 1); err != nil {
+		return // the scraper went away while waiting its turn
 	}
-	body, gz, err := h.encoded()
+	defer h.sem.Release(1)
+	p, err := h.current()
 	if err != nil {
-		http.Error(w, "gathering metrics: "+err.Error(), http.StatusInternalServerError)
+		// One line: a registry's errors come joined by newlines.
+		http.Error(w, "gathering metrics: "+strings.ReplaceAll(err.Error(), "\n", " "), http.StatusInternalServerError)
 		return
 	}
+	body := p.body
 	w.Header().Set("Content-Type", string(expfmt.NewFormat(expfmt.TypeTextPlain)))
 	w.Header().Set("Vary", "Accept-Encoding")
-	if acceptsGzip(r.Header.Get("Accept-Encoding")) {
+	if gzipWanted(r.Header.Values("Accept-Encoding")) {
 		w.Header().Set("Content-Encoding", "gzip")
-		body = gz
+		body = p.gz
 	}
-	w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	if r.Method == http.MethodGet {
 		_, _ = w.Write(body)
 	}
 }
 
-func acceptsGzip(h string) bool {
-	for _, part := range strings.Split(h, ",") {
-		enc, q, _ := strings.Cut(strings.TrimSpace(part), ";")
-		if strings.TrimSpace(enc) == "gzip" && strings.ReplaceAll(q, " ", "") != "q=0" {
-			return true
+// gzipWanted says whether an Accept-Encoding field (RFC 9110 12.5.3) prefers gzip to no coding:
+// codings match whatever their case, "x-gzip" is gzip, "*" stands for every coding the field does
+// not name, q=0 refuses, and no coding named means none. A malformed q drops its element.
+func gzipWanted(fields []string) bool {
+	gzipQ, identityQ, anyQ := -1.0, -1.0, -1.0 // -1: not named
+	for _, field := range fields {
+		for _, elem := range strings.Split(field, ",") {
+			coding, params, _ := strings.Cut(elem, ";")
+			q := 1.0
+			for _, param := range strings.Split(params, ";") {
+				if k, v, ok := strings.Cut(param, "="); ok && strings.EqualFold(strings.TrimSpace(k), "q") {
+					f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+					if err != nil || !(f >= 0 && f <= 1) {
+						f = -1
+					}
+					q = f
+				}
+			}
+			if q < 0 {
+				continue
+			}
+			switch strings.ToLower(strings.TrimSpace(coding)) {
+			case "gzip", "x-gzip":
+				gzipQ = max(gzipQ, q)
+			case "identity":
+				identityQ = max(identityQ, q)
+			case "*":
+				anyQ = max(anyQ, q)
+			}
 		}
 	}
-	return false
+	if gzipQ < 0 {
+		gzipQ = anyQ
+	}
+	if identityQ < 0 {
+		identityQ = max(anyQ, 0) // acceptable unless refused, but the least wanted
+	}
+	return gzipQ > 0 && gzipQ >= identityQ
 }
 
-// encoded returns the cached exposition. Once it is older than the cache age, one goroutine
-// encodes anew while scrapes go on getting the last one, so that no scrape but the first waits
-// for an encoding.
-func (h *Handler) encoded() (body, gz []byte, err error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.body == nil {
-		if h.body, h.gz, err = h.encode(); err != nil {
-			return nil, nil, err
+// current returns a fresh page (see fresh). A stale page is encoded anew before answering, and
+// the scrapes that find it stale meanwhile wait for that one encoding. Past half the cache age, a
+// page is renewed in the background while it goes on serving, so that scrapes coming steadily do
+// not wait.
+func (h *Handler) current() (*page, error) {
+	p := h.page.Load()
+	if h.fresh(p) {
+		if h.now().Sub(p.at) >= h.age/2 {
+			h.flight.DoChan("page", h.renew(p)) // nobody waits: the flight stores the page
 		}
-		h.at = time.Now()
-	} else if time.Since(h.at) >= h.age && !h.refreshing {
-		h.refreshing = true
-		go h.refresh()
+		return p, nil
 	}
-	return h.body, h.gz, nil
+	v, err, _ := h.flight.Do("page", h.renew(p))
+	if err != nil {
+		return nil, err
+	}
+	return v.(*page), nil
 }
 
-func (h *Handler) refresh() {
-	body, gz, err := h.encode()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if err == nil {
-		h.body, h.gz = body, gz
+// renew returns the flight that replaces the page seen: with a new encoding, unless a flight
+// has just left a fresh one.
+func (h *Handler) renew(seen *page) func() (any, error) {
+	return func() (any, error) {
+		if p := h.page.Load(); p != seen && h.fresh(p) {
+			return p, nil
+		}
+		p, err := h.encode()
+		if err != nil {
+			return nil, err
+		}
+		h.page.Store(p)
+		return p, nil
 	}
-	h.at, h.refreshing = time.Now(), false
+}
+
+// fresh says whether p may be served: it is younger than the cache age, and its sample is
+// younger than one sampling interval or still the latest, so that a scrape never gets telemetry
+// older than one interval when a newer sample exists (the simulated burn-in samples after every
+// step, much more often than its interval: that alone does not make the page stale).
+func (h *Handler) fresh(p *page) bool {
+	if p == nil || h.now().Sub(p.at) >= h.age {
+		return false
+	}
+	if h.sampler == nil || h.now().Sub(p.sampleAt) < h.sampler.Interval() {
+		return true
+	}
+	return h.sampler.Latest().Samples == p.samples
 }
 
 // encode gathers and encodes the metrics, plain and gzipped.
-func (h *Handler) encode() (body, gz []byte, err error) {
+func (h *Handler) encode() (*page, error) {
+	p := &page{at: h.now()}
+	if h.sampler != nil {
+		// Read before Gather: a sample taken meanwhile only makes the page look older than it is.
+		snap := h.sampler.Latest()
+		p.sampleAt, p.samples = snap.At, snap.Samples
+	}
 	mfs, err := h.g.Gather()
 	if err != nil && len(mfs) == 0 {
-		return nil, nil, err
+		return nil, err
 	}
 	var buf bytes.Buffer
 	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
 	for _, mf := range mfs {
 		if err := enc.Encode(mf); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 	}
 	var zbuf bytes.Buffer
 	zw, _ := gzip.NewWriterLevel(&zbuf, gzip.BestSpeed)
 	_, _ = zw.Write(buf.Bytes())
 	if err := zw.Close(); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	return buf.Bytes(), zbuf.Bytes(), nil
+	p.body, p.gz = buf.Bytes(), zbuf.Bytes()
+	return p, nil
 }
 
 // Server is the metrics endpoint.
@@ -160,16 +253,87 @@ func Listen(addr string, g prometheus.Gatherer) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	return serve(ln, g, MaxConns), nil
+}
+
+// serve serves g on ln, closing idle connections past maxConns.
+func serve(ln net.Listener, g prometheus.Gatherer, maxConns int) *Server {
+	c := &conns{max: maxConns, idle: list.New(), at: map[net.Conn]*list.Element{}}
 	s := &Server{ln: ln, done: make(chan error, 1), srv: &http.Server{
 		Handler:           NewHandler(g),
+		ConnState:         c.track,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       IdleTimeout,
 		MaxHeaderBytes:    16 << 10,
 	}}
-	go func() { s.done <- s.srv.Serve(ln) }()
-	return s, nil
+	go func() { s.done <- s.srv.Serve(listener{ln, c}) }()
+	return s
+}
+
+// conns counts the server's connections and keeps its idle keep-alive ones in the order they
+// went idle, so that the longest-idle one can be closed to make room.
+type conns struct {
+	max  int
+	mu   sync.Mutex
+	n    int                        // open connections
+	idle *list.List                 // idle connections, longest idle first
+	at   map[net.Conn]*list.Element // each idle connection's element in idle
+}
+
+// track is the server's ConnState hook: each new connection past the bound closes the
+// longest-idle one.
+func (c *conns) track(conn net.Conn, state http.ConnState) {
+	c.mu.Lock()
+	if e, ok := c.at[conn]; ok {
+		c.idle.Remove(e)
+		delete(c.at, conn)
+	}
+	over := false
+	switch state {
+	case http.StateNew:
+		c.n++
+		over = c.n > c.max
+	case http.StateIdle:
+		c.at[conn] = c.idle.PushBack(conn)
+	case http.StateClosed, http.StateHijacked:
+		c.n--
+	}
+	c.mu.Unlock()
+	if over {
+		c.closeIdle()
+	}
+}
+
+// closeIdle closes the longest-idle connection, if there is one.
+func (c *conns) closeIdle() {
+	c.mu.Lock()
+	e := c.idle.Front()
+	if e == nil {
+		c.mu.Unlock()
+		return
+	}
+	conn := c.idle.Remove(e).(net.Conn)
+	delete(c.at, conn)
+	c.mu.Unlock()
+	_ = conn.Close() // its StateClosed follows from the server's goroutine and counts it out
+}
+
+// listener closes the longest-idle connection when accepting runs out of file descriptors
+// (connections opened faster than the bound closes idle ones, or a descriptor limit under the
+// bound), so that the server's next try, a few milliseconds later, gets one.
+type listener struct {
+	net.Listener
+	c *conns
+}
+
+func (l listener) Accept() (net.Conn, error) {
+	conn, err := l.Listener.Accept()
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+		l.c.closeIdle()
+	}
+	return conn, err
 }
 
 // Addr is the address the server listens on.
@@ -186,19 +350,26 @@ func (s *Server) Close() error {
 	return err
 }
 
+// Registry is a private registry and the sampler its telemetry collector reads (nil when none),
+// so that the endpoint serving it encodes anew as soon as there is a newer sample.
+type Registry struct {
+	*prometheus.Registry
+	sampler *Sampler
+}
+
 // NewRegistry returns a private registry with the telemetry collector of s (when not nil) and
 // the benchmark figures.
-func NewRegistry(s *Sampler) (*prometheus.Registry, *Bench) {
-	reg := prometheus.NewRegistry()
+func NewRegistry(s *Sampler) (*Registry, *Bench) {
+	reg := &Registry{Registry: prometheus.NewRegistry(), sampler: s}
 	if s != nil {
 		reg.MustRegister(NewTelemetryCollector(s))
 	}
-	return reg, NewBench(reg)
+	return reg, NewBench(reg.Registry)
 }
 
 // NewTelemetryRegistry returns a private registry with only the telemetry collector of s.
-func NewTelemetryRegistry(s *Sampler) *prometheus.Registry {
-	reg := prometheus.NewRegistry()
+func NewTelemetryRegistry(s *Sampler) *Registry {
+	reg := &Registry{Registry: prometheus.NewRegistry(), sampler: s}
 	reg.MustRegister(NewTelemetryCollector(s))
 	return reg
 }
