@@ -8,6 +8,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gpubench/gpubench/internal/nvmlib"
 	"github.com/gpubench/gpubench/internal/topo"
 )
 
@@ -25,12 +26,8 @@ type Library interface {
 // through gpubench topo's discovery. When NVML cannot be used the error wraps
 // topo.ErrUnavailable and says how to fix it.
 func ReadDevices(nvmlLib string, opt topo.Options) (*Devices, error) {
-	var libOpts []nvml.LibraryOption
-	if nvmlLib != "" {
-		libOpts = append(libOpts, nvml.WithLibraryPath(nvmlLib))
-	}
 	opt.NVMLLib = nvmlLib
-	return ReadDevicesWith(nvml.New(libOpts...), opt)
+	return ReadDevicesWith(nvmlib.New(nvmlLib), opt)
 }
 
 // ReadDevicesWith is ReadDevices through a given NVML library (a go-nvml mock server in tests).
@@ -44,19 +41,15 @@ func ReadDevicesWith(lib Library, opt topo.Options) (*Devices, error) {
 		return nil, fmt.Errorf("%w: NVML did not start: %v", topo.ErrUnavailable, ret)
 	}
 	defer lib.Shutdown()
-	d.Driver, _ = ok(lib.SystemGetDriverVersion())
-	d.CUDAVersion, _ = ok(lib.SystemGetCudaDriverVersion())
+	d.Driver, _ = nvmlib.OK(lib.SystemGetDriverVersion())
+	d.CUDAVersion, _ = nvmlib.OK(lib.SystemGetCudaDriverVersion())
 	n, ret := lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("NVML cannot count the GPUs: %v", ret)
 	}
 	// go-nvml binds lazily: calling a function the loaded library lacks ends the process, so the
 	// newer ones are looked up first.
-	has := func(sym string) bool { return lib.Extensions().LookupSymbol(sym) == nil }
-	newer := map[string]bool{}
-	for _, s := range []string{"nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetRemappedRows", "nvmlDeviceGetMigMode"} {
-		newer[s] = has(s)
-	}
+	newer := nvmlib.Has(lib, "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetRemappedRows", "nvmlDeviceGetMigMode")
 	for i := 0; i < n; i++ {
 		dev, ret := lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
@@ -70,21 +63,21 @@ func ReadDevicesWith(lib Library, opt topo.Options) (*Devices, error) {
 // gpuOf asks NVML about one GPU; what it cannot answer stays nil.
 func gpuOf(d nvml.Device, index int, newer map[string]bool) GPU {
 	g := GPU{Index: index, PState: -1}
-	g.Name, _ = ok(d.GetName())
-	g.UUID, _ = ok(d.GetUUID())
-	if pci, good := ok(d.GetPciInfo()); good {
-		g.BusID, _ = topo.ParseBusID(cString(pci.BusId[:]))
+	g.Name, _ = nvmlib.OK(d.GetName())
+	g.UUID, _ = nvmlib.OK(d.GetUUID())
+	if pci, good := nvmlib.OK(d.GetPciInfo()); good {
+		g.BusID, _ = topo.ParseBusID(nvmlib.CString(pci.BusId[:]))
 	}
-	if p, good := ok(d.GetPerformanceState()); good && p <= nvml.PSTATE_15 {
+	if p, good := nvmlib.OK(d.GetPerformanceState()); good && p <= nvml.PSTATE_15 {
 		g.PState = int(p)
 	}
-	if m, good := ok(d.GetPersistenceMode()); good {
+	if m, good := nvmlib.OK(d.GetPersistenceMode()); good {
 		g.Persistence = boolp(m == nvml.FEATURE_ENABLED)
 	}
 	if cur, pending, ret := d.GetEccMode(); ret == nvml.SUCCESS {
 		g.ECC, g.ECCPending = boolp(cur == nvml.FEATURE_ENABLED), boolp(pending == nvml.FEATURE_ENABLED)
 	}
-	if st, good := ok(d.GetRetiredPagesPendingStatus()); good {
+	if st, good := nvmlib.OK(d.GetRetiredPagesPendingStatus()); good {
 		g.RetiredPending = boolp(st == nvml.FEATURE_ENABLED)
 	}
 	if newer["nvmlDeviceGetRemappedRows"] {
@@ -108,10 +101,10 @@ func gpuOf(d nvml.Device, index int, newer map[string]bool) GPU {
 	if ret == nvml.SUCCESS {
 		g.ClockEvents = &reasons
 	}
-	g.Gen, _ = ok(d.GetCurrPcieLinkGeneration())
-	g.Width, _ = ok(d.GetCurrPcieLinkWidth())
-	g.GenMax, _ = ok(d.GetMaxPcieLinkGeneration())
-	g.WidthMax, _ = ok(d.GetMaxPcieLinkWidth())
+	g.Gen, _ = nvmlib.OK(d.GetCurrPcieLinkGeneration())
+	g.Width, _ = nvmlib.OK(d.GetCurrPcieLinkWidth())
+	g.GenMax, _ = nvmlib.OK(d.GetMaxPcieLinkGeneration())
+	g.WidthMax, _ = nvmlib.OK(d.GetMaxPcieLinkWidth())
 	// NVML answers INVALID_ARGUMENT or NOT_SUPPORTED for link numbers the GPU does not have.
 	for l := 0; l < nvml.NVLINK_MAX_LINKS; l++ {
 		if st, ret := d.GetNvLinkState(l); ret == nvml.SUCCESS {
@@ -125,18 +118,3 @@ func gpuOf(d nvml.Device, index int, newer map[string]bool) GPU {
 }
 
 func boolp(b bool) *bool { return &b }
-
-// ok turns an NVML answer into a value and whether NVML gave it.
-func ok[T any](v T, ret nvml.Return) (T, bool) { return v, ret == nvml.SUCCESS }
-
-// cString reads a NUL-terminated C char array.
-func cString(b []int8) string {
-	s := make([]byte, 0, len(b))
-	for _, c := range b {
-		if c == 0 {
-			break
-		}
-		s = append(s, byte(c))
-	}
-	return string(s)
-}

@@ -10,7 +10,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpubench/gpubench/internal/metrics/telemetry"
-	"github.com/gpubench/gpubench/internal/topo"
+	"github.com/gpubench/gpubench/internal/nvmlib"
 )
 
 // NVML is the telemetry of the real GPUs, read through go-nvml. XIDs come from an NVML event set
@@ -28,13 +28,9 @@ var _ telemetry.Source = (*NVML)(nil)
 
 // OpenNVML loads libnvidia-ml (from path, when given) and returns its telemetry.
 func OpenNVML(path string) (telemetry.Source, error) {
-	var opts []nvml.LibraryOption
-	if path != "" {
-		opts = append(opts, nvml.WithLibraryPath(path))
-	}
-	lib := nvml.New(opts...)
-	if ret := lib.Init(); ret != nvml.SUCCESS {
-		return nil, topo.InitError(ret, path)
+	lib, err := nvmlib.Open(path)
+	if err != nil {
+		return nil, err
 	}
 	n, err := NewNVML(lib)
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"math"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpubench/gpubench/internal/nvmlib"
 )
 
 // Library is the part of NVML's library interface that Discover uses; nvml.Interface and go-nvml's
@@ -28,11 +30,7 @@ var newerSymbols = []string{"nvmlDeviceGetNvLinkRemoteDeviceType", "nvmlDeviceGe
 // Discover reads the machine through NVML (opt.NVMLLib, or libnvidia-ml.so.1) and sysfs. When
 // NVML cannot be used the error wraps ErrUnavailable and says how to fix it.
 func Discover(opt Options) (*Report, error) {
-	var libOpts []nvml.LibraryOption
-	if opt.NVMLLib != "" {
-		libOpts = append(libOpts, nvml.WithLibraryPath(opt.NVMLLib))
-	}
-	return DiscoverWith(nvml.New(libOpts...), opt)
+	return DiscoverWith(nvmlib.New(opt.NVMLLib), opt)
 }
 
 // DiscoverWith is Discover through a given NVML library (a go-nvml mock server in tests). After a
@@ -40,7 +38,7 @@ func Discover(opt Options) (*Report, error) {
 // load are unresolved, and calling them crashes.
 func DiscoverWith(lib Library, opt Options) (*Report, error) {
 	if ret := lib.Init(); ret != nvml.SUCCESS {
-		return nil, InitError(ret, opt.NVMLLib)
+		return nil, nvmlib.InitError(ret, opt.NVMLLib)
 	}
 	defer lib.Shutdown()
 	m, err := collect(lib, opt)
@@ -54,27 +52,11 @@ func DiscoverWith(lib Library, opt Options) (*Report, error) {
 	return build(m, sysReader{root: root}, opt), nil
 }
 
-// InitError says why NVML did not start and what to do about it, in the words every command
-// uses; it wraps ErrUnavailable.
-func InitError(ret nvml.Return, path string) error {
-	if path == "" {
-		path = "libnvidia-ml.so.1"
-	}
-	switch ret {
-	case nvml.ERROR_LIBRARY_NOT_FOUND:
-		return fmt.Errorf("%w: %s could not be loaded; install the NVIDIA driver, or give the library's path with --nvml-lib", ErrUnavailable, path)
-	case nvml.ERROR_DRIVER_NOT_LOADED:
-		return fmt.Errorf("%w: the NVIDIA kernel driver is not loaded (%v); load it, and nvidia-smi should work too", ErrUnavailable, ret)
-	case nvml.ERROR_NO_PERMISSION:
-		return fmt.Errorf("%w: no permission to use the GPUs (%v); check access to /dev/nvidia*", ErrUnavailable, ret)
-	}
-	return fmt.Errorf("%w: NVML did not start: %v", ErrUnavailable, ret)
-}
 
 // collect asks NVML about every GPU, every pair of GPUs, and its driver.
 func collect(lib Library, opt Options) (*machine, error) {
 	m := &machine{p2p: map[string][][]string{}}
-	m.driver, _ = ok(lib.SystemGetDriverVersion())
+	m.driver, _ = nvmlib.OK(lib.SystemGetDriverVersion())
 	n, ret := lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("NVML cannot count the GPUs: %v", ret)
@@ -163,15 +145,15 @@ var remoteKind = map[nvml.IntNvLinkDeviceType]string{
 // CUDA_VISIBLE_DEVICES names MIG devices (withMIG).
 func gpuFactsOf(d nvml.Device, index int, has map[string]bool, withMIG bool) gpuFacts {
 	f := gpuFacts{index: index, pstate: -1}
-	if p, good := ok(d.GetPerformanceState()); good && p <= nvml.PSTATE_15 {
+	if p, good := nvmlib.OK(d.GetPerformanceState()); good && p <= nvml.PSTATE_15 {
 		f.pstate = int(p)
 	}
-	f.name, _ = ok(d.GetName())
-	f.uuid, _ = ok(d.GetUUID())
-	if pci, good := ok(d.GetPciInfo()); good {
-		f.busID, _ = parseBusID(cString(pci.BusId[:]))
+	f.name, _ = nvmlib.OK(d.GetName())
+	f.uuid, _ = nvmlib.OK(d.GetUUID())
+	if pci, good := nvmlib.OK(d.GetPciInfo()); good {
+		f.busID, _ = parseBusID(nvmlib.CString(pci.BusId[:]))
 	}
-	if mem, good := ok(d.GetMemoryInfo()); good {
+	if mem, good := nvmlib.OK(d.GetMemoryInfo()); good {
 		f.memoryBytes = int64(mem.Total)
 	}
 	if major, minor, ret := d.GetCudaComputeCapability(); ret == nvml.SUCCESS {
@@ -179,13 +161,13 @@ func gpuFactsOf(d nvml.Device, index int, has map[string]bool, withMIG bool) gpu
 	}
 	// Memory bandwidth: two transfers per memory clock over the bus (MHz x bits / 4000 = GB/s).
 	if has["nvmlDeviceGetMemoryBusWidth"] {
-		clock, okClock := ok(d.GetMaxClockInfo(nvml.CLOCK_MEM))
-		bus, okBus := ok(d.GetMemoryBusWidth())
+		clock, okClock := nvmlib.OK(d.GetMaxClockInfo(nvml.CLOCK_MEM))
+		bus, okBus := nvmlib.OK(d.GetMemoryBusWidth())
 		if okClock && okBus {
 			f.memGBs = math.Round(float64(clock)*float64(bus)/4000*100) / 100
 		}
 	}
-	if mode, good := ok(d.GetPersistenceMode()); good {
+	if mode, good := nvmlib.OK(d.GetPersistenceMode()); good {
 		on := mode == nvml.FEATURE_ENABLED
 		f.persistence = &on
 	}
@@ -195,10 +177,10 @@ func gpuFactsOf(d nvml.Device, index int, has map[string]bool, withMIG bool) gpu
 			f.mig = &on
 		}
 	}
-	f.gen, _ = ok(d.GetCurrPcieLinkGeneration())
-	f.width, _ = ok(d.GetCurrPcieLinkWidth())
-	f.genMax, _ = ok(d.GetMaxPcieLinkGeneration())
-	f.widthMax, _ = ok(d.GetMaxPcieLinkWidth())
+	f.gen, _ = nvmlib.OK(d.GetCurrPcieLinkGeneration())
+	f.width, _ = nvmlib.OK(d.GetCurrPcieLinkWidth())
+	f.genMax, _ = nvmlib.OK(d.GetMaxPcieLinkGeneration())
+	f.widthMax, _ = nvmlib.OK(d.GetMaxPcieLinkWidth())
 	// NVML answers INVALID_ARGUMENT or NOT_SUPPORTED for link numbers the GPU does not have.
 	for l := 0; l < nvml.NVLINK_MAX_LINKS; l++ {
 		state, ret := d.GetNvLinkState(l)
@@ -206,45 +188,28 @@ func gpuFactsOf(d nvml.Device, index int, has map[string]bool, withMIG bool) gpu
 			continue
 		}
 		link := nvlinkFacts{link: l, up: state == nvml.FEATURE_ENABLED}
-		if pci, good := ok(d.GetNvLinkRemotePciInfo(l)); good {
-			link.remoteBus, _ = parseBusID(cString(pci.BusId[:]))
+		if pci, good := nvmlib.OK(d.GetNvLinkRemotePciInfo(l)); good {
+			link.remoteBus, _ = parseBusID(nvmlib.CString(pci.BusId[:]))
 		}
 		if has["nvmlDeviceGetNvLinkRemoteDeviceType"] {
-			if t, good := ok(d.GetNvLinkRemoteDeviceType(l)); good {
+			if t, good := nvmlib.OK(d.GetNvLinkRemoteDeviceType(l)); good {
 				link.remote = remoteKind[t]
 			}
 		}
-		if v, good := ok(d.GetNvLinkVersion(l)); good {
+		if v, good := nvmlib.OK(d.GetNvLinkVersion(l)); good {
 			link.version = int(v)
 		}
 		f.links = append(f.links, link)
 	}
 	if withMIG && f.mig != nil && *f.mig && has["nvmlDeviceGetMaxMigDeviceCount"] && has["nvmlDeviceGetMigDeviceHandleByIndex"] {
-		count, _ := ok(d.GetMaxMigDeviceCount())
+		count, _ := nvmlib.OK(d.GetMaxMigDeviceCount())
 		for k := 0; k < count; k++ {
-			if md, good := ok(d.GetMigDeviceHandleByIndex(k)); good {
-				if u, good := ok(md.GetUUID()); good {
+			if md, good := nvmlib.OK(d.GetMigDeviceHandleByIndex(k)); good {
+				if u, good := nvmlib.OK(md.GetUUID()); good {
 					f.migUUIDs = append(f.migUUIDs, u)
 				}
 			}
 		}
 	}
 	return f
-}
-
-// ok turns an NVML answer into a value and whether NVML gave it.
-func ok[T any](v T, ret nvml.Return) (T, bool) {
-	return v, ret == nvml.SUCCESS
-}
-
-// cString reads a NUL-terminated C char array.
-func cString(b []int8) string {
-	s := make([]byte, 0, len(b))
-	for _, c := range b {
-		if c == 0 {
-			break
-		}
-		s = append(s, byte(c))
-	}
-	return string(s)
 }

@@ -3,23 +3,23 @@
 // gpu.Topology that the simulator can run, and as the tables `gpubench topo` prints. The same
 // tables are printed for a simulated machine, from its topology alone.
 //
-// It is the only package that imports go-nvml. go-nvml needs cgo, so that code is in nvml_cgo.go;
-// built without cgo, Discover reports that NVML is unavailable (nvml_nocgo.go). Everything else
-// (sysfs, the matrix, the renderers) is plain Go.
+// NVML is read through go-nvml, loaded by internal/nvmlib; go-nvml needs cgo, so that code is in
+// nvml_cgo.go, and built without cgo Discover reports that NVML is unavailable (nvml_nocgo.go).
+// Everything else (sysfs, the matrix, the renderers) is plain Go.
 package topo
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/nvmlib"
 )
 
 // ErrUnavailable is returned (wrapped, with the reason and how to fix it) when NVML cannot be used:
 // no library, no driver, no permission, no GPU, or a build without cgo.
-var ErrUnavailable = errors.New("NVML is not available")
+var ErrUnavailable = nvmlib.ErrUnavailable
 
 // P2PCaps are the capabilities --p2p reports, as nvidia-smi topo -p2p names them.
 var P2PCaps = []string{"read", "write", "nvlink", "atomics"}
