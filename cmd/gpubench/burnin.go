@@ -12,9 +12,9 @@ import (
 	"github.com/gpubench/gpubench/internal/burnin"
 	"github.com/gpubench/gpubench/internal/coll"
 	"github.com/gpubench/gpubench/internal/gpu"
-	"github.com/gpubench/gpubench/internal/input"
 	"github.com/gpubench/gpubench/internal/metrics"
 	"github.com/gpubench/gpubench/internal/metrics/telemetry"
+	"github.com/gpubench/gpubench/internal/results"
 	"github.com/gpubench/gpubench/internal/sim"
 )
 
@@ -76,7 +76,7 @@ func newBurninCmd(e *env, g *globals) *cobra.Command {
 	_ = fl.MarkDeprecated("results", "use --out")
 	fl.SetOutput(e.stderr) // the notice, which cobra would print on stdout among the results
 	fl.DurationVar(&f.hold, "hold", 0, "with --metrics: keep serving this long after the end, so that the verdict is scraped")
-	fl.IntVarP(&f.timeout, "timeout", "T", 300, "seconds to wait for the GPUs before reporting a hang (exit 5)")
+	fl.IntVarP(&f.timeout, "timeout", "T", 300, "seconds to wait for the GPUs before reporting a hang (exit 5); an unattended run must end, so unlike the collectives' 0 there is a limit")
 	fl.StringVar(&f.nvmlLib, "nvml-lib", "", "path of libnvidia-ml to load (default: libnvidia-ml.so.1)")
 	return cmd
 }
@@ -145,11 +145,14 @@ func (f *burninFlags) options() (burnin.Options, error) {
 	if len(f.references) > 0 {
 		opt.Reference = burnin.Reference{}
 		for _, path := range f.references {
-			data, err := input.ReadFile(path, input.ResultsLimit)
+			file, err := results.ReadFile(path)
 			if err != nil {
 				return opt, usageErr("invalid --reference %v", err)
 			}
-			if err := burnin.ParseReference(data, opt.Reference); err != nil {
+			if file.Coll == nil {
+				return opt, usageErr("invalid --reference %s: a p2p result; give a collective's (gpubench allreduce --output json)", path)
+			}
+			if err := opt.Reference.Add(file.Coll); err != nil {
 				return opt, usageErr("invalid --reference %s: %v", path, err)
 			}
 		}

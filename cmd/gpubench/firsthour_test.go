@@ -33,6 +33,12 @@ func TestEveryDefaultOutputIsRead(t *testing.T) {
 		if _, errOut, code := gpubench(t, "plot", doc, stream, "--out", filepath.Join(dir, c+".svg")); code != 0 {
 			t.Errorf("plot %s: exit %d, %s", c, code, errOut)
 		}
+		if c == "sendrecv" || c == "broadcast" || c == "reduce" {
+			continue // burn-in runs all-reduce, all-gather, reduce-scatter and all-to-all
+		}
+		if _, errOut, code := gpubench(t, "burnin", "--backend", "sim", "--duration", "1ms", "--collectives", c, "--p2p-size", "0", "--reference", doc, "--reference", stream); code != 0 {
+			t.Errorf("burnin --reference %s: exit %d, %s", c, code, errOut)
+		}
 	}
 }
 

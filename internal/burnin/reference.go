@@ -1,58 +1,30 @@
 package burnin
 
 import (
-	"encoding/json"
 	"fmt"
-	"math"
 
-	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/results"
 )
 
 // Reference is bus bandwidth to hold to, GB/s by collective and size, from result files that
-// `gpubench <collective> --output json` wrote.
+// `gpubench <collective>` wrote (read by internal/results, as compare and plot read them).
 type Reference map[string]map[int64]float64
 
-// ParseReference reads one such result file and adds its out-of-place busbw to ref.
-func ParseReference(data []byte, ref Reference) error {
-	var doc struct {
-		Collective *string `json:"collective"`
-		Results    []struct {
-			Size       *int64 `json:"size_bytes"`
-			OutOfPlace struct {
-				BusBW *float64 `json:"busbw_gbs"`
-			} `json:"out_of_place"`
-		} `json:"results"`
-	}
-	if err := json.Unmarshal(data, &doc); err != nil {
-		return fmt.Errorf("not a gpubench result file (JSON): %v", err)
-	}
-	if doc.Collective == nil {
-		return fmt.Errorf("no \"collective\" field: use a file from gpubench <collective> --output json")
-	}
-	known := false
-	for _, c := range coll.Collectives {
-		known = known || c.Name == *doc.Collective
-	}
-	if !known {
-		return fmt.Errorf("unknown collective %q", *doc.Collective)
-	}
-	if len(doc.Results) == 0 {
-		return fmt.Errorf("no results for %s", *doc.Collective)
-	}
-	m := ref[*doc.Collective]
+// Add takes a collective run's out-of-place busbw, the best per size over every file added, and
+// skips 0-byte rows, which carry no bandwidth (all-gather's smallest sizes on many GPUs).
+func (ref Reference) Add(c *results.Coll) error {
+	m := ref[c.Collective]
 	if m == nil {
 		m = map[int64]float64{}
 	}
-	for i, r := range doc.Results {
-		if r.Size == nil || *r.Size <= 0 || r.OutOfPlace.BusBW == nil {
-			return fmt.Errorf("result %d lacks a positive size_bytes or out_of_place.busbw_gbs", i)
+	for _, r := range c.Rows {
+		if r.Size > 0 {
+			m[r.Size] = max(m[r.Size], r.OutOfPlace.BusBW)
 		}
-		bw := *r.OutOfPlace.BusBW
-		if math.IsNaN(bw) || math.IsInf(bw, 0) || bw < 0 {
-			return fmt.Errorf("result %d has busbw %v", i, bw)
-		}
-		m[*r.Size] = math.Max(m[*r.Size], bw)
 	}
-	ref[*doc.Collective] = m
+	if len(m) == 0 {
+		return fmt.Errorf("no row of %s above 0 bytes to hold to", c.Collective)
+	}
+	ref[c.Collective] = m
 	return nil
 }

@@ -52,7 +52,6 @@ func DiscoverWith(lib Library, opt Options) (*Report, error) {
 	return build(m, sysReader{root: root}, opt), nil
 }
 
-
 // collect asks NVML about every GPU, every pair of GPUs, and its driver.
 func collect(lib Library, opt Options) (*machine, error) {
 	m := &machine{p2p: map[string][][]string{}}
