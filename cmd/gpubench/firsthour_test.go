@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"testing"
@@ -374,5 +375,25 @@ func TestSuggestionsOnOneLine(t *testing.T) {
 	_, errOut, code := gpubench(t, "allreduc")
 	if code != exitUsage || errOut != "gpubench: unknown command \"allreduc\" for \"gpubench\"; did you mean allreduce?\n" {
 		t.Errorf("exit %d, %q", code, errOut)
+	}
+}
+
+// A data cap the machine cannot hold is refused up front; one it can sets the garbage collector's
+// limit so that the process stays within a few times the cap.
+func TestDataCapBoundsMemory(t *testing.T) {
+	if err := boundMemory(1<<40, 16<<30); err == nil || !strings.Contains(err.Error(), "use at most 5461M") {
+		t.Errorf("a 1 TiB cap on 16 GiB: %v", err)
+	}
+	old := debug.SetMemoryLimit(-1)
+	defer debug.SetMemoryLimit(old)
+	if err := boundMemory(1<<30, 16<<30); err != nil {
+		t.Fatal(err)
+	}
+	if got := debug.SetMemoryLimit(-1); got != 4<<30 {
+		t.Errorf("memory limit %d; want 3 x the cap + 1 GiB", got)
+	}
+	_, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--sim-data-cap", "1000T", "-b", "1K", "-e", "1K")
+	if code != exitUsage || !strings.Contains(errOut, "invalid --sim-data-cap 1000TiB") {
+		t.Errorf("--sim-data-cap 1000T: exit %d, %q", code, errOut)
 	}
 }

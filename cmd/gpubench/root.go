@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/gpubench/gpubench/internal/coll"
 	"github.com/gpubench/gpubench/internal/cuda"
+	"github.com/gpubench/gpubench/internal/input"
 	"github.com/gpubench/gpubench/internal/nccl"
 	"github.com/gpubench/gpubench/internal/report"
 	"github.com/gpubench/gpubench/internal/sim"
@@ -136,6 +139,9 @@ func (g *globals) openSim() (*sim.Backend, int64, error) {
 	if err != nil {
 		return nil, 0, usageErr("invalid --sim-data-cap %q: %v", g.dataCap, err)
 	}
+	if err := boundMemory(capBytes, availableMemory()); err != nil {
+		return nil, 0, err
+	}
 	if !(g.jitter >= 0 && g.jitter <= 1) {
 		return nil, 0, usageErr("invalid --sim-jitter %v: use a fraction from 0 to 1", g.jitter)
 	}
@@ -156,6 +162,48 @@ func (g *globals) openSim() (*sim.Backend, int64, error) {
 		return nil, 0, usageErr("%v", err)
 	}
 	return b, capBytes, nil
+}
+
+// dataMemory is how many times its data cap a simulated run's host memory may reach: the devices'
+// data (within the cap), the checker's copies of the inputs and expected outputs (about as much
+// again), and the garbage collector's headroom.
+const dataMemory = 3
+
+// boundMemory refuses a data cap the machine cannot hold, and otherwise asks the garbage collector
+// to keep the process within dataMemory times the cap (plus room for everything else).
+func boundMemory(capBytes, available int64) error {
+	if capBytes <= 0 {
+		return nil
+	}
+	if available > 0 && capBytes > available/dataMemory {
+		return usageErr("invalid --sim-data-cap %s: checking that much data takes up to %d times as much host memory, and this machine has %.1f GiB available; use at most %dM",
+			coll.FormatSize(capBytes), dataMemory, float64(available)/(1<<30), available/dataMemory>>20)
+	}
+	if limit := dataMemory*capBytes + 1<<30; limit < debug.SetMemoryLimit(-1) {
+		debug.SetMemoryLimit(limit)
+	}
+	return nil
+}
+
+// availableMemory is the host memory this process may still use, in bytes: Linux's MemAvailable,
+// or the cgroup's limit when that is lower; 0 when neither can be read.
+func availableMemory() int64 {
+	var avail int64
+	if data, err := input.ReadFile("/proc/meminfo", input.SysfsLimit); err == nil {
+		for _, line := range strings.Split(string(data), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "MemAvailable:" {
+				if kb, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+					avail = kb << 10
+				}
+			}
+		}
+	}
+	if data, err := input.ReadFile("/sys/fs/cgroup/memory.max", input.SysfsLimit); err == nil {
+		if limit, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64); err == nil && (avail == 0 || limit < avail) {
+			avail = limit
+		}
+	}
+	return avail
 }
 
 func parseCap(s string) (int64, error) {

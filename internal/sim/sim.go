@@ -174,8 +174,28 @@ func (b *Backend) back(x *buffer) *buffer {
 	if b.backed+x.n <= b.opt.DataCap {
 		x.lazy = b
 		b.backed += x.n
+		b.trimSpare(x.n)
 	}
 	return x
+}
+
+// trimSpare drops spare memory until what buffers hold and what is spare together fit in the data
+// cap, so that the cap bounds the host memory the simulated devices use; spare memory of the
+// size keep goes last. Call it with b.mu held.
+func (b *Backend) trimSpare(keep int64) {
+	for size, bufs := range b.spare {
+		if b.backed+b.spareBytes <= b.opt.DataCap {
+			return
+		}
+		if size != keep {
+			b.spareBytes -= size * int64(len(bufs))
+			delete(b.spare, size)
+		}
+	}
+	for s := b.spare[keep]; len(s) > 0 && b.backed+b.spareBytes > b.opt.DataCap; s = s[:len(s)-1] {
+		b.spare[keep] = s[:len(s)-1]
+		b.spareBytes -= keep
+	}
 }
 
 // take returns n bytes of host memory, spare if there is some.
@@ -205,14 +225,12 @@ func (b *Backend) Free(buf gpu.Buffer) error {
 		b.backed -= x.n
 	}
 	if x.data != nil && x.n > 0 {
-		if b.spareBytes+x.n > b.opt.DataCap {
-			b.spare, b.spareBytes = nil, 0 // make room for the sizes in use now
-		}
 		if b.spare == nil {
 			b.spare = map[int64][][]byte{}
 		}
 		b.spare[x.n] = append(b.spare[x.n], x.data)
 		b.spareBytes += x.n
+		b.trimSpare(x.n)
 	}
 	x.data, x.lazy, x.n = nil, nil, 0
 	return nil
