@@ -169,8 +169,10 @@ func (g *globals) openSim() (*sim.Backend, int64, error) {
 // again), and the garbage collector's headroom.
 const dataMemory = 3
 
-// boundMemory refuses a data cap the machine cannot hold, and otherwise asks the garbage collector
-// to keep the process within dataMemory times the cap (plus room for everything else).
+// boundMemory refuses a data cap the machine cannot hold, and otherwise, for a cap large enough that
+// data dominates the process's memory (256 MiB and more), asks the garbage collector to keep the
+// process within dataMemory times the cap plus 1 GiB for everything else, unless GOMEMLIMIT says
+// otherwise.
 func boundMemory(capBytes, available int64) error {
 	if capBytes <= 0 {
 		return nil
@@ -179,7 +181,7 @@ func boundMemory(capBytes, available int64) error {
 		return usageErr("invalid --sim-data-cap %s: checking that much data takes up to %d times as much host memory, and this machine has %.1f GiB available; use at most %dM",
 			coll.FormatSize(capBytes), dataMemory, float64(available)/(1<<30), available/dataMemory>>20)
 	}
-	if limit := dataMemory*capBytes + 1<<30; limit < debug.SetMemoryLimit(-1) {
+	if limit := dataMemory*capBytes + 1<<30; capBytes >= 256<<20 && os.Getenv("GOMEMLIMIT") == "" && limit < debug.SetMemoryLimit(-1) {
 		debug.SetMemoryLimit(limit)
 	}
 	return nil
