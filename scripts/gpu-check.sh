@@ -52,7 +52,7 @@ fi
 step allreduce-1rank "$bin" allreduce --backend cuda -g 1 --sizes 8B:1GB:x134217728 -T 60 || status=1
 step allreduce-reference python3 scripts/allreduce_reference.py || status=1
 step diag "$bin" diag --backend cuda --output json || [ $? -eq 3 ] || status=1 # 3: the machine has a fault diag names
-step burnin bash -c '"$1" burnin --backend cuda --duration 60s --baseline 20s --sizes 1M:1G:x32 --metrics 127.0.0.1:9466 --hold 20s --results "$2/burnin.jsonl" --output json & sleep 45; python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen(\"http://127.0.0.1:9466/metrics\").read().decode())" >"$2/burnin-scrape.txt" && grep -q "^gpubench_gpu_temperature_celsius" "$2/burnin-scrape.txt" || exit 1; wait $!' _ "$bin" "$out" || [ $? -eq 3 ] || status=1 # 60 s burn-in with a scrape; 3: a check failed
+step burnin bash -c '"$1" burnin --backend cuda --duration 60s --baseline 20s --sizes 1M:1G:x32 --metrics 127.0.0.1:9466 --hold 20s --out "$2/burnin.jsonl" --output json & sleep 45; python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen(\"http://127.0.0.1:9466/metrics\").read().decode())" >"$2/burnin-scrape.txt" && grep -q "^gpubench_gpu_temperature_celsius" "$2/burnin-scrape.txt" || exit 1; wait $!' _ "$bin" "$out" || [ $? -eq 3 ] || status=1 # 60 s burn-in with a scrape; 3: a check failed
 if [ -x scripts/gpu-check-topo.sh ]; then step topo scripts/gpu-check-topo.sh "$out" "$bin" || status=1; fi
 if [ -n "${GPUBENCH_BUNDLE:-}" ]; then # each test binary runs in its package's folder
   for t in $(cd "$GPUBENCH_BUNDLE/tests" && find . -name '*.test' | sort); do
