@@ -26,10 +26,36 @@ import (
 	"github.com/gpubench/gpubench/internal/gpu"
 )
 
+// Code is a cudaError_t.
+type Code int
+
+// The cudaError_t values gpubench tells apart (driver_types.h; the same in CUDA 11, 12 and 13).
+const (
+	ErrorInvalidValue             Code = 1
+	ErrorMemoryAllocation         Code = 2
+	ErrorStubLibrary              Code = 34 // the toolkit's stub libcuda was loaded, not the driver's
+	ErrorInsufficientDriver       Code = 35 // the driver is older than the runtime
+	ErrorInvalidDevice            Code = 101
+	ErrorPeerAccessUnsupported    Code = 217
+	ErrorInvalidResourceHandle    Code = 400
+	ErrorPeerAccessAlreadyEnabled Code = 704
+	ErrorPeerAccessNotEnabled     Code = 705
+	ErrorNotSupported             Code = 801
+	// ErrorTimeout is the shim's own code for a wait that passed its deadline (shim.h), outside
+	// CUDA's range.
+	ErrorTimeout Code = C.GB_ERR_TIMEOUT
+)
+
+// The cudaDeviceP2PAttr values gpubench asks for (driver_types.h).
+const (
+	p2pAttrPerformanceRank       = 1
+	p2pAttrNativeAtomicSupported = 3
+)
+
 // Error is a failed CUDA runtime call: the function, the cudaError_t code, its name and message.
 type Error struct {
 	Func string
-	Code int
+	Code Code
 	Name string
 	Msg  string
 }
@@ -40,19 +66,19 @@ func (e *Error) Error() string { return fmt.Sprintf("%s: %s (%d): %s", e.Func, e
 func (e *Error) Is(target error) bool {
 	switch target {
 	case gpu.ErrPeerEnabled:
-		return e.Code == 704
+		return e.Code == ErrorPeerAccessAlreadyEnabled
 	case gpu.ErrPeerNotEnabled:
-		return e.Code == 705
+		return e.Code == ErrorPeerAccessNotEnabled
 	case gpu.ErrPeerUnsupported:
-		return e.Code == 217
+		return e.Code == ErrorPeerAccessUnsupported
 	case gpu.ErrOutOfMemory:
-		return e.Code == 2
+		return e.Code == ErrorMemoryAllocation
 	case gpu.ErrTimeout:
-		return e.Code == C.GB_ERR_TIMEOUT
+		return e.Code == ErrorTimeout
 	case gpu.ErrInvalid:
-		return e.Code == 1 || e.Code == 101 || e.Code == 400
+		return e.Code == ErrorInvalidValue || e.Code == ErrorInvalidDevice || e.Code == ErrorInvalidResourceHandle
 	case gpu.ErrNotSupported:
-		return e.Code == 801
+		return e.Code == ErrorNotSupported
 	}
 	return false
 }
@@ -61,7 +87,7 @@ func check(fn string, rc C.int) error {
 	if rc == 0 {
 		return nil
 	}
-	return &Error{Func: fn, Code: int(rc), Name: C.GoString(C.gb_error_name(rc)), Msg: C.GoString(C.gb_error_string(rc))}
+	return &Error{Func: fn, Code: Code(rc), Name: C.GoString(C.gb_error_name(rc)), Msg: C.GoString(C.gb_error_string(rc))}
 }
 
 // CodeError is the error for a cudaError_t that another binding (NCCL's) got from the runtime.
@@ -159,8 +185,8 @@ func Load(explicit string) (string, error) {
 		}
 		// A runtime newer than the driver loads, then fails every call: try the next one.
 		var n C.int
-		if rc := C.gb_device_count(&n); rc == 34 || rc == 35 {
-			tried = append(tried, fmt.Sprintf("%s: %v", p, check("cudaGetDeviceCount", rc)))
+		if rc := Code(C.gb_device_count(&n)); rc == ErrorStubLibrary || rc == ErrorInsufficientDriver {
+			tried = append(tried, fmt.Sprintf("%s: %v", p, check("cudaGetDeviceCount", C.int(rc))))
 			C.gb_unload()
 			continue
 		}
@@ -201,8 +227,9 @@ func Device(dev int) (DeviceInfo, error) {
 	var name, bus [256]C.char
 	var major, minor C.int
 	var total C.size_t
-	if err := check("cudaDeviceGetAttribute", C.gb_device_info(C.int(dev), &name[0], 256, &bus[0], 256, &major, &minor, &total)); err != nil {
-		return DeviceInfo{}, err
+	var failed *C.char // a static string in the shim
+	if rc := C.gb_device_info(C.int(dev), &name[0], 256, &bus[0], 256, &major, &minor, &total, &failed); rc != 0 {
+		return DeviceInfo{}, check(C.GoString(failed), rc)
 	}
 	d := DeviceInfo{Name: C.GoString(&name[0]), PCIBusID: strings.ToLower(C.GoString(&bus[0])), CCMajor: int(major), CCMinor: int(minor), MemoryBytes: int64(total)}
 	if d.Name == "" {
@@ -276,10 +303,10 @@ func peerInfo(dev, peer int) (gpu.PeerInfo, error) {
 	if !info.Access {
 		return info, nil
 	}
-	if err := check("cudaDeviceGetP2PAttribute", C.gb_p2p_attr(C.int(dev), C.int(peer), 1, &rank)); err != nil {
+	if err := check("cudaDeviceGetP2PAttribute", C.gb_p2p_attr(C.int(dev), C.int(peer), p2pAttrPerformanceRank, &rank)); err != nil {
 		return info, err
 	}
-	if err := check("cudaDeviceGetP2PAttribute", C.gb_p2p_attr(C.int(dev), C.int(peer), 3, &atomics)); err != nil {
+	if err := check("cudaDeviceGetP2PAttribute", C.gb_p2p_attr(C.int(dev), C.int(peer), p2pAttrNativeAtomicSupported, &atomics)); err != nil {
 		return info, err
 	}
 	info.PerfRank, info.NativeAtomics = int(rank), atomics == 1

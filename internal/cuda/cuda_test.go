@@ -67,6 +67,11 @@ func TestBindingAgainstStandin(t *testing.T) {
 		if d.Name != "gpubench stand-in device 2" || d.PCIBusID != "0000:12:00.0" || d.MemoryBytes != 268435456 {
 			t.Errorf("device 2 = %+v", d)
 		}
+		// A failure names the call that failed, not the last one the helper makes.
+		var cerr *cuda.Error
+		if _, err := cuda.Device(7); !errors.As(err, &cerr) || cerr.Func != "cudaSetDevice" || cerr.Code != cuda.ErrorInvalidDevice || !errors.Is(err, gpu.ErrInvalid) {
+			t.Errorf("device 7 of 3: %v; want cudaSetDevice's cudaErrorInvalidDevice", err)
+		}
 	})
 	t.Run("memory round trip", func(t *testing.T) {
 		x, err := b.Alloc(1, 4096)

@@ -164,15 +164,26 @@ int gb_device_count(int *n) {
   return T.cudaGetDeviceCount(n);
 }
 
+/* CHECK_NAMED is CHECK that also says, through *failed, which call failed. */
+#define CHECK_NAMED(call, fn)                                                                      \
+  do {                                                                                             \
+    int rc_ = (call);                                                                              \
+    if (rc_ != cudaSuccess) {                                                                      \
+      *failed = fn;                                                                                \
+      return rc_;                                                                                  \
+    }                                                                                              \
+  } while (0)
+
 int gb_device_info(int dev, char *name, size_t namelen, char *busid, size_t buslen, int *cc_major,
-                   int *cc_minor, size_t *total_mem) {
+                   int *cc_minor, size_t *total_mem, const char **failed) {
+  *failed = "libcudart";
   LOADED();
-  CHECK(T.cudaSetDevice(dev));
-  CHECK(T.cudaDeviceGetPCIBusId(busid, (int)buslen, dev));
-  CHECK(T.cudaDeviceGetAttribute(cc_major, cudaDevAttrComputeCapabilityMajor, dev));
-  CHECK(T.cudaDeviceGetAttribute(cc_minor, cudaDevAttrComputeCapabilityMinor, dev));
+  CHECK_NAMED(T.cudaSetDevice(dev), "cudaSetDevice");
+  CHECK_NAMED(T.cudaDeviceGetPCIBusId(busid, (int)buslen, dev), "cudaDeviceGetPCIBusId");
+  CHECK_NAMED(T.cudaDeviceGetAttribute(cc_major, cudaDevAttrComputeCapabilityMajor, dev), "cudaDeviceGetAttribute");
+  CHECK_NAMED(T.cudaDeviceGetAttribute(cc_minor, cudaDevAttrComputeCapabilityMinor, dev), "cudaDeviceGetAttribute");
   size_t free_bytes;
-  CHECK(T.cudaMemGetInfo(&free_bytes, total_mem));
+  CHECK_NAMED(T.cudaMemGetInfo(&free_bytes, total_mem), "cudaMemGetInfo");
   name[0] = 0;
   if (T.getDeviceProperties) {
     char *props = calloc(1, 16384);

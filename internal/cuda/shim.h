@@ -28,9 +28,9 @@ const char *gb_error_string(int code);
 int gb_versions(int *driver, int *runtime);
 int gb_device_count(int *n);
 // gb_device_info fills what gpubench reports about a device; name may stay empty when the library
-// has no usable cudaGetDeviceProperties.
+// has no usable cudaGetDeviceProperties. On failure *failed names the runtime call that failed.
 int gb_device_info(int dev, char *name, size_t namelen, char *busid, size_t buslen, int *cc_major,
-                   int *cc_minor, size_t *total_mem);
+                   int *cc_minor, size_t *total_mem, const char **failed);
 int gb_mem_info(int dev, size_t *free_bytes, size_t *total_bytes);
 
 int gb_malloc(int dev, void **p, size_t n);
