@@ -128,10 +128,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func gzipWanted(fields []string) bool {
 	gzipQ, identityQ, anyQ := -1.0, -1.0, -1.0 // -1: not named
 	for _, field := range fields {
-		for _, elem := range strings.Split(field, ",") {
+		for elem := range strings.SplitSeq(field, ",") {
 			coding, params, _ := strings.Cut(elem, ";")
 			q := 1.0
-			for _, param := range strings.Split(params, ";") {
+			for param := range strings.SplitSeq(params, ";") {
 				if k, v, ok := strings.Cut(param, "="); ok && strings.EqualFold(strings.TrimSpace(k), "q") {
 					f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 					if err != nil || !(f >= 0 && f <= 1) {
@@ -167,9 +167,9 @@ func gzipWanted(fields []string) bool {
 // page is renewed in the background while it goes on serving, so that scrapes coming steadily do
 // not wait.
 func (h *Handler) current() (*page, error) {
-	p := h.page.Load()
-	if h.fresh(p) {
-		if h.now().Sub(p.at) >= h.age/2 {
+	p, now := h.page.Load(), h.now()
+	if h.fresh(p, now) {
+		if now.Sub(p.at) >= h.age/2 {
 			h.flight.DoChan("page", h.renew(p)) // nobody waits: the flight stores the page
 		}
 		return p, nil
@@ -185,7 +185,7 @@ func (h *Handler) current() (*page, error) {
 // has just left a fresh one.
 func (h *Handler) renew(seen *page) func() (any, error) {
 	return func() (any, error) {
-		if p := h.page.Load(); p != seen && h.fresh(p) {
+		if p := h.page.Load(); p != seen && h.fresh(p, h.now()) {
 			return p, nil
 		}
 		p, err := h.encode()
@@ -197,15 +197,15 @@ func (h *Handler) renew(seen *page) func() (any, error) {
 	}
 }
 
-// fresh says whether p may be served: it is younger than the cache age, and its sample is
+// fresh says whether p may be served now: it is younger than the cache age, and its sample is
 // younger than one sampling interval or still the latest, so that a scrape never gets telemetry
 // older than one interval when a newer sample exists (the simulated burn-in samples after every
 // step, much more often than its interval: that alone does not make the page stale).
-func (h *Handler) fresh(p *page) bool {
-	if p == nil || h.now().Sub(p.at) >= h.age {
+func (h *Handler) fresh(p *page, now time.Time) bool {
+	if p == nil || now.Sub(p.at) >= h.age {
 		return false
 	}
-	if h.sampler == nil || h.now().Sub(p.sampleAt) < h.sampler.Interval() {
+	if h.sampler == nil || now.Sub(p.sampleAt) < h.sampler.Interval() {
 		return true
 	}
 	return h.sampler.Latest().Samples == p.samples
