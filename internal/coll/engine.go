@@ -220,39 +220,106 @@ func (e *StepError) Error() string {
 
 func (e *StepError) Unwrap() error { return e.Err }
 
+// ErrOption is wrapped by the errors CheckRanks and Run return for options that cannot run on
+// these devices (too many GPUs, a root past the ranks): the caller's input, not a failure of the
+// run.
+var ErrOption = errors.New("invalid")
+
 // Run runs the sweep and returns every result. When it stops early (Ctrl-C, a hang, a failure) it
 // returns what it measured together with the error; it returns no summary when it could not start.
 func Run(ctx context.Context, b gpu.Backend, opt Options) (*Summary, error) {
-	devs := b.Devices()
-	switch {
-	case opt.Comm != nil:
-		devs = opt.Devices
-		if len(devs) != opt.Comm.Size() || opt.Rank < 0 || opt.Rank >= len(devs) || opt.Group == nil {
-			return nil, fmt.Errorf("rank %d of %d ranks with %d devices: %w", opt.Rank, opt.Comm.Size(), len(devs), gpu.ErrInvalid)
-		}
-	case opt.NGPUs > 0:
-		if opt.NGPUs > len(devs) {
-			return nil, fmt.Errorf("%d GPUs requested but only %d were found", opt.NGPUs, len(devs))
-		}
-		devs = devs[:opt.NGPUs]
-	}
-	n := len(devs)
-	local := make([]int, n) // the ranks this process drives
-	for i := range local {
-		local[i] = i
-	}
-	if opt.Comm != nil {
-		local = []int{opt.Rank}
-	}
-	if opt.Coll.Rooted && opt.Root >= n {
-		return nil, fmt.Errorf("root %d is out of range for %d ranks (use 0-%d, or -1 for every root)", opt.Root, n, n-1)
+	devs, local, err := ranks(b, opt)
+	if err != nil {
+		return nil, err
 	}
 	s := &Summary{Devices: devs, Sweep: opt.Sweep}
-	minMem := devs[0].MemoryBytes
-	ordinals := make([]int, n)
+	if err := clamp(ctx, b, opt, s, local); err != nil {
+		return nil, err
+	}
+	ordinals := make([]int, len(devs))
 	for i, d := range devs {
-		minMem = min(minMem, d.MemoryBytes)
 		ordinals[i] = d.Ordinal
+	}
+	if t := b.Topology(); t != nil {
+		s.BusPeak, s.PeakLimit = t.BusPeak(ordinals)
+	}
+	comm := opt.Comm
+	if comm == nil {
+		if comm, err = b.NewComm(ordinals); err != nil {
+			return nil, err
+		}
+		defer comm.Close()
+	}
+	if opt.OnStart != nil {
+		opt.OnStart(s)
+	}
+	r := &runner{b: b, comm: comm, opt: opt, n: len(devs), local: local, devs: devs, ctx: ctx}
+	for cycle := 0; cycle < max(opt.Cycles, 1) || opt.Cycles < 0; cycle++ {
+		for _, a := range r.args() {
+			if err := r.warmup(s.Sweep, a); err != nil {
+				return r.stop(s, err)
+			}
+			for _, size := range s.Sweep.Sizes() {
+				if err := ctx.Err(); err != nil {
+					return r.stop(s, err)
+				}
+				if err := r.row(s, cycle, size, a); err != nil {
+					return r.stop(s, err)
+				}
+			}
+		}
+	}
+	return s, nil
+}
+
+// CheckRanks says whether the options fit n devices (every process's, across processes): the GPUs
+// asked for with NGPUs and the root. Run checks the same; a caller checks first to refuse the
+// options before it writes anything.
+func CheckRanks(opt Options, n int) error {
+	if opt.Comm == nil && opt.NGPUs > n {
+		return fmt.Errorf("%w -g %d: only %d GPUs were found", ErrOption, opt.NGPUs, n)
+	}
+	if opt.Comm == nil && opt.NGPUs > 0 {
+		n = opt.NGPUs
+	}
+	if opt.Coll.Rooted && opt.Root >= n {
+		return fmt.Errorf("%w -r %d: %d ranks have roots 0-%d (or -1 for every rank)", ErrOption, opt.Root, n, n-1)
+	}
+	return nil
+}
+
+// ranks returns every rank's device, and the ranks this process drives.
+func ranks(b gpu.Backend, opt Options) (devs []gpu.Device, local []int, err error) {
+	devs = b.Devices()
+	if opt.Comm != nil {
+		devs = opt.Devices
+		if len(devs) != opt.Comm.Size() || opt.Rank < 0 || opt.Rank >= len(devs) || opt.Group == nil {
+			return nil, nil, fmt.Errorf("rank %d of %d ranks with %d devices: %w", opt.Rank, opt.Comm.Size(), len(devs), gpu.ErrInvalid)
+		}
+	}
+	if err := CheckRanks(opt, len(devs)); err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case opt.Comm != nil:
+		local = []int{opt.Rank}
+	case opt.NGPUs > 0:
+		devs = devs[:opt.NGPUs]
+	}
+	if local == nil {
+		for i := range devs {
+			local = append(local, i)
+		}
+	}
+	return devs, local, nil
+}
+
+// clamp reduces the sweep to what the devices' memory holds, as nccl-tests does, and across
+// processes to what every process's holds.
+func clamp(ctx context.Context, b gpu.Backend, opt Options, s *Summary, local []int) error {
+	minMem := s.Devices[0].MemoryBytes
+	for _, d := range s.Devices {
+		minMem = min(minMem, d.MemoryBytes)
 	}
 	limit := MemoryLimit(minMem, opt.Check > 0)
 	if fm, ok := b.(interface{ FreeMemory(int) (int64, error) }); ok {
@@ -262,7 +329,7 @@ func Run(ctx context.Context, b gpu.Backend, opt Options) (*Summary, error) {
 			div = 3
 		}
 		for _, rank := range local {
-			if free, err := fm.FreeMemory(devs[rank].Ordinal); err == nil {
+			if free, err := fm.FreeMemory(s.Devices[rank].Ordinal); err == nil {
 				limit = min(limit, free/div)
 			}
 		}
@@ -270,7 +337,7 @@ func Run(ctx context.Context, b gpu.Backend, opt Options) (*Summary, error) {
 	if opt.Group != nil { // every process must run the same sizes
 		all, err := opt.Group.AllGather(ctx, []float64{float64(limit)})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for _, v := range all {
 			limit = min(limit, int64(v[0]))
@@ -278,96 +345,82 @@ func Run(ctx context.Context, b gpu.Backend, opt Options) (*Summary, error) {
 	}
 	if s.Sweep.Max > limit {
 		if limit < 1 {
-			return nil, fmt.Errorf("devices have %d bytes of memory: too little to run", minMem)
+			return fmt.Errorf("devices have %d bytes of memory: too little to run", minMem)
 		}
 		s.ClampedFrom = s.Sweep.Max
 		s.Sweep.Max = limit
 		s.Sweep.Min = min(s.Sweep.Min, limit)
 	}
-	if t := b.Topology(); t != nil {
-		s.BusPeak, s.PeakLimit = t.BusPeak(ordinals)
-	}
-	comm := opt.Comm
-	if comm == nil {
-		var err error
-		if comm, err = b.NewComm(ordinals); err != nil {
-			return nil, err
-		}
-		defer comm.Close()
-	}
-	if opt.OnStart != nil {
-		opt.OnStart(s)
-	}
-	r := &runner{b: b, comm: comm, opt: opt, n: n, local: local, devs: devs, ctx: ctx}
+	return nil
+}
+
+// args lists the type, op and root combinations a run measures, in nccl-tests' order.
+func (r *runner) args() []Args {
 	ops := []gpu.RedOp{gpu.Sum}
-	if opt.Coll.Reduces {
-		ops = opt.Ops
+	if r.opt.Coll.Reduces {
+		ops = r.opt.Ops
 	}
 	roots := []int{-1}
-	if opt.Coll.Rooted {
-		roots = []int{opt.Root}
-		if opt.Root < 0 {
+	if r.opt.Coll.Rooted {
+		roots = []int{r.opt.Root}
+		if r.opt.Root < 0 {
 			roots = roots[:0]
-			for i := 0; i < n; i++ {
+			for i := 0; i < r.n; i++ {
 				roots = append(roots, i)
 			}
 		}
 	}
-	var busSum float64
-	var cells int
-	for cycle := 0; cycle < max(opt.Cycles, 1) || opt.Cycles < 0; cycle++ {
-		for _, dt := range opt.DTypes {
-			for _, op := range ops {
-				for _, root := range roots {
-					a := Args{DType: dt, Op: op, Root: max(root, 0), Ranks: n}
-					if err := r.warmup(s.Sweep, a); err != nil {
-						return r.stop(s, err)
-					}
-					for _, size := range s.Sweep.Sizes() {
-						if err := ctx.Err(); err != nil {
-							return r.stop(s, err)
-						}
-						k := opt.Coll.Counts(size/int64(dt.Size()), dt.Size(), n)
-						res := Result{Cycle: cycle, Size: k.Bytes, Count: k.Param, Type: dt.String(), Op: "none", Root: root}
-						if opt.Coll.Reduces {
-							res.Op = op.String()
-						}
-						r.in, r.red = nil, nil // inputs are made once per row, when a placement checks
-						for _, inPlace := range []bool{false, true} {
-							p, err := r.placement(k, a, inPlace)
-							if err != nil {
-								return r.stop(s, &StepError{Coll: opt.Coll.Name, Size: k.Bytes, InPlace: inPlace, Err: err})
-							}
-							if p.Wrong != nil && *p.Wrong > 0 {
-								s.OutOfBounds++
-							}
-							if p.TimingOnly && s.TimingOnlyFrom == 0 {
-								s.TimingOnlyFrom = k.Bytes
-							}
-							if p.BusBW > s.BestBusBW {
-								s.BestBusBW, s.BestSize = p.BusBW, k.Bytes
-							}
-							busSum += p.BusBW
-							cells++
-							if inPlace {
-								res.InPlace = p
-							} else {
-								res.OutOfPlace = p
-							}
-						}
-						s.Results = append(s.Results, res)
-						if cells > 0 {
-							s.AvgBusBW = busSum / float64(cells)
-						}
-						if opt.OnResult != nil {
-							opt.OnResult(res)
-						}
-					}
-				}
+	var all []Args
+	for _, dt := range r.opt.DTypes {
+		for _, op := range ops {
+			for _, root := range roots {
+				all = append(all, Args{DType: dt, Op: op, Root: max(root, 0), Ranks: r.n})
 			}
 		}
 	}
-	return s, nil
+	return all
+}
+
+// row measures one size in both placements, adds it to the summary and hands it on.
+func (r *runner) row(s *Summary, cycle int, size int64, a Args) error {
+	c := r.opt.Coll
+	k := c.Counts(size/int64(a.DType.Size()), a.DType.Size(), r.n)
+	res := Result{Cycle: cycle, Size: k.Bytes, Count: k.Param, Type: a.DType.String(), Op: "none", Root: -1}
+	if c.Reduces {
+		res.Op = a.Op.String()
+	}
+	if c.Rooted {
+		res.Root = a.Root
+	}
+	r.in, r.red = nil, nil // inputs are made once per row, when a placement checks
+	for _, inPlace := range []bool{false, true} {
+		p, err := r.placement(k, a, inPlace)
+		if err != nil {
+			return &StepError{Coll: c.Name, Size: k.Bytes, InPlace: inPlace, Err: err}
+		}
+		if p.Wrong != nil && *p.Wrong > 0 {
+			s.OutOfBounds++
+		}
+		if p.TimingOnly && s.TimingOnlyFrom == 0 {
+			s.TimingOnlyFrom = k.Bytes
+		}
+		if p.BusBW > s.BestBusBW {
+			s.BestBusBW, s.BestSize = p.BusBW, k.Bytes
+		}
+		r.busSum += p.BusBW
+		r.cells++
+		if inPlace {
+			res.InPlace = p
+		} else {
+			res.OutOfPlace = p
+		}
+	}
+	s.Results = append(s.Results, res)
+	s.AvgBusBW = r.busSum / float64(r.cells)
+	if r.opt.OnResult != nil {
+		r.opt.OnResult(res)
+	}
+	return nil
 }
 
 type runner struct {
@@ -380,6 +433,9 @@ type runner struct {
 	ctx   context.Context
 	in    [][]byte // the row's inputs, one per rank
 	red   []byte   // their reduction, for collectives that reduce
+	// busSum and cells make the mean busbw over every measured cell, nccl-tests' footer figure.
+	busSum float64
+	cells  int
 }
 
 // stop ends a run early, keeping what was measured so that it can still be written out.
@@ -513,61 +569,93 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 	if err != nil {
 		return p, err
 	}
-	iters := lt.iterUS
 	var wrong int64
 	byRank := make([]int64, r.n)
-	for i := 0; checking && i < r.opt.Check; i++ {
-		if err := r.load(bs, r.in); err != nil {
+	if checking {
+		if wrong, err = r.check(bs, k, a, before, byRank); err != nil {
 			return p, err
+		}
+	}
+	if r.opt.PerIter {
+		if p.PerIter, err = r.iterStats(lt.iterUS); err != nil {
+			return p, err
+		}
+	}
+	sec, err := r.gather(&p, lt, &wrong, byRank)
+	if err != nil {
+		return p, err
+	}
+	if sec > 0 {
+		p.AlgBW = float64(k.Bytes) / 1e9 / sec
+	}
+	p.BusBW = p.AlgBW * c.Factor(r.n)
+	if checking {
+		p.Wrong, p.WrongByRank = &wrong, byRank
+	}
+	return p, nil
+}
+
+// check runs the check iterations on freshly loaded inputs, counting wrong elements per rank in
+// byRank; it stops at the first iteration that finds any, in every process together, since each
+// must run as many collectives as the others.
+func (r *runner) check(bs *buffers, k Counts, a Args, before [][]byte, byRank []int64) (wrong int64, err error) {
+	c := r.opt.Coll
+	got := make([]byte, k.Recv*int64(a.DType.Size()))
+	for i := 0; i < r.opt.Check; i++ {
+		if err := r.load(bs, r.in); err != nil {
+			return wrong, err
 		}
 		if err := r.calls(1, bs, k, a); err != nil {
-			return p, err
+			return wrong, err
 		}
-		got := make([]byte, k.Recv*int64(a.DType.Size()))
 		for _, rank := range r.local {
 			if err := r.b.CopyOut(got, bs.recv[rank]); err != nil {
-				return p, err
+				return wrong, err
 			}
 			want := c.Expected(r.in, r.red, before[rank], rank, k, a)
 			w := countWrong(got, want, a.DType, a.Op, c.Reduces)
 			byRank[rank] += w
 			wrong += w
 		}
-		// Stop at the first wrong iteration, all processes together: each must run as many
-		// collectives as the others.
 		if stop, err := r.anyOf(wrong > 0); err != nil || stop {
-			if err != nil {
-				return p, err
-			}
-			break
+			return wrong, err
 		}
 	}
-	if r.opt.PerIter {
-		if r.opt.Group != nil { // an iteration lasts as long as its slowest rank
-			all, err := r.opt.Group.AllGather(r.ctx, iters)
-			if err != nil {
-				return p, err
-			}
-			for _, v := range all {
-				for i := range min(len(v), len(iters)) {
-					iters[i] = max(iters[i], v[i])
-				}
+	return wrong, nil
+}
+
+// iterStats are the per-iteration statistics; across processes an iteration lasts as long as its
+// slowest rank.
+func (r *runner) iterStats(iters []float64) (*IterStats, error) {
+	if r.opt.Group != nil {
+		all, err := r.opt.Group.AllGather(r.ctx, iters)
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range all {
+			for i := range min(len(v), len(iters)) {
+				iters[i] = max(iters[i], v[i])
 			}
 		}
-		p.PerIter = newIterStats(iters, r.opt.PerIterSkip)
 	}
+	return newIterStats(iters, r.opt.PerIterSkip), nil
+}
+
+// gather sets the placement's times from every process's, combined as nccl-tests' -a combines
+// them, names the slowest rank, and sums the wrong elements over the processes; it returns the
+// combined seconds per collective.
+func (r *runner) gather(p *Placement, lt loopTimes, wrong *int64, byRank []int64) (float64, error) {
 	times, cpu := []float64{lt.sec}, []float64{lt.cpuSec}
 	if r.opt.Group != nil {
-		// Every process's time and wrong count, as nccl-tests gathers them over MPI.
-		all, err := r.opt.Group.AllGather(r.ctx, []float64{lt.sec, float64(wrong), lt.cpuSec})
+		all, err := r.opt.Group.AllGather(r.ctx, []float64{lt.sec, float64(*wrong), lt.cpuSec})
 		if err != nil {
-			return p, err
+			return 0, err
 		}
-		times, cpu, wrong = make([]float64, len(all)), make([]float64, len(all)), 0
+		times, cpu, *wrong = make([]float64, len(all)), make([]float64, len(all)), 0
 		slowest := 0
 		for rank, v := range all {
 			times[rank], cpu[rank] = v[0], v[2]
-			wrong += int64(v[1])
+			*wrong += int64(v[1])
 			byRank[rank] = int64(v[1])
 			if v[0] > times[slowest] {
 				slowest = rank
@@ -583,14 +671,7 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 	if r.opt.CPUTime {
 		p.CPUTimeUS = Combine(cpu, r.opt.Average) * 1e6
 	}
-	if sec > 0 {
-		p.AlgBW = float64(k.Bytes) / 1e9 / sec
-	}
-	p.BusBW = p.AlgBW * c.Factor(r.n)
-	if checking {
-		p.Wrong, p.WrongByRank = &wrong, byRank
-	}
-	return p, nil
+	return sec, nil
 }
 
 // skipData tells a backend whose data movement costs only host CPU (gpu.DataSkipper) to leave it

@@ -169,8 +169,46 @@ func ParseTopology(data []byte) (*Topology, error) {
 	return &t, nil
 }
 
-// Validate checks the topology and builds its routing graph.
+// Validate checks the topology and builds its routing graph; an empty p2p becomes "all".
 func (t *Topology) Validate() error {
+	if err := t.checkHeader(); err != nil {
+		return err
+	}
+	t.gpus, t.verts, t.kinds, t.edges, t.adj, t.netEdge = nil, map[string]int{}, nil, nil, nil, map[int]int{}
+	fabric := -1
+	if t.Network != nil {
+		fabric = t.addVertex("fabric")
+	}
+	hosts := map[string]bool{}
+	for ni := range t.Nodes {
+		n := &t.Nodes[ni]
+		if n.Hostname == "" || !idPattern.MatchString(n.Hostname) || hosts[n.Hostname] {
+			return fmt.Errorf("node %d: hostname %q is missing, malformed or used twice", ni, n.Hostname)
+		}
+		hosts[n.Hostname] = true
+		if err := t.addParts(ni, fabric); err != nil {
+			return err
+		}
+		for li, l := range n.Links {
+			if err := t.addLink(n, li, l); err != nil {
+				return err
+			}
+		}
+	}
+	// Between nodes, each GPU's way to its nearest NIC, found once.
+	t.nic, t.up, t.down = make([]int, len(t.gpus)), make([][]Hop, len(t.gpus)), make([][]Hop, len(t.gpus))
+	for g, ref := range t.gpus {
+		t.nic[g] = t.nearestNIC(ref.vert)
+		if t.nic[g] >= 0 {
+			t.up[g], t.down[g] = t.bfs(ref.vert, t.nic[g], "pcie", "smp"), t.bfs(t.nic[g], ref.vert, "pcie", "smp")
+		}
+	}
+	// Every GPU must reach every other one.
+	return t.checkReach()
+}
+
+// checkHeader checks the top-level fields and the limits, before any part is looked at.
+func (t *Topology) checkHeader() error {
 	if t.Format != TopologyFormat {
 		return fmt.Errorf("topology format is %q; want %q", t.Format, TopologyFormat)
 	}
@@ -184,150 +222,148 @@ func (t *Topology) Validate() error {
 	default:
 		return fmt.Errorf("topology p2p is %q; want \"all\" or \"none\"", t.P2P)
 	}
-	if len(t.Nodes) == 0 {
-		return fmt.Errorf("topology %s has no nodes", t.Name)
-	}
 	if err := t.checkText(); err != nil {
 		return err
 	}
 	if err := t.checkLimits(); err != nil {
 		return err
 	}
-	if len(t.Nodes) > 1 && t.Network == nil {
+	switch {
+	case len(t.Nodes) == 0:
+		return fmt.Errorf("topology %s has no nodes", t.Name)
+	case len(t.Nodes) > 1 && t.Network == nil:
 		return fmt.Errorf("topology %s has %d nodes but no network", t.Name, len(t.Nodes))
-	}
-	if t.Network != nil && !netKinds[t.Network.Kind] {
+	case t.Network != nil && !netKinds[t.Network.Kind]:
 		return fmt.Errorf("network kind %q; want infiniband or ethernet", t.Network.Kind)
+	case t.Network != nil && (t.Network.LatencyUS < 0 || t.Network.LatencyUS > 1e6):
+		return fmt.Errorf("network latency_us %v is out of range", t.Network.LatencyUS)
 	}
-	t.gpus, t.verts, t.kinds, t.edges, t.adj, t.netEdge = nil, map[string]int{}, nil, nil, nil, map[int]int{}
-	addVert := func(host, id, kind string) error {
-		if !idPattern.MatchString(id) {
-			return fmt.Errorf("node %s: bad id %q (use letters, digits and _.:-)", host, id)
-		}
-		key := host + "/" + id
-		if _, dup := t.verts[key]; dup {
-			return fmt.Errorf("node %s: id %q used twice", host, id)
-		}
-		t.verts[key] = len(t.kinds)
-		t.kinds = append(t.kinds, kind)
-		t.adj = append(t.adj, nil)
-		return nil
+	return nil
+}
+
+// addVertex adds a vertex of the routing graph and returns it.
+func (t *Topology) addVertex(kind string) int {
+	t.kinds = append(t.kinds, kind)
+	t.adj = append(t.adj, nil)
+	return len(t.kinds) - 1
+}
+
+// addPart adds a node's part as a vertex named host/id.
+func (t *Topology) addPart(host, id, kind string) error {
+	if !idPattern.MatchString(id) {
+		return fmt.Errorf("node %s: bad id %q (use letters, digits and _.:-)", host, id)
 	}
-	hosts := map[string]bool{}
-	fabric := -1
-	if t.Network != nil {
-		if t.Network.LatencyUS < 0 || t.Network.LatencyUS > 1e6 {
-			return fmt.Errorf("network latency_us %v is out of range", t.Network.LatencyUS)
-		}
-		fabric = len(t.kinds)
-		t.kinds = append(t.kinds, "fabric")
-		t.adj = append(t.adj, nil)
+	key := host + "/" + id
+	if _, dup := t.verts[key]; dup {
+		return fmt.Errorf("node %s: id %q used twice", host, id)
 	}
-	for ni := range t.Nodes {
-		n := &t.Nodes[ni]
-		if n.Hostname == "" || !idPattern.MatchString(n.Hostname) || hosts[n.Hostname] {
-			return fmt.Errorf("node %d: hostname %q is missing, malformed or used twice", ni, n.Hostname)
-		}
-		hosts[n.Hostname] = true
-		if len(n.GPUs) == 0 {
-			return fmt.Errorf("node %s has no GPUs", n.Hostname)
-		}
-		for _, c := range n.CPUs {
-			if err := addVert(n.Hostname, c.ID, "cpu"); err != nil {
-				return err
-			}
-		}
-		for gi, g := range n.GPUs {
-			if err := addVert(n.Hostname, g.ID, "gpu"); err != nil {
-				return err
-			}
-			if g.MemoryBytes <= 0 || g.MemoryGBs <= 0 || g.Name == "" {
-				return fmt.Errorf("node %s gpu %s: name, memory_bytes and memory_bandwidth_gbs must be set", n.Hostname, g.ID)
-			}
-			if !(g.MemoryGBs >= MinGBs && g.MemoryGBs < 1e6) {
-				return fmt.Errorf("node %s gpu %s: memory_bandwidth_gbs %v is out of range [%g, 1e6)", n.Hostname, g.ID, g.MemoryGBs, MinGBs)
-			}
-			if !ccPattern.MatchString(g.ComputeCapability) {
-				return fmt.Errorf("node %s gpu %s: compute_capability %q; want MAJOR.MINOR, e.g. \"9.0\"", n.Hostname, g.ID, g.ComputeCapability)
-			}
-			if err := g.validateFacts(); err != nil {
-				return fmt.Errorf("node %s gpu %s: %v", n.Hostname, g.ID, err)
-			}
-			t.gpus = append(t.gpus, gpuRef{node: ni, index: gi, vert: len(t.kinds) - 1})
-		}
-		for _, s := range n.Switches {
-			if s.Kind != "nvswitch" && s.Kind != "pcie" {
-				return fmt.Errorf("node %s switch %s: kind %q; want nvswitch or pcie", n.Hostname, s.ID, s.Kind)
-			}
-			if err := addVert(n.Hostname, s.ID, s.Kind); err != nil {
-				return err
-			}
-		}
-		for _, c := range n.NICs {
-			if err := addVert(n.Hostname, c.ID, "nic"); err != nil {
-				return err
-			}
-			if !netKinds[c.Kind] {
-				return fmt.Errorf("node %s nic %s: kind %q; want infiniband or ethernet", n.Hostname, c.ID, c.Kind)
-			}
-			if !(c.Gbps >= 8*MinGBs && c.Gbps < 1e6) {
-				return fmt.Errorf("node %s nic %s: gbps %v is out of range [%g, 1e6)", n.Hostname, c.ID, c.Gbps, 8*MinGBs)
-			}
-			if fabric < 0 {
-				continue
-			}
-			lat := t.Network.LatencyUS
-			if lat == 0 {
-				lat = defaultLatencyUS["net"]
-			}
-			t.netEdge[len(t.kinds)-1] = len(t.edges)
-			t.addEdge(len(t.kinds)-1, fabric, "net", c.Gbps/8, lat) // NIC first: a NIC leaves Forward
-		}
-		for li, l := range n.Links {
-			a, okA := t.verts[n.Hostname+"/"+l.A]
-			b, okB := t.verts[n.Hostname+"/"+l.B]
-			if !okA || !okB || a == b {
-				return fmt.Errorf("node %s link %d: %q-%q does not join two known parts", n.Hostname, li, l.A, l.B)
-			}
-			gbs := l.GBs
-			switch l.Kind {
-			case "pcie":
-				if gbs == 0 {
-					per, ok := pcieLaneGBs[l.Gen]
-					if !ok || l.Width <= 0 || l.Width > 32 {
-						return fmt.Errorf("node %s link %s-%s: pcie needs gbs, or gen 1-6 and width 1-32", n.Hostname, l.A, l.B)
-					}
-					gbs = per * float64(l.Width)
-				}
-			case "nvlink", "smp":
-			default:
-				return fmt.Errorf("node %s link %s-%s: kind %q; want nvlink, pcie or smp", n.Hostname, l.A, l.B, l.Kind)
-			}
-			if !(gbs >= MinGBs && gbs < 1e6) {
-				return fmt.Errorf("node %s link %s-%s: gbs %v is out of range [%g, 1e6)", n.Hostname, l.A, l.B, gbs, MinGBs)
-			}
-			if l.HostBridge != "" && (l.Kind != "pcie" || t.kinds[a] != "cpu" && t.kinds[b] != "cpu" || !idPattern.MatchString(l.HostBridge)) {
-				return fmt.Errorf("node %s link %s-%s: host_bridge %q needs a pcie link to a CPU and a name of letters, digits and _.:-", n.Hostname, l.A, l.B, l.HostBridge)
-			}
-			lat := l.LatencyUS
-			if lat == 0 {
-				lat = defaultLatencyUS[l.Kind]
-			}
-			if lat < 0 || lat > 1e6 {
-				return fmt.Errorf("node %s link %s-%s: latency_us %v is out of range", n.Hostname, l.A, l.B, lat)
-			}
-			t.addEdge(a, b, l.Kind, gbs, lat)
+	t.verts[key] = t.addVertex(kind)
+	return nil
+}
+
+// addParts checks node ni's CPUs, GPUs, switches and NICs and adds them to the graph, with each
+// NIC's link to the network's vertex fabric (-1: none).
+func (t *Topology) addParts(ni, fabric int) error {
+	n := &t.Nodes[ni]
+	if len(n.GPUs) == 0 {
+		return fmt.Errorf("node %s has no GPUs", n.Hostname)
+	}
+	for _, c := range n.CPUs {
+		if err := t.addPart(n.Hostname, c.ID, "cpu"); err != nil {
+			return err
 		}
 	}
-	// Every GPU must reach every other one.
-	t.nic, t.up, t.down = make([]int, len(t.gpus)), make([][]Hop, len(t.gpus)), make([][]Hop, len(t.gpus))
-	for g, ref := range t.gpus {
-		t.nic[g] = t.nearestNIC(ref.vert)
-		if t.nic[g] >= 0 {
-			t.up[g], t.down[g] = t.bfs(ref.vert, t.nic[g], "pcie", "smp"), t.bfs(t.nic[g], ref.vert, "pcie", "smp")
+	for gi, g := range n.GPUs {
+		if err := t.addPart(n.Hostname, g.ID, "gpu"); err != nil {
+			return err
+		}
+		if err := g.validate(); err != nil {
+			return fmt.Errorf("node %s gpu %s: %v", n.Hostname, g.ID, err)
+		}
+		t.gpus = append(t.gpus, gpuRef{node: ni, index: gi, vert: len(t.kinds) - 1})
+	}
+	for _, s := range n.Switches {
+		if s.Kind != "nvswitch" && s.Kind != "pcie" {
+			return fmt.Errorf("node %s switch %s: kind %q; want nvswitch or pcie", n.Hostname, s.ID, s.Kind)
+		}
+		if err := t.addPart(n.Hostname, s.ID, s.Kind); err != nil {
+			return err
 		}
 	}
-	return t.checkReach()
+	for _, c := range n.NICs {
+		if err := t.addPart(n.Hostname, c.ID, "nic"); err != nil {
+			return err
+		}
+		if !netKinds[c.Kind] {
+			return fmt.Errorf("node %s nic %s: kind %q; want infiniband or ethernet", n.Hostname, c.ID, c.Kind)
+		}
+		if !(c.Gbps >= 8*MinGBs && c.Gbps < 1e6) {
+			return fmt.Errorf("node %s nic %s: gbps %v is out of range [%g, 1e6)", n.Hostname, c.ID, c.Gbps, 8*MinGBs)
+		}
+		if fabric < 0 {
+			continue
+		}
+		lat := t.Network.LatencyUS
+		if lat == 0 {
+			lat = defaultLatencyUS["net"]
+		}
+		t.netEdge[len(t.kinds)-1] = len(t.edges)
+		t.addEdge(len(t.kinds)-1, fabric, "net", c.Gbps/8, lat) // NIC first: a NIC leaves Forward
+	}
+	return nil
+}
+
+// validate checks a GPU's required fields and the optional facts `gpubench topo` records.
+func (g GPU) validate() error {
+	if g.MemoryBytes <= 0 || g.MemoryGBs <= 0 || g.Name == "" {
+		return fmt.Errorf("name, memory_bytes and memory_bandwidth_gbs must be set")
+	}
+	if !(g.MemoryGBs >= MinGBs && g.MemoryGBs < 1e6) {
+		return fmt.Errorf("memory_bandwidth_gbs %v is out of range [%g, 1e6)", g.MemoryGBs, MinGBs)
+	}
+	if !ccPattern.MatchString(g.ComputeCapability) {
+		return fmt.Errorf("compute_capability %q; want MAJOR.MINOR, e.g. \"9.0\"", g.ComputeCapability)
+	}
+	return g.validateFacts()
+}
+
+// addLink checks link li of node n and adds it to the graph, with its bandwidth (derived from
+// PCIe's generation and width when not given) and latency (the kind's default when not given).
+func (t *Topology) addLink(n *Node, li int, l Link) error {
+	a, okA := t.verts[n.Hostname+"/"+l.A]
+	b, okB := t.verts[n.Hostname+"/"+l.B]
+	if !okA || !okB || a == b {
+		return fmt.Errorf("node %s link %d: %q-%q does not join two known parts", n.Hostname, li, l.A, l.B)
+	}
+	gbs := l.GBs
+	switch l.Kind {
+	case "pcie":
+		if gbs == 0 {
+			per, ok := pcieLaneGBs[l.Gen]
+			if !ok || l.Width <= 0 || l.Width > 32 {
+				return fmt.Errorf("node %s link %s-%s: pcie needs gbs, or gen 1-6 and width 1-32", n.Hostname, l.A, l.B)
+			}
+			gbs = per * float64(l.Width)
+		}
+	case "nvlink", "smp":
+	default:
+		return fmt.Errorf("node %s link %s-%s: kind %q; want nvlink, pcie or smp", n.Hostname, l.A, l.B, l.Kind)
+	}
+	if !(gbs >= MinGBs && gbs < 1e6) {
+		return fmt.Errorf("node %s link %s-%s: gbs %v is out of range [%g, 1e6)", n.Hostname, l.A, l.B, gbs, MinGBs)
+	}
+	if l.HostBridge != "" && (l.Kind != "pcie" || t.kinds[a] != "cpu" && t.kinds[b] != "cpu" || !idPattern.MatchString(l.HostBridge)) {
+		return fmt.Errorf("node %s link %s-%s: host_bridge %q needs a pcie link to a CPU and a name of letters, digits and _.:-", n.Hostname, l.A, l.B, l.HostBridge)
+	}
+	lat := l.LatencyUS
+	if lat == 0 {
+		lat = defaultLatencyUS[l.Kind]
+	}
+	if lat < 0 || lat > 1e6 {
+		return fmt.Errorf("node %s link %s-%s: latency_us %v is out of range", n.Hostname, l.A, l.B, lat)
+	}
+	t.addEdge(a, b, l.Kind, gbs, lat)
+	return nil
 }
 
 // validateFacts checks the optional facts `gpubench topo` records.
