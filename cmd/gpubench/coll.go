@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/gpubench/gpubench/internal/coll"
 	"github.com/gpubench/gpubench/internal/cuda"
 	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/launch"
 	"github.com/gpubench/gpubench/internal/nccl"
 	"github.com/gpubench/gpubench/internal/report"
 )
@@ -250,32 +252,9 @@ func (f *collFlags) options(cmd *cobra.Command, c *coll.Collective, seed uint64)
 }
 
 func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collective) error {
-	if err := g.validate("auto", "cuda", "sim"); err != nil {
-		return err
-	}
-	opt, err := f.options(cmd, c, g.seed)
+	opt, proc, addr, err := f.prepare(cmd, e, g, c)
 	if err != nil {
 		return err
-	}
-	if !c.Rooted && f.root != 0 {
-		fmt.Fprintf(e.stderr, "gpubench: -r %d ignored: %s has no root (-r is for broadcast and reduce)\n", f.root, c.Name)
-	}
-	if f.nthreads > 1 {
-		fmt.Fprintf(e.stderr, "gpubench: one thread drives every GPU of this process: -t %d runs %d GPUs, as -g %d does\n", f.nthreads, opt.NGPUs, opt.NGPUs)
-	}
-	proc, err := f.launch.process()
-	if err != nil {
-		return err
-	}
-	var addr string
-	if proc.Multi() {
-		if addr, err = proc.Address(f.launch.rendezvous); err != nil {
-			return usageErr("%s", launchMsg(err))
-		}
-		if opt.NGPUs > 1 {
-			return usageErr("invalid -g %d: across processes each process drives one GPU; drop -g", opt.NGPUs)
-		}
-		g.hubHost = hubHost(addr)
 	}
 	if _, set := os.LookupEnv("NCCL_GRAPH_MIXING_SUPPORT"); opt.Graph > 0 && !set {
 		// NCCL's advice for graphs over several GPUs launched from one thread: without it, they
@@ -293,16 +272,11 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 		}
 	}
 	n := len(b.Devices())
-	switch {
-	case proc.Multi():
+	if proc.Multi() {
 		n, opt.NGPUs = proc.Size, 0
-	case opt.NGPUs > n:
-		return usageErr("invalid -g %d: only %d GPUs were found", opt.NGPUs, n)
-	case opt.NGPUs > 0:
-		n = opt.NGPUs
 	}
-	if c.Rooted && opt.Root >= n {
-		return usageErr("invalid -r %d: %d ranks have roots 0-%d (or -1 for every rank)", opt.Root, n, n-1)
+	if err := coll.CheckRanks(opt, n); err != nil {
+		return usageErr("%v", err)
 	}
 	out := e.stdout
 	if proc.Rank != 0 { // rank 0 prints the whole world's results
@@ -331,20 +305,57 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 		defer file.Close()
 		w = report.Tee(w, report.NewCollStream(named{file, "--out " + f.out}))
 	}
-	topology := ""
+	r := &report.CollRun{Version: e.version, Coll: c, Backend: b.Name(), Opt: opt, PID: e.pid, Start: e.now(), DataCap: dataCap}
 	if t := b.Topology(); t != nil {
-		topology = t.Name
+		r.Topology = t.Name
 	}
-	r := &report.CollRun{Version: e.version, Coll: c, Backend: b.Name(), Topology: topology,
-		Opt: opt, PID: e.pid, Start: e.now(), DataCap: dataCap}
 	if wd != nil {
 		r.PIDs, r.Launch = wd.pids, wd.line
 	}
 	if d, ok := b.(describer); ok {
 		r.Runtime = d.Describe()
 	}
-	// A write that fails ends the run at once (a full disk must not leave a sweep running with
-	// nowhere to go); the other writer still gets the rows so far and the end.
+	return f.measure(ctx, e, g, b, opt, r, w, wd, proc.Rank == 0)
+}
+
+// prepare turns the flags into options and finds this process's place among the others; every
+// error is a usage error, and nothing has been written yet.
+func (f *collFlags) prepare(cmd *cobra.Command, e *env, g *globals, c *coll.Collective) (coll.Options, launch.Process, string, error) {
+	var proc launch.Process
+	if err := g.validate("auto", "cuda", "sim"); err != nil {
+		return coll.Options{}, proc, "", err
+	}
+	opt, err := f.options(cmd, c, g.seed)
+	if err != nil {
+		return opt, proc, "", err
+	}
+	if !c.Rooted && f.root != 0 {
+		fmt.Fprintf(e.stderr, "gpubench: -r %d ignored: %s has no root (-r is for broadcast and reduce)\n", f.root, c.Name)
+	}
+	if f.nthreads > 1 {
+		fmt.Fprintf(e.stderr, "gpubench: one thread drives every GPU of this process: -t %d runs %d GPUs, as -g %d does\n", f.nthreads, opt.NGPUs, opt.NGPUs)
+	}
+	if proc, err = f.launch.process(); err != nil {
+		return opt, proc, "", err
+	}
+	var addr string
+	if proc.Multi() {
+		if addr, err = proc.Address(f.launch.rendezvous); err != nil {
+			return opt, proc, "", usageErr("%s", launchMsg(err))
+		}
+		if opt.NGPUs > 1 {
+			return opt, proc, "", usageErr("invalid -g %d: across processes each process drives one GPU; drop -g", opt.NGPUs)
+		}
+		g.hubHost = hubHost(addr)
+	}
+	return opt, proc, addr, nil
+}
+
+// measure runs the sweep, handing every row to w as it comes, and maps how it ended to an exit
+// code. A write that fails ends the run at once (a full disk must not leave a sweep running with
+// nowhere to go); the other writer still gets the rows so far and the end.
+func (f *collFlags) measure(ctx context.Context, e *env, g *globals, b gpu.Backend, opt coll.Options, r *report.CollRun, w report.CollWriter, wd *world, rank0 bool) error {
+	c := opt.Coll
 	ctx, endRun := context.WithCancelCause(ctx)
 	defer endRun(nil)
 	var writeErr error
@@ -359,10 +370,11 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 		keep(w.Start(r))
 	}
 	rows := 0
+	progress := e.progress && rank0 && g.output != "table" // the table shows its own progress
 	opt.OnResult = func(res coll.Result) {
 		keep(w.Row(r, res))
 		rows++
-		if e.progress && proc.Rank == 0 && g.output != "table" { // the table shows its own progress
+		if progress {
 			fmt.Fprintf(e.stderr, "\rgpubench: %s: %d rows measured, last %d B ", c.Name, rows, res.Size)
 		}
 	}
@@ -371,7 +383,7 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 	if wd != nil {
 		runErr = wd.close(runErr)
 	}
-	if e.progress && proc.Rank == 0 && g.output != "table" && rows > 0 {
+	if progress && rows > 0 {
 		fmt.Fprintln(e.stderr)
 	}
 	if s != nil && r.Summary != nil {
@@ -384,6 +396,8 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 	switch {
 	case writeErr != nil:
 		return runtimeErr(fmt.Errorf("writing results: %w", writeErr))
+	case errors.Is(runErr, coll.ErrOption):
+		return usageErr("%v", runErr)
 	case runErr != nil:
 		return runtimeErr(runErr)
 	case s.OutOfBounds > 0:

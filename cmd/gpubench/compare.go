@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -34,7 +35,7 @@ func runCompare(e *env, g *globals, threshold string, args []string) error {
 	if len(args) < 2 {
 		return usageErr("compare needs two files or more: gpubench compare OLD.json NEW.json [NEW.json...]")
 	}
-	if !contains(results.Formats, g.output) {
+	if !slices.Contains(results.Formats, g.output) {
 		return usageErr("unknown --output %q for compare: use %s", g.output, strings.Join(results.Formats, ", "))
 	}
 	t, err := parseThreshold(threshold)

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -54,10 +55,10 @@ func newDiagCmdWith(e *env, g *globals, read func(string, topo.Options) (*diag.D
 
 func (f *diagFlags) run(cmd *cobra.Command, e *env, g *globals, read func(string, topo.Options) (*diag.Devices, error)) error {
 	backends := []string{"auto", "cuda", "sim"}
-	if !contains(backends, g.backend) {
+	if !slices.Contains(backends, g.backend) {
 		return usageErr("unknown --backend %q for diag: use %s", g.backend, strings.Join(backends, " or "))
 	}
-	if !contains(diag.Formats, g.output) {
+	if !slices.Contains(diag.Formats, g.output) {
 		return usageErr("unknown --output %q for diag: use %s", g.output, strings.Join(diag.Formats, ", "))
 	}
 	if st, err := os.Stat(f.root); err != nil || !st.IsDir() {

@@ -114,7 +114,7 @@ func (f *p2pFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	if opt.Sweep != nil && len(opt.Pairs) != 1 {
 		return usageErr("--sweep measures one pair: give exactly one with --pairs, e.g. --pairs 0-1")
 	}
-	if !contains(report.Formats, g.output) {
+	if !slices.Contains(report.Formats, g.output) {
 		return usageErr("unknown --output %q: use table, json, csv or markdown", g.output)
 	}
 	if e.progress {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -86,10 +87,10 @@ func complete(cmd *cobra.Command, flag string, values []string) {
 // validate checks the shared flags before anything runs; backends are the --backend values the
 // command offers.
 func (g *globals) validate(backends ...string) error {
-	if !contains(backends, g.backend) {
+	if !slices.Contains(backends, g.backend) {
 		return usageErr("unknown --backend %q for this command: use %s", g.backend, strings.Join(backends, " or "))
 	}
-	if !contains(report.Formats, g.output) {
+	if !slices.Contains(report.Formats, g.output) {
 		return usageErr("unknown --output %q: use %s", g.output, strings.Join(report.Formats, ", "))
 	}
 	return nil
@@ -213,15 +214,6 @@ func parseCap(s string) (int64, error) {
 		return 0, nil
 	}
 	return coll.ParseSize(s)
-}
-
-func contains(list []string, v string) bool {
-	for _, x := range list {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // normalize accepts nccl-tests' long flag names beside gpubench's.

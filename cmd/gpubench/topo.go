@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -56,17 +57,17 @@ var p2pAliases = map[string]string{"r": "read", "w": "write", "n": "nvlink", "a"
 
 func (f *topoFlags) run(cmd *cobra.Command, e *env, g *globals, discover func(topo.Options) (*topo.Report, error)) error {
 	backends := []string{"auto", "cuda", "sim"}
-	if !contains(backends, g.backend) {
+	if !slices.Contains(backends, g.backend) {
 		return usageErr("unknown --backend %q for topo: use %s", g.backend, strings.Join(backends, " or "))
 	}
-	if !contains(topo.Formats, g.output) {
+	if !slices.Contains(topo.Formats, g.output) {
 		return usageErr("unknown --output %q for topo: use %s", g.output, strings.Join(topo.Formats, ", "))
 	}
 	p2pCap := f.p2p
 	if long, ok := p2pAliases[p2pCap]; ok {
 		p2pCap = long
 	}
-	if p2pCap != "" && !contains(topo.P2PCaps, p2pCap) {
+	if p2pCap != "" && !slices.Contains(topo.P2PCaps, p2pCap) {
 		return usageErr("unknown --p2p %q: use %s", f.p2p, strings.Join(topo.P2PCaps, ", "))
 	}
 	for _, flag := range []string{"seed", "sim-data-cap", "sim-jitter", "sim-fault", "cuda-lib", "nccl-lib"} {

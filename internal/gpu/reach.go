@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gpubench/gpubench/internal/input"
 )
@@ -146,7 +147,7 @@ func (t *Topology) touches(gpus []gpuRef, kinds ...string) touchSets {
 	for i, g := range gpus {
 		for _, ei := range t.adj[g.vert] {
 			e := t.edges[ei]
-			if !contains(kinds, e.kind) {
+			if !slices.Contains(kinds, e.kind) {
 				continue
 			}
 			w := e.a + e.b - g.vert
@@ -167,7 +168,7 @@ func (t *Topology) touches(gpus []gpuRef, kinds ...string) touchSets {
 					for _, ej := range t.adj[u] {
 						f := t.edges[ej]
 						x := f.a + f.b - u
-						if _, seen := s.comp[x]; seen || !interior(x) || !contains(kinds, f.kind) {
+						if _, seen := s.comp[x]; seen || !interior(x) || !slices.Contains(kinds, f.kind) {
 							continue
 						}
 						s.comp[x] = id

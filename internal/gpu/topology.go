@@ -590,7 +590,7 @@ func (t *Topology) search(from int, via []string, done func(int) bool) (int, map
 			for _, ei := range t.adj[u] {
 				e := t.edges[ei]
 				w := e.a + e.b - u
-				if seen[w] || !contains(via, e.kind) {
+				if seen[w] || !slices.Contains(via, e.kind) {
 					continue
 				}
 				seen[w] = true
@@ -638,15 +638,6 @@ func (t *Topology) pcieType(h []Hop) string {
 	default:
 		return "PXB"
 	}
-}
-
-func contains(s []string, x string) bool {
-	for _, v := range s {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 // LinkGBs is the bandwidth edge e delivers in each direction: its nominal figure, less any

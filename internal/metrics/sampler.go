@@ -7,6 +7,7 @@ package metrics
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"time"
 
@@ -95,9 +96,9 @@ func (s *Sampler) Refresh() Snapshot {
 	at := s.now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	counts := make(map[[2]int]float64, len(s.snap.XIDCounts)+len(sample.XIDs))
-	for k, v := range s.snap.XIDCounts {
-		counts[k] = v
+	counts := maps.Clone(s.snap.XIDCounts)
+	if counts == nil {
+		counts = map[[2]int]float64{}
 	}
 	xids := s.snap.XIDs
 	for _, x := range sample.XIDs {

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"math/bits"
 	"strconv"
 	"strings"
 
@@ -394,11 +395,5 @@ func (m *model) p2pTime(flows []gpu.Flow, bytes int64) float64 {
 	return baseLat[algoRing][protoSimple] + lat + m.topo.LinkLoad(flows, m.efficiency)
 }
 
-func log2i(n int) int {
-	l := 0
-	for n > 1 {
-		n >>= 1
-		l++
-	}
-	return l
-}
+// log2i is floor(log2(n)), 0 for n < 2.
+func log2i(n int) int { return max(bits.Len(uint(max(n, 1)))-1, 0) }
