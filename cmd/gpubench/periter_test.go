@@ -91,7 +91,7 @@ func TestOutStreamsJSONLines(t *testing.T) {
 	// A run killed after three rows leaves three rows and no end record.
 	cut := strings.Join(lines[:4], "\n") + "\n"
 	partial, err := results.Read(file, []byte(cut))
-	if err != nil || partial.Complete || len(partial.Coll.Rows) != 3 {
+	if err != nil || partial.Complete || len(partial.Coll.Results) != 3 {
 		t.Errorf("cut stream: %v, complete %v", err, partial != nil && partial.Complete)
 	}
 	// An --out that cannot be written is bad input: exit 2, nothing on stdout.

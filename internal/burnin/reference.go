@@ -17,7 +17,7 @@ func (ref Reference) Add(c *results.Coll) error {
 	if m == nil {
 		m = map[int64]float64{}
 	}
-	for _, r := range c.Rows {
+	for _, r := range c.Results {
 		if r.Size > 0 {
 			m[r.Size] = max(m[r.Size], r.OutOfPlace.BusBW)
 		}

@@ -24,7 +24,7 @@ func TestReferenceAdd(t *testing.T) {
 	if got := ref["allgather"]; got[1<<30] != 361.2 || got[1024] != 1.5 || len(got) != 2 {
 		t.Errorf("reference %v; want 1 KiB and 1 GiB, the 0-byte rows skipped", got)
 	}
-	f.Coll.Rows = f.Coll.Rows[:1]
+	f.Coll.Results = f.Coll.Results[:1]
 	if err := (Reference{}).Add(f.Coll); err == nil || !strings.Contains(err.Error(), "no row of allgather above 0 bytes") {
 		t.Errorf("only 0-byte rows: %v", err)
 	}

@@ -237,8 +237,8 @@ func fileSeries(f *results.File, opt Options, nameColl bool) []series {
 	type group struct{ typ, op, root string }
 	var order []group
 	rows := map[group][]results.Row{}
-	for _, r := range c.Rows {
-		g := group{typ: r.Type, op: r.Op}
+	for _, r := range c.Results {
+		g := group{typ: r.Type, op: string(r.Op)}
 		if r.Root != nil {
 			g.root = fmt.Sprintf("root %d", *r.Root)
 		}
@@ -428,7 +428,7 @@ func heatMap(f *results.File, name string, m results.Matrix, opt Options, small 
 	for i := 0; i < n; i++ {
 		label := fmt.Sprint(i)
 		if i < len(devices) {
-			label = fmt.Sprint(devices[i])
+			label = fmt.Sprint(devices[i].Device)
 		}
 		xt = append(xt, plot.Tick{Value: float64(i), Label: label})
 		yt = append(yt, plot.Tick{Value: float64(n - 1 - i), Label: label})

@@ -1,4 +1,5 @@
-// Package report renders gpubench's results: nccl-tests' table, JSON, CSV and Markdown.
+// Package report renders gpubench's results: nccl-tests' table, JSON, CSV and Markdown. JSON is
+// written in internal/results' schema, the one that compare, plot and burnin --reference read.
 package report
 
 import (
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/results"
 )
 
 // Formats are the values of --output.
@@ -167,22 +169,13 @@ func slowest(s *coll.Summary) string {
 	return fmt.Sprintf("Slowest rank         : %s of %d results (per result in JSON)", strings.Join(parts, ", "), total)
 }
 
-// WrongRank is a rank whose output held wrong data, and how often.
-type WrongRank struct {
-	Rank     int    `json:"rank"`
-	Device   int    `json:"device"`
-	Host     string `json:"host"`
-	Results  int    `json:"results"`  // placements with wrong elements in this rank's output
-	Elements int64  `json:"elements"` // wrong elements in all of them
-}
-
 // WrongRanks lists, rank by rank, where the checks found wrong data: a GPU that corrupts what it
 // receives shows as the one rank whose output is wrong; a fault on the way shows in the ranks
 // downstream of it.
-func WrongRanks(s *coll.Summary) []WrongRank {
-	var out []WrongRank
+func WrongRanks(s *coll.Summary) []results.WrongRank {
+	var out []results.WrongRank
 	for rank, d := range s.Devices {
-		w := WrongRank{Rank: rank, Device: d.Ordinal, Host: d.Host}
+		w := results.WrongRank{Rank: rank, Device: d.Ordinal, Host: d.Host}
 		for _, res := range s.Results {
 			for _, p := range []coll.Placement{res.OutOfPlace, res.InPlace} {
 				if rank < len(p.WrongByRank) && p.WrongByRank[rank] > 0 {
@@ -361,118 +354,6 @@ func round(v float64, digits int) float64 {
 	return f
 }
 
-// JSON output: docs/output.md documents every field.
-
-type jsonRun struct {
-	Version     string       `json:"gpubench_version"`
-	Collective  string       `json:"collective"`
-	NCCLTests   string       `json:"nccl_tests_equivalent"`
-	Backend     string       `json:"backend"`
-	Topology    *string      `json:"topology"`
-	Runtime     *string      `json:"runtime"`
-	Launch      *string      `json:"launch"`
-	StartTime   string       `json:"start_time"`
-	Config      jsonConfig   `json:"config"`
-	Devices     []jsonDevice `json:"devices"`
-	Notes       []string     `json:"notes"`
-	Results     []jsonResult `json:"results"`
-	OutOfBounds jsonOOB      `json:"out_of_bounds"`
-	AvgBusBW    float64      `json:"avg_busbw_gbs"`
-	Best        *jsonBest    `json:"best"`
-	BusPeak     *jsonBusPeak `json:"bus_peak"`
-	TimingOnly  *int64       `json:"timing_only_from_bytes"`
-	ZeroBusBW   bool         `json:"busbw_zero_by_definition"`
-	Interrupted bool         `json:"interrupted"`
-	Error       *string      `json:"error"`
-	WrongRanks  []WrongRank  `json:"wrong_ranks,omitempty"`
-}
-
-type jsonConfig struct {
-	Ranks        int      `json:"ranks"`
-	MinBytes     int64    `json:"min_bytes"`
-	MaxBytes     int64    `json:"max_bytes"`
-	RequestedMax int64    `json:"requested_max_bytes"`
-	StepFactor   *int64   `json:"step_factor"`
-	StepBytes    *int64   `json:"step_bytes"`
-	Warmup       int      `json:"warmup_iters"`
-	Iters        int      `json:"iters"`
-	Check        int      `json:"check_iters"`
-	Average      int      `json:"average"`
-	Graph        int      `json:"graph_launches"`
-	Blocking     int      `json:"blocking"`
-	DTypes       []string `json:"dtypes"`
-	Ops          []string `json:"ops"`
-	Root         *int     `json:"root"`
-	Seed         uint64   `json:"seed"`
-	DataCap      *int64   `json:"sim_data_cap_bytes"`
-	Cycles       int      `json:"run_cycles,omitempty"`     // -N: 0 omitted (once), -1 until interrupted
-	CPUTime      bool     `json:"report_cputime,omitempty"` // -C
-	PerIterSkip  int      `json:"per_iter_skip,omitempty"`  // -K
-}
-
-type jsonDevice struct {
-	Rank     int    `json:"rank"`
-	PID      int    `json:"pid"`
-	Host     string `json:"host"`
-	Device   int    `json:"device"`
-	PCIBusID string `json:"pci_bus_id"`
-	Name     string `json:"name"`
-	Memory   int64  `json:"memory_bytes"`
-}
-
-type jsonResult struct {
-	Cycle      *int          `json:"cycle,omitempty"` // with -N: which repeat, from 1
-	Size       int64         `json:"size_bytes"`
-	Count      int64         `json:"count"`
-	Type       string        `json:"type"`
-	Op         *string       `json:"redop"`
-	Root       *int          `json:"root"`
-	OutOfPlace jsonPlacement `json:"out_of_place"`
-	InPlace    jsonPlacement `json:"in_place"`
-}
-
-type jsonPlacement struct {
-	TimeUS     float64 `json:"time_us"`
-	AlgBW      float64 `json:"algbw_gbs"`
-	BusBW      float64 `json:"busbw_gbs"`
-	Wrong      *int64  `json:"wrong"`
-	TimingOnly bool    `json:"timing_only"`
-	// CPUTimeUS is the host's launch time per collective, with -C.
-	CPUTimeUS *float64 `json:"cpu_time_us,omitempty"`
-	// Runs across processes: every rank's time, and the slowest rank.
-	RankTimesUS []float64 `json:"rank_time_us,omitempty"`
-	SlowestRank *int      `json:"slowest_rank,omitempty"`
-	PerIter     *jsonIter `json:"per_iter,omitempty"`
-}
-
-// jsonIter is a placement's per-iteration statistics (--per-iter).
-type jsonIter struct {
-	N      int       `json:"n"`
-	MeanUS float64   `json:"mean_us"`
-	P50US  float64   `json:"p50_us"`
-	P95US  float64   `json:"p95_us"`
-	P99US  float64   `json:"p99_us"`
-	MaxUS  float64   `json:"max_us"`
-	CV     float64   `json:"cv"`
-	Times  []float64 `json:"times_us"`
-}
-
-type jsonOOB struct {
-	Count int  `json:"count"`
-	OK    bool `json:"ok"`
-}
-
-type jsonBest struct {
-	BusBW float64 `json:"busbw_gbs"`
-	Size  int64   `json:"size_bytes"`
-}
-
-type jsonBusPeak struct {
-	GBs          float64  `json:"gbs"`
-	Link         string   `json:"link"`
-	BestFraction *float64 `json:"best_fraction"`
-}
-
 type jsonWriter struct {
 	w    io.Writer
 	rows []coll.Result
@@ -491,32 +372,26 @@ func (j *jsonWriter) End(r *CollRun) error {
 	return enc.Encode(CollJSON(r))
 }
 
-// CollJSON is the JSON document for a run (docs/output.md).
-func CollJSON(r *CollRun) any {
+// CollJSON is the JSON document for a run (docs/output.md), in the schema internal/results
+// reads.
+func CollJSON(r *CollRun) *results.Coll {
 	s, o := r.Summary, r.Opt
-	doc := jsonRun{
+	doc := &results.Coll{
 		Version: r.Version, Collective: r.Coll.Name, NCCLTests: r.Coll.Perf, Backend: r.Backend,
+		Topology: results.NullString(r.Topology), Runtime: results.NullString(r.Runtime), Launch: results.NullString(r.Launch),
 		StartTime: r.Start.UTC().Format(time.RFC3339),
-		Config: jsonConfig{
+		Config: results.Config{
 			Ranks: len(s.Devices), MinBytes: s.Sweep.Min, MaxBytes: s.Sweep.Max, RequestedMax: o.Sweep.Max,
 			Warmup: o.Warmup, Iters: o.Iters, Check: o.Check, Average: o.Average, Seed: o.Seed,
 			Graph: o.Graph, Blocking: o.Blocking, CPUTime: o.CPUTime, PerIterSkip: o.PerIterSkip,
 		},
 		Notes:       append(headerNotes(r), footerNotes(r)...),
-		Results:     []jsonResult{},
-		OutOfBounds: jsonOOB{Count: s.OutOfBounds, OK: s.OutOfBounds == 0},
+		Results:     []results.Row{},
+		OutOfBounds: results.Bounds{Count: s.OutOfBounds, OK: s.OutOfBounds == 0},
 		AvgBusBW:    s.AvgBusBW,
 		ZeroBusBW:   r.Coll.Factor(len(s.Devices)) == 0,
 		Interrupted: s.Interrupted,
-	}
-	if r.Topology != "" {
-		doc.Topology = &r.Topology
-	}
-	if r.Runtime != "" {
-		doc.Runtime = &r.Runtime
-	}
-	if r.Launch != "" {
-		doc.Launch = &r.Launch
+		WrongRanks:  WrongRanks(s),
 	}
 	if o.Cycles != 1 {
 		doc.Config.Cycles = o.Cycles
@@ -542,56 +417,54 @@ func CollJSON(r *CollRun) any {
 		doc.Config.DataCap = &r.DataCap
 	}
 	for rank, d := range s.Devices {
-		doc.Devices = append(doc.Devices, jsonDevice{Rank: rank, PID: r.pid(rank), Host: d.Host, Device: d.Ordinal, PCIBusID: d.PCIBusID, Name: d.Name, Memory: d.MemoryBytes})
+		doc.Devices = append(doc.Devices, results.Device{Rank: rank, PID: r.pid(rank), Host: d.Host, Device: d.Ordinal, PCIBusID: d.PCIBusID, Name: d.Name, Memory: d.MemoryBytes})
 	}
 	for _, res := range s.Results {
 		doc.Results = append(doc.Results, jsonRow(r, res))
 	}
 	if s.BestBusBW > 0 {
-		doc.Best = &jsonBest{BusBW: s.BestBusBW, Size: s.BestSize}
+		doc.Best = &results.Best{BusBW: s.BestBusBW, Size: s.BestSize}
 	}
 	if s.BusPeak > 0 {
-		doc.BusPeak = &jsonBusPeak{GBs: s.BusPeak, Link: s.PeakLimit}
+		doc.BusPeak = &results.BusPeak{GBs: s.BusPeak, Link: s.PeakLimit}
 		if s.BestBusBW > 0 {
 			f := s.BestBusBW / s.BusPeak
 			doc.BusPeak.BestFraction = &f
 		}
 	}
 	if s.TimingOnlyFrom > 0 {
-		doc.TimingOnly = &s.TimingOnlyFrom
+		doc.TimingOnlyFrom = &s.TimingOnlyFrom
 	}
-	doc.WrongRanks = WrongRanks(s)
 	if s.Err != nil {
-		msg := s.Err.Error()
-		doc.Error = &msg
+		doc.Error = results.NullString(s.Err.Error())
 	}
 	return doc
 }
 
-func jsonRow(r *CollRun, res coll.Result) jsonResult {
-	jr := jsonResult{Size: res.Size, Count: res.Count, Type: res.Type, OutOfPlace: jsonPlace(r, res.OutOfPlace), InPlace: jsonPlace(r, res.InPlace)}
+// jsonRow is a row as JSON writes it.
+func jsonRow(r *CollRun, res coll.Result) results.Row {
+	row := results.Row{Size: res.Size, Count: res.Count, Type: res.Type, OutOfPlace: jsonPlace(r, res.OutOfPlace), InPlace: jsonPlace(r, res.InPlace)}
 	if r.Opt.Cycles != 0 && r.Opt.Cycles != 1 {
-		c := res.Cycle + 1
-		jr.Cycle = &c
+		row.Cycle = res.Cycle + 1
 	}
 	if r.Coll.Reduces {
-		jr.Op = &res.Op
+		row.Op = results.NullString(res.Op)
 	}
 	if r.Coll.Rooted {
-		jr.Root = &res.Root
+		row.Root = &res.Root
 	}
-	return jr
+	return row
 }
 
-func jsonPlace(r *CollRun, p coll.Placement) jsonPlacement {
-	j := jsonPlacement{TimeUS: p.TimeUS, AlgBW: p.AlgBW, BusBW: p.BusBW, Wrong: p.Wrong, TimingOnly: p.TimingOnly,
+func jsonPlace(r *CollRun, p coll.Placement) results.Placement {
+	j := results.Placement{TimeUS: p.TimeUS, AlgBW: p.AlgBW, BusBW: p.BusBW, Wrong: p.Wrong, TimingOnly: p.TimingOnly,
 		RankTimesUS: p.RankTimesUS, SlowestRank: p.SlowestRank}
 	if r.Opt.CPUTime {
 		j.CPUTimeUS = &p.CPUTimeUS
 	}
 	if s := p.PerIter; s != nil {
-		j.PerIter = &jsonIter{N: len(s.TimesUS), MeanUS: s.MeanUS, P50US: s.P50US, P95US: s.P95US, P99US: s.P99US,
-			MaxUS: s.MaxUS, CV: s.CV, Times: s.TimesUS}
+		j.PerIter = &results.PerIter{N: len(s.TimesUS), MeanUS: s.MeanUS, P50US: s.P50US, P95US: s.P95US, P99US: s.P99US,
+			MaxUS: s.MaxUS, CV: s.CV, TimesUS: s.TimesUS}
 	}
 	return j
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpubench/gpubench/internal/p2p"
+	"github.com/gpubench/gpubench/internal/results"
 )
 
 // P2PRun is a p2p run and what its output says besides the results.
@@ -205,121 +206,48 @@ func pciParts(id string) (domain, bus uint64) {
 	return domain, bus
 }
 
-type jsonP2P struct {
-	Version    string                `json:"gpubench_version"`
-	Command    string                `json:"command"`
-	Backend    string                `json:"backend"`
-	Topology   *string               `json:"topology"`
-	Runtime    *string               `json:"runtime"`
-	StartTime  string                `json:"start_time"`
-	Config     jsonP2PConfig         `json:"config"`
-	Devices    []jsonDevice          `json:"devices"`
-	Access     [][]*jsonAccess       `json:"access"`
-	Matrices   map[string]jsonMatrix `json:"matrices"`
-	Host       []jsonHost            `json:"host"`
-	Sweep      *jsonSweep            `json:"sweep"`
-	Verified   int                   `json:"verified"`
-	Mismatched int                   `json:"mismatched"`
-	Unverified int                   `json:"unverified"`
-}
-
-type jsonP2PConfig struct {
-	Size          int64    `json:"size_bytes"`
-	Repeat        int      `json:"repeat"`
-	Samples       int      `json:"samples"`
-	Verify        bool     `json:"verify"`
-	LatencyBytes  int      `json:"latency_bytes"`
-	LatencyRepeat int      `json:"latency_repeat"`
-	Pairs         [][2]int `json:"pairs"`
-	Sweep         []int64  `json:"sweep_sizes"`
-}
-
-type jsonAccess struct {
-	Access        bool    `json:"access"`
-	PerfRank      *int    `json:"perf_rank"`
-	NativeAtomics *bool   `json:"native_atomics"`
-	Enable        *string `json:"enable"`
-}
-
-type jsonMatrix struct {
-	Title  string       `json:"title"`
-	Unit   string       `json:"unit"`
-	Values [][]*float64 `json:"values"`
-	NA     [][]*string  `json:"na_reasons"`
-	Bad    [][]bool     `json:"data_mismatch"`
-}
-
-type jsonHost struct {
-	Device int      `json:"device"`
-	H2D    *float64 `json:"h2d_gbs"`
-	D2H    *float64 `json:"d2h_gbs"`
-	Bidir  *float64 `json:"bidir_gbs"`
-	Local  *float64 `json:"local_gbs"`
-}
-
-type jsonSweep struct {
-	Pair [2]int         `json:"pair"`
-	P2P  bool           `json:"p2p"`
-	Rows []jsonSweepRow `json:"rows"`
-}
-
-type jsonSweepRow struct {
-	Size  int64    `json:"size_bytes"`
-	Uni   *float64 `json:"uni_gbs"`
-	Bidir *float64 `json:"bidir_gbs"`
-}
-
-func p2pJSON(r *P2PRun) jsonP2P {
+// p2pJSON is the JSON document for a p2p run, in the schema internal/results reads.
+func p2pJSON(r *P2PRun) *results.P2P {
 	res, o := r.Result, r.Opt
-	doc := jsonP2P{Version: r.Version, Command: "p2p", Backend: r.Backend, StartTime: r.Start.UTC().Format(time.RFC3339),
-		Config: jsonP2PConfig{Size: o.Size, Repeat: o.Repeat, Samples: o.Samples, Verify: o.Verify,
+	doc := &results.P2P{Version: r.Version, Command: "p2p", Backend: r.Backend, Topology: results.NullString(r.Topology),
+		Runtime: results.NullString(r.Runtime), StartTime: r.Start.UTC().Format(time.RFC3339),
+		Config: results.P2PConfig{Size: o.Size, Repeat: o.Repeat, Samples: o.Samples, Verify: o.Verify,
 			LatencyBytes: p2p.LatencyBytes, LatencyRepeat: p2p.LatencyRepeat, Sweep: o.Sweep},
-		Matrices: map[string]jsonMatrix{}, Host: []jsonHost{},
+		Matrices: map[string]results.Matrix{}, Host: []results.HostCopy{},
 		Verified: res.Verified, Mismatched: res.Mismatched, Unverified: res.Unverified}
-	if r.Topology != "" {
-		doc.Topology = &r.Topology
-	}
-	if r.Runtime != "" {
-		doc.Runtime = &r.Runtime
-	}
 	for _, p := range o.Pairs {
 		doc.Config.Pairs = append(doc.Config.Pairs, [2]int{p.A, p.B})
 	}
 	for i, d := range res.Devices {
-		doc.Devices = append(doc.Devices, jsonDevice{Rank: i, Host: d.Host, Device: d.Ordinal, PCIBusID: d.PCIBusID, Name: d.Name, Memory: d.MemoryBytes})
-		row := make([]*jsonAccess, len(res.Devices))
+		doc.Devices = append(doc.Devices, results.Device{Rank: i, Host: d.Host, Device: d.Ordinal, PCIBusID: d.PCIBusID, Name: d.Name, Memory: d.MemoryBytes})
+		row := make([]*results.Access, len(res.Devices))
 		for j := range res.Devices {
 			if i == j {
 				continue
 			}
 			acc := res.Access[i][j]
-			ja := &jsonAccess{Access: acc.Info.Access}
+			ja := &results.Access{Access: acc.Info.Access, Enable: results.NullString(acc.Enable)}
 			if acc.Info.Access {
 				rank, atomics := acc.Info.PerfRank, acc.Info.NativeAtomics
 				ja.PerfRank, ja.NativeAtomics = &rank, &atomics
-			}
-			if acc.Enable != "" {
-				e := acc.Enable
-				ja.Enable = &e
 			}
 			row[j] = ja
 		}
 		doc.Access = append(doc.Access, row)
 	}
 	for _, m := range res.Matrices {
-		jm := jsonMatrix{Title: m.Title, Unit: m.Unit}
+		jm := results.Matrix{Title: m.Title, Unit: m.Unit}
 		for _, row := range m.Cells {
 			var vals []*float64
-			var na []*string
+			var na []results.NullString
 			var bad []bool
 			for _, c := range row {
 				vals = append(vals, c.Value)
 				bad = append(bad, c.Bad)
 				if c.Value == nil {
-					s := c.NA
-					na = append(na, &s)
+					na = append(na, results.NullString(c.NA))
 				} else {
-					na = append(na, nil)
+					na = append(na, "")
 				}
 			}
 			jm.Values, jm.NA, jm.Bad = append(jm.Values, vals), append(jm.NA, na), append(jm.Bad, bad)
@@ -327,13 +255,13 @@ func p2pJSON(r *P2PRun) jsonP2P {
 		doc.Matrices[m.Key] = jm
 	}
 	for i, h := range res.Host {
-		doc.Host = append(doc.Host, jsonHost{Device: res.Devices[i].Ordinal, H2D: h.H2D.Value, D2H: h.D2H.Value, Bidir: h.Bidir.Value, Local: h.Local.Value})
+		doc.Host = append(doc.Host, results.HostCopy{Device: res.Devices[i].Ordinal, H2D: h.H2D.Value, D2H: h.D2H.Value, Bidir: h.Bidir.Value, Local: h.Local.Value})
 	}
 	if res.SweepPair != nil {
-		s := &jsonSweep{Pair: [2]int{res.SweepPair.A, res.SweepPair.B}}
+		s := &results.Sweep{Pair: [2]int{res.SweepPair.A, res.SweepPair.B}}
 		for _, row := range res.Sweep {
 			s.P2P = row.P2P
-			s.Rows = append(s.Rows, jsonSweepRow{Size: row.Size, Uni: row.Uni.Value, Bidir: row.Bidir.Value})
+			s.Rows = append(s.Rows, results.SweepRow{Size: row.Size, Uni: row.Uni.Value, Bidir: row.Bidir.Value})
 		}
 		doc.Sweep = s
 	}

@@ -1,75 +1,40 @@
 package report
 
 import (
-	"encoding/json"
 	"errors"
 	"io"
 
 	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/results"
 )
-
-// endFields are the JSON document's fields known only once a run ends: the stream's end record
-// carries them; its start record carries every other field but results.
-var endFields = []string{"out_of_bounds", "avg_busbw_gbs", "best", "bus_peak", "timing_only_from_bytes",
-	"interrupted", "error", "notes", "wrong_ranks"}
 
 // NewCollStream returns a writer that streams a run as JSON lines (--out FILE): a start record,
 // a result record per row as it is measured, and an end record, each written whole in one
-// write, so that a run that stops loses none of the rows it measured (docs/output.md).
+// write, so that a run that stops loses none of the rows it measured (docs/output.md). The
+// records are internal/results', which reads them back.
 func NewCollStream(w io.Writer) CollWriter { return &streamWriter{w: w} }
 
 type streamWriter struct{ w io.Writer }
 
 func (s *streamWriter) Start(r *CollRun) error {
-	m, err := fields(CollJSON(r))
-	if err != nil {
-		return err
-	}
-	delete(m, "results")
-	for _, f := range endFields {
-		delete(m, f)
-	}
-	return s.record("start", m)
+	return s.write(results.StartRecord(CollJSON(r)))
 }
 
 func (s *streamWriter) Row(r *CollRun, res coll.Result) error {
-	m, err := fields(jsonRow(r, res))
-	if err != nil {
-		return err
-	}
-	return s.record("result", m)
+	row := jsonRow(r, res)
+	return s.write(results.ResultRecord(&row))
 }
 
 func (s *streamWriter) End(r *CollRun) error {
-	all, err := fields(CollJSON(r))
-	if err != nil {
-		return err
-	}
-	m := map[string]json.RawMessage{}
-	for _, f := range endFields {
-		m[f] = all[f]
-	}
-	return s.record("end", m)
+	return s.write(results.EndRecord(CollJSON(r)))
 }
 
-func (s *streamWriter) record(kind string, m map[string]json.RawMessage) error {
-	m["record"], _ = json.Marshal(kind)
-	line, err := json.Marshal(m)
+func (s *streamWriter) write(line []byte, err error) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.w.Write(append(line, '\n'))
+	_, err = s.w.Write(line)
 	return err
-}
-
-// fields is a JSON object's fields.
-func fields(v any) (map[string]json.RawMessage, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	var m map[string]json.RawMessage
-	return m, json.Unmarshal(b, &m)
 }
 
 // Tee writes a run to every writer; a writer that fails does not stop the others (a closed

@@ -58,24 +58,24 @@ func Compare(old, new *File, threshold float64) (*Comparison, error) {
 	if oc.Collective != nc.Collective {
 		cmp.Notes = append(cmp.Notes, fmt.Sprintf("OLD is %s and NEW is %s: no row can match", oc.Collective, nc.Collective))
 	}
-	if oc.Ranks != nc.Ranks {
-		cmp.Notes = append(cmp.Notes, fmt.Sprintf("OLD ran on %d ranks and NEW on %d", oc.Ranks, nc.Ranks))
+	if oc.Config.Ranks != nc.Config.Ranks {
+		cmp.Notes = append(cmp.Notes, fmt.Sprintf("OLD ran on %d ranks and NEW on %d", oc.Config.Ranks, nc.Config.Ranks))
 	}
 	if oc.Backend != nc.Backend || oc.Topology != nc.Topology {
 		cmp.Notes = append(cmp.Notes, fmt.Sprintf("OLD ran on %s and NEW on %s", where(oc), where(nc)))
 	}
 	for _, f := range []*File{old, new} {
 		if !f.Complete {
-			cmp.Notes = append(cmp.Notes, fmt.Sprintf("%s did not finish: only its %d rows are compared", f.Name, len(f.Coll.Rows)))
+			cmp.Notes = append(cmp.Notes, fmt.Sprintf("%s did not finish: only its %d rows are compared", f.Name, len(f.Coll.Results)))
 		}
 	}
 	olds := map[RowKey]Row{}
-	for _, r := range oc.Rows {
+	for _, r := range oc.Results {
 		olds[r.Key(oc.Collective)] = r
 	}
 	news := map[RowKey]bool{}
 	zero := oc.ZeroBusBW && nc.ZeroBusBW
-	for _, nr := range nc.Rows {
+	for _, nr := range nc.Results {
 		k := nr.Key(nc.Collective)
 		news[k] = true
 		or, ok := olds[k]
@@ -92,7 +92,7 @@ func Compare(old, new *File, threshold float64) (*Comparison, error) {
 			cmp.Lines = append(cmp.Lines, l)
 		}
 	}
-	for _, or := range oc.Rows {
+	for _, or := range oc.Results {
 		k := or.Key(oc.Collective)
 		if news[k] {
 			continue
@@ -168,8 +168,8 @@ func judge(l *Line, threshold float64, zeroBusBW bool) {
 	case change < -threshold:
 		l.Verdict = Regression
 		if o.PerIter != nil && n.PerIter != nil {
-			beyond := n.PerIter.P50 > o.PerIter.P95
-			l.Noise = fmt.Sprintf("NEW p50 %.4g us %s OLD p95 %.4g us", n.PerIter.P50, cmpWord(beyond), o.PerIter.P95)
+			beyond := n.PerIter.P50US > o.PerIter.P95US
+			l.Noise = fmt.Sprintf("NEW p50 %.4g us %s OLD p95 %.4g us", n.PerIter.P50US, cmpWord(beyond), o.PerIter.P95US)
 			if !beyond {
 				l.Verdict = Noisy
 			}
@@ -177,8 +177,8 @@ func judge(l *Line, threshold float64, zeroBusBW bool) {
 	case change > threshold:
 		l.Verdict = Improved
 		if o.PerIter != nil && n.PerIter != nil {
-			beyond := o.PerIter.P50 > n.PerIter.P95
-			l.Noise = fmt.Sprintf("OLD p50 %.4g us %s NEW p95 %.4g us", o.PerIter.P50, cmpWord(beyond), n.PerIter.P95)
+			beyond := o.PerIter.P50US > n.PerIter.P95US
+			l.Noise = fmt.Sprintf("OLD p50 %.4g us %s NEW p95 %.4g us", o.PerIter.P50US, cmpWord(beyond), n.PerIter.P95US)
 			if !beyond {
 				l.Verdict = Noisy
 			}

@@ -51,8 +51,8 @@ func TestCompareWithPerIter(t *testing.T) {
 	}
 	// The same pair without per-iteration times: both falls are regressions.
 	for _, f := range []*File{old, new} {
-		for i := range f.Coll.Rows {
-			f.Coll.Rows[i].OutOfPlace.PerIter, f.Coll.Rows[i].InPlace.PerIter = nil, nil
+		for i := range f.Coll.Results {
+			f.Coll.Results[i].OutOfPlace.PerIter, f.Coll.Results[i].InPlace.PerIter = nil, nil
 		}
 	}
 	c, _ = Compare(old, new, 0.05)
@@ -68,7 +68,7 @@ func TestCompareWithPerIter(t *testing.T) {
 func TestCompareImprovedAndNotes(t *testing.T) {
 	old, _ := ReadFile("testdata/periter-new.json")
 	new, _ := ReadFile("testdata/periter-old.json")
-	new.Coll.Ranks, new.Coll.Topology = 16, "dgx-h100x2"
+	new.Coll.Config.Ranks, new.Coll.Topology = 16, "dgx-h100x2"
 	c, err := Compare(old, new, 0.05)
 	if err != nil {
 		t.Fatal(err)
@@ -85,8 +85,8 @@ func TestCompareImprovedAndNotes(t *testing.T) {
 // With one rank busbw is 0 by definition: algbw is compared instead.
 func TestCompareZeroBusBW(t *testing.T) {
 	mk := func(alg float64) *File {
-		return &File{Name: "x", Complete: true, Coll: &Coll{Collective: "allreduce", Backend: "sim", Ranks: 1, ZeroBusBW: true,
-			Rows: []Row{{Size: 1024, Type: "float", Op: "sum", OutOfPlace: Placement{TimeUS: 10, AlgBW: alg}, InPlace: Placement{TimeUS: 10, AlgBW: alg}}}}}
+		return &File{Name: "x", Complete: true, Coll: &Coll{Collective: "allreduce", Backend: "sim", Config: Config{Ranks: 1}, ZeroBusBW: true,
+			Results: []Row{{Size: 1024, Type: "float", Op: "sum", OutOfPlace: Placement{TimeUS: 10, AlgBW: alg}, InPlace: Placement{TimeUS: 10, AlgBW: alg}}}}}
 	}
 	c, err := Compare(mk(100), mk(50), 0.05)
 	if err != nil {

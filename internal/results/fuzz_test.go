@@ -35,14 +35,14 @@ func FuzzRead(f *testing.F) {
 		}
 		if c := file.Coll; c != nil {
 			seen := map[RowKey]bool{}
-			for _, r := range c.Rows {
+			for _, r := range c.Results {
 				k := r.Key(c.Collective)
 				if r.Size < 0 || seen[k] || r.OutOfPlace.BusBW < 0 || r.InPlace.TimeUS < 0 {
 					t.Fatalf("accepted row %+v", r)
 				}
 				seen[k] = true
 				for _, p := range []Placement{r.OutOfPlace, r.InPlace} {
-					if pi := p.PerIter; pi != nil && (pi.N < 1 || pi.P50 > pi.P95 || len(pi.Times) > pi.N) {
+					if pi := p.PerIter; pi != nil && (pi.N < 1 || pi.P50US > pi.P95US || len(pi.TimesUS) > pi.N) {
 						t.Fatalf("accepted per_iter %+v", pi)
 					}
 				}

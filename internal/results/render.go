@@ -28,7 +28,7 @@ func WriteCompare(w io.Writer, format string, cmps []*Comparison) error {
 
 func describe(f *File) string {
 	c := f.Coll
-	s := fmt.Sprintf("%s, %s, %d ranks", c.Collective, where(c), c.Ranks)
+	s := fmt.Sprintf("%s, %s, %d ranks", c.Collective, where(c), c.Config.Ranks)
 	if !f.Complete {
 		s += ", did not finish"
 	}
@@ -173,15 +173,15 @@ type jsonCompare struct {
 }
 
 type jsonFileInfo struct {
-	File       string   `json:"file"`
-	Form       string   `json:"form"`
-	Complete   bool     `json:"complete"`
-	Collective string   `json:"collective"`
-	Backend    string   `json:"backend"`
-	Topology   *string  `json:"topology"`
-	Ranks      int      `json:"ranks"`
-	Rows       int      `json:"rows"`
-	Notices    []string `json:"notices"`
+	File       string     `json:"file"`
+	Form       string     `json:"form"`
+	Complete   bool       `json:"complete"`
+	Collective string     `json:"collective"`
+	Backend    string     `json:"backend"`
+	Topology   NullString `json:"topology"`
+	Ranks      int        `json:"ranks"`
+	Rows       int        `json:"rows"`
+	Notices    []string   `json:"notices"`
 }
 
 type jsonComparison struct {
@@ -219,12 +219,8 @@ type jsonSide struct {
 
 func fileInfo(f *File) jsonFileInfo {
 	c := f.Coll
-	fi := jsonFileInfo{File: f.Name, Form: f.Form, Complete: f.Complete, Collective: c.Collective, Backend: c.Backend,
-		Ranks: c.Ranks, Rows: len(c.Rows), Notices: append([]string{}, f.Notices...)}
-	if c.Topology != "" {
-		fi.Topology = &c.Topology
-	}
-	return fi
+	return jsonFileInfo{File: f.Name, Form: f.Form, Complete: f.Complete, Collective: c.Collective, Backend: c.Backend,
+		Topology: c.Topology, Ranks: c.Config.Ranks, Rows: len(c.Results), Notices: append([]string{}, f.Notices...)}
 }
 
 func side(p *Placement) *jsonSide {
@@ -233,7 +229,7 @@ func side(p *Placement) *jsonSide {
 	}
 	s := &jsonSide{TimeUS: p.TimeUS, AlgBW: p.AlgBW, BusBW: p.BusBW, SlowestRank: p.SlowestRank}
 	if pi := p.PerIter; pi != nil {
-		s.P50, s.P95, s.CV = &pi.P50, &pi.P95, &pi.CV
+		s.P50, s.P95, s.CV = &pi.P50US, &pi.P95US, &pi.CV
 	}
 	return s
 }

@@ -1,5 +1,6 @@
-// Package results reads the result files gpubench writes, collective runs (one JSON document, or
-// JSON lines streamed with --out) and p2p runs, and compares collective runs (docs/results.md).
+// Package results owns the JSON schema of gpubench's result files (schema.go), which
+// internal/report writes; it reads those files, collective runs (one JSON document, or JSON lines
+// streamed with --out) and p2p runs, and compares collective runs (docs/results.md).
 package results
 
 import (
@@ -32,76 +33,6 @@ type File struct {
 	Notices  []string
 	Coll     *Coll // a collective run, or
 	P2P      *P2P  // a p2p run
-}
-
-// Coll is a collective run.
-type Coll struct {
-	Version     string
-	Collective  string
-	Backend     string
-	Topology    string // empty on real GPUs
-	StartTime   string
-	Ranks       int
-	Rows        []Row
-	BusPeak     *BusPeak // nil when the run had none, or stopped before writing it
-	ZeroBusBW   bool     // one rank: busbw is 0 by definition
-	Interrupted bool
-	Error       string
-}
-
-// BusPeak is the topology's nominal bus peak.
-type BusPeak struct {
-	GBs  float64
-	Link string
-}
-
-// Row is one size of a sweep, for one type, op and root.
-type Row struct {
-	Cycle      int // which repeat of a run with -N, from 1; 0 in a run without
-	Size       int64
-	Count      int64
-	Type       string
-	Op         string // empty for collectives that do not reduce
-	Root       *int   // nil for collectives without a root
-	OutOfPlace Placement
-	InPlace    Placement
-}
-
-// Placement is one placement's figures.
-type Placement struct {
-	CPUTimeUS   *float64 // the host's launch time (-C)
-	TimeUS      float64
-	AlgBW       float64
-	BusBW       float64
-	Wrong       *int64
-	TimingOnly  bool
-	SlowestRank *int     // multi-process runs only
-	PerIter     *PerIter // with --per-iter only
-}
-
-// PerIter is the per-iteration statistics of a placement, times in microseconds.
-type PerIter struct {
-	N                        int
-	Mean, P50, P95, P99, Max float64
-	CV                       float64 // standard deviation / mean
-	Times                    []float64
-}
-
-// P2P is a p2p run: its matrices keyed by name (uni_enabled, bi_disabled, lat_enabled, ...).
-type P2P struct {
-	Version  string
-	Backend  string
-	Topology string
-	Devices  []int // the ordinals labelling rows and columns
-	Matrices map[string]Matrix
-}
-
-// Matrix is one p2p matrix; a nil value is an N/A cell, with its reason in NA.
-type Matrix struct {
-	Title  string
-	Unit   string
-	Values [][]*float64
-	NA     [][]string
 }
 
 // ReadFile reads and checks a result file.
@@ -167,37 +98,35 @@ func read(name string, data []byte) (*File, error) {
 	}
 	switch {
 	case kind.Collective != nil:
-		var doc jsonDoc
-		if err := strictUnmarshal(first, &doc); err != nil {
+		var c Coll
+		if err := decode(first, &c); err != nil {
 			return nil, err
 		}
-		if doc.Results == nil {
+		if c.Results == nil {
 			return nil, errors.New("no \"results\" array: not a complete gpubench collective result")
 		}
-		c, err := doc.jsonStart.coll()
-		if err != nil {
+		if err := c.checkRun(); err != nil {
 			return nil, err
 		}
-		for i, r := range *doc.Results {
-			row, err := r.row()
-			if err != nil {
+		for i := range c.Results {
+			if err := c.Results[i].check(); err != nil {
 				return nil, fmt.Errorf("results[%d]: %v", i, err)
 			}
-			c.Rows = append(c.Rows, row)
 		}
-		if err := doc.jsonEnd.apply(c); err != nil {
+		var err error
+		if f.Notices, err = checkRows(&c); err != nil {
 			return nil, err
 		}
-		if f.Notices, err = checkRows(c); err != nil {
-			return nil, err
-		}
-		f.Coll = c
+		f.Coll = &c
 	case kind.Command != nil && *kind.Command == "p2p":
-		p, err := readP2P(first)
-		if err != nil {
+		var p P2P
+		if err := decode(first, &p); err != nil {
 			return nil, err
 		}
-		f.P2P = p
+		if err := p.check(); err != nil {
+			return nil, err
+		}
+		f.P2P = &p
 	default:
 		return nil, errors.New("not gpubench results: no \"collective\" field, and \"command\" is not \"p2p\"")
 	}
@@ -244,7 +173,8 @@ func isLinesStart(data []byte) bool {
 	return json.Unmarshal(line, &probe) == nil && probe.Record != nil
 }
 
-func strictUnmarshal(data []byte, v any) error {
+// decode reads JSON text into one of the schema's types.
+func decode(data []byte, v any) error {
 	if err := json.Unmarshal(data, v); err != nil {
 		return fmt.Errorf("not gpubench results: %v", jsonErr(err))
 	}
@@ -267,216 +197,116 @@ func jsonErr(err error) string {
 	return err.Error()
 }
 
-// The JSON forms as gpubench writes them (docs/output.md); pointers tell missing from zero.
-
-type jsonStart struct {
-	Version    *string `json:"gpubench_version"`
-	Collective *string `json:"collective"`
-	Backend    *string `json:"backend"`
-	Topology   *string `json:"topology"`
-	StartTime  *string `json:"start_time"`
-	Config     *struct {
-		Ranks *int `json:"ranks"`
-	} `json:"config"`
-	Devices   []json.RawMessage `json:"devices"`
-	ZeroBusBW bool              `json:"busbw_zero_by_definition"`
-}
-
-type jsonEnd struct {
-	BusPeak *struct {
-		GBs  *float64 `json:"gbs"`
-		Link string   `json:"link"`
-	} `json:"bus_peak"`
-	Interrupted bool    `json:"interrupted"`
-	Error       *string `json:"error"`
-}
-
-// jsonDoc is the whole document: the fields of a start record, the results, those of an end record.
-type jsonDoc struct {
-	jsonStart
-	Results *[]jsonRow `json:"results"`
-	jsonEnd
-}
-
-type jsonRow struct {
-	Cycle      *int           `json:"cycle"`
-	Size       *int64         `json:"size_bytes"`
-	Count      *int64         `json:"count"`
-	Type       *string        `json:"type"`
-	Op         *string        `json:"redop"`
-	Root       *int           `json:"root"`
-	OutOfPlace *jsonPlacement `json:"out_of_place"`
-	InPlace    *jsonPlacement `json:"in_place"`
-}
-
-type jsonPlacement struct {
-	TimeUS      *float64     `json:"time_us"`
-	AlgBW       *float64     `json:"algbw_gbs"`
-	BusBW       *float64     `json:"busbw_gbs"`
-	Wrong       *int64       `json:"wrong"`
-	TimingOnly  bool         `json:"timing_only"`
-	CPUTimeUS   *float64     `json:"cpu_time_us"`
-	SlowestRank *int         `json:"slowest_rank"`
-	PerIter     *jsonPerIter `json:"per_iter"`
-}
-
-type jsonPerIter struct {
-	N     *int      `json:"n"`
-	Mean  *float64  `json:"mean_us"`
-	P50   *float64  `json:"p50_us"`
-	P95   *float64  `json:"p95_us"`
-	P99   *float64  `json:"p99_us"`
-	Max   *float64  `json:"max_us"`
-	CV    *float64  `json:"cv"`
-	Times []float64 `json:"times_us"`
-}
-
-func (s *jsonStart) coll() (*Coll, error) {
-	if s.Collective == nil {
-		return nil, errors.New("no \"collective\" field")
+// checkRun checks a collective run's fields other than its rows, and counts its ranks from its
+// devices when config.ranks is missing.
+func (c *Coll) checkRun() error {
+	if c.Collective == "" {
+		return errors.New("no \"collective\" field")
 	}
-	if !knownCollective(*s.Collective) {
-		return nil, fmt.Errorf("unknown collective %q: expected one of %s", *s.Collective, collectiveNames())
+	if !knownCollective(c.Collective) {
+		return fmt.Errorf("unknown collective %q: expected one of %s", c.Collective, collectiveNames())
 	}
-	if s.Backend == nil || *s.Backend == "" {
-		return nil, errors.New("no \"backend\" field")
+	if c.Backend == "" {
+		return errors.New("no \"backend\" field")
 	}
-	c := &Coll{Collective: *s.Collective, Backend: *s.Backend, ZeroBusBW: s.ZeroBusBW}
-	if s.Version != nil {
-		c.Version = *s.Version
+	if c.Config.Ranks == 0 {
+		c.Config.Ranks = len(c.Devices)
 	}
-	if s.Topology != nil {
-		c.Topology = *s.Topology
+	if c.Config.Ranks < 0 || c.Config.Ranks > 1<<20 {
+		return fmt.Errorf("config.ranks %d is not a count of ranks", c.Config.Ranks)
 	}
-	if s.StartTime != nil {
-		c.StartTime = *s.StartTime
-	}
-	switch {
-	case s.Config != nil && s.Config.Ranks != nil:
-		c.Ranks = *s.Config.Ranks
-	default:
-		c.Ranks = len(s.Devices)
-	}
-	if c.Ranks < 0 || c.Ranks > 1<<20 {
-		return nil, fmt.Errorf("config.ranks %d is not a count of ranks", c.Ranks)
-	}
-	return c, nil
-}
-
-func (e *jsonEnd) apply(c *Coll) error {
-	if e.BusPeak != nil && e.BusPeak.GBs != nil {
-		if !(*e.BusPeak.GBs > 0) || math.IsInf(*e.BusPeak.GBs, 0) {
-			return fmt.Errorf("bus_peak.gbs %v is not a bandwidth", *e.BusPeak.GBs)
-		}
-		c.BusPeak = &BusPeak{GBs: *e.BusPeak.GBs, Link: e.BusPeak.Link}
-	}
-	c.Interrupted = e.Interrupted
-	if e.Error != nil {
-		c.Error = *e.Error
+	if bp := c.BusPeak; bp != nil && (!(bp.GBs > 0) || math.IsInf(bp.GBs, 0)) {
+		return fmt.Errorf("bus_peak.gbs %v is not a bandwidth", bp.GBs)
 	}
 	return nil
 }
 
-func (r *jsonRow) row() (Row, error) {
+// check refuses a row without its required fields or with figures no run writes.
+func (r *Row) check() error {
 	switch {
-	case r.Size == nil:
-		return Row{}, errors.New("no \"size_bytes\"")
-	case *r.Size < 0:
-		return Row{}, fmt.Errorf("size_bytes %d is negative", *r.Size)
-	case r.Type == nil || *r.Type == "":
-		return Row{}, errors.New("no \"type\"")
-	case r.OutOfPlace == nil:
-		return Row{}, errors.New("no \"out_of_place\"")
-	case r.InPlace == nil:
-		return Row{}, errors.New("no \"in_place\"")
+	case r.absent == "size_bytes":
+		return errors.New("no \"size_bytes\"")
+	case r.Size < 0:
+		return fmt.Errorf("size_bytes %d is negative", r.Size)
+	case r.Type == "":
+		return errors.New("no \"type\"")
+	case r.absent != "":
+		return fmt.Errorf("no %q", r.absent)
+	case r.Cycle < 0:
+		return fmt.Errorf("cycle %d is not a cycle number (from 1)", r.Cycle)
 	}
-	row := Row{Size: *r.Size, Type: *r.Type, Root: r.Root}
-	if r.Cycle != nil {
-		if *r.Cycle < 1 {
-			return Row{}, fmt.Errorf("cycle %d is not a cycle number (from 1)", *r.Cycle)
-		}
-		row.Cycle = *r.Cycle
+	if err := r.OutOfPlace.check(); err != nil {
+		return fmt.Errorf("out_of_place: %v", err)
 	}
-	if r.Count != nil {
-		row.Count = *r.Count
+	if err := r.InPlace.check(); err != nil {
+		return fmt.Errorf("in_place: %v", err)
 	}
-	if r.Op != nil {
-		row.Op = *r.Op
-	}
-	var err error
-	if row.OutOfPlace, err = r.OutOfPlace.placement(); err != nil {
-		return Row{}, fmt.Errorf("out_of_place: %v", err)
-	}
-	if row.InPlace, err = r.InPlace.placement(); err != nil {
-		return Row{}, fmt.Errorf("in_place: %v", err)
-	}
-	return row, nil
+	return nil
 }
 
-func (p *jsonPlacement) placement() (Placement, error) {
+func (p *Placement) check() error {
+	if p.absent != "" {
+		return fmt.Errorf("no %q", p.absent)
+	}
 	for _, f := range []struct {
 		name string
-		v    *float64
+		v    float64
 	}{{"time_us", p.TimeUS}, {"algbw_gbs", p.AlgBW}, {"busbw_gbs", p.BusBW}} {
-		if f.v == nil {
-			return Placement{}, fmt.Errorf("no %q", f.name)
-		}
-		if err := nonNegative(f.name, *f.v); err != nil {
-			return Placement{}, err
+		if err := nonNegative(f.name, f.v); err != nil {
+			return err
 		}
 	}
-	out := Placement{TimeUS: *p.TimeUS, AlgBW: *p.AlgBW, BusBW: *p.BusBW, Wrong: p.Wrong, TimingOnly: p.TimingOnly, SlowestRank: p.SlowestRank, CPUTimeUS: p.CPUTimeUS}
 	if p.CPUTimeUS != nil {
 		if err := nonNegative("cpu_time_us", *p.CPUTimeUS); err != nil {
-			return Placement{}, err
+			return err
+		}
+	}
+	for i, t := range p.RankTimesUS {
+		if err := nonNegative(fmt.Sprintf("rank_time_us[%d]", i), t); err != nil {
+			return err
 		}
 	}
 	if p.SlowestRank != nil && *p.SlowestRank < 0 {
-		return Placement{}, fmt.Errorf("slowest_rank %d is negative", *p.SlowestRank)
+		return fmt.Errorf("slowest_rank %d is negative", *p.SlowestRank)
 	}
 	if p.Wrong != nil && *p.Wrong < 0 {
-		return Placement{}, fmt.Errorf("wrong %d is negative", *p.Wrong)
+		return fmt.Errorf("wrong %d is negative", *p.Wrong)
 	}
 	if p.PerIter != nil {
-		pi, err := p.PerIter.perIter()
-		if err != nil {
-			return Placement{}, fmt.Errorf("per_iter: %v", err)
+		if err := p.PerIter.check(); err != nil {
+			return fmt.Errorf("per_iter: %v", err)
 		}
-		out.PerIter = pi
 	}
-	return out, nil
+	return nil
 }
 
-func (j *jsonPerIter) perIter() (*PerIter, error) {
-	if j.N == nil || *j.N < 1 {
-		return nil, errors.New("no iteration count \"n\" of at least 1")
+func (p *PerIter) check() error {
+	if p.N < 1 {
+		return errors.New("no iteration count \"n\" of at least 1")
 	}
-	p := &PerIter{N: *j.N, Times: j.Times}
+	if p.absent != "" {
+		return fmt.Errorf("no %q", p.absent)
+	}
 	for _, f := range []struct {
 		name string
-		v    *float64
-		dst  *float64
-	}{{"mean_us", j.Mean, &p.Mean}, {"p50_us", j.P50, &p.P50}, {"p95_us", j.P95, &p.P95}, {"p99_us", j.P99, &p.P99}, {"max_us", j.Max, &p.Max}, {"cv", j.CV, &p.CV}} {
-		if f.v == nil {
-			return nil, fmt.Errorf("no %q", f.name)
+		v    float64
+	}{{"mean_us", p.MeanUS}, {"p50_us", p.P50US}, {"p95_us", p.P95US}, {"p99_us", p.P99US}, {"max_us", p.MaxUS}, {"cv", p.CV}} {
+		if err := nonNegative(f.name, f.v); err != nil {
+			return err
 		}
-		if err := nonNegative(f.name, *f.v); err != nil {
-			return nil, err
-		}
-		*f.dst = *f.v
 	}
-	if !(p.P50 <= p.P95 && p.P95 <= p.P99 && p.P99 <= p.Max) {
-		return nil, fmt.Errorf("percentiles out of order (p50 %g, p95 %g, p99 %g, max %g)", p.P50, p.P95, p.P99, p.Max)
+	if !(p.P50US <= p.P95US && p.P95US <= p.P99US && p.P99US <= p.MaxUS) {
+		return fmt.Errorf("percentiles out of order (p50 %g, p95 %g, p99 %g, max %g)", p.P50US, p.P95US, p.P99US, p.MaxUS)
 	}
-	for i, t := range p.Times {
+	for i, t := range p.TimesUS {
 		if err := nonNegative(fmt.Sprintf("times_us[%d]", i), t); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if len(p.Times) > p.N {
-		return nil, fmt.Errorf("%d times_us for n = %d iterations", len(p.Times), p.N)
+	if len(p.TimesUS) > p.N {
+		return fmt.Errorf("%d times_us for n = %d iterations", len(p.TimesUS), p.N)
 	}
-	return p, nil
+	return nil
 }
 
 func nonNegative(name string, v float64) error {
@@ -495,10 +325,10 @@ func checkRows(c *Coll) (notices []string, err error) {
 	seen := map[RowKey]bool{}
 	var rows []Row
 	repeats := 0
-	for i, r := range c.Rows {
+	for i, r := range c.Results {
 		k := r.Key(c.Collective)
 		switch {
-		case i > 0 && k == c.Rows[i-1].Key(c.Collective):
+		case i > 0 && k == c.Results[i-1].Key(c.Collective):
 			if k.Size > 0 {
 				repeats++
 			}
@@ -509,9 +339,9 @@ func checkRows(c *Coll) (notices []string, err error) {
 		seen[k] = true
 		rows = append(rows, r)
 	}
-	c.Rows = rows
+	c.Results = rows
 	if repeats > 0 {
-		notices = append(notices, fmt.Sprintf("repeated sizes above 0 B (a sweep whose sizes round to one count on %d ranks): %d rows dropped, each size is kept once", c.Ranks, repeats))
+		notices = append(notices, fmt.Sprintf("repeated sizes above 0 B (a sweep whose sizes round to one count on %d ranks): %d rows dropped, each size is kept once", c.Config.Ranks, repeats))
 	}
 	return notices, nil
 }
@@ -531,7 +361,7 @@ func (r Row) Key(c string) RowKey {
 	if r.Root != nil {
 		root = *r.Root
 	}
-	return RowKey{Collective: c, Cycle: r.Cycle, Type: r.Type, Op: r.Op, Root: root, Size: r.Size}
+	return RowKey{Collective: c, Cycle: r.Cycle, Type: r.Type, Op: string(r.Op), Root: root, Size: r.Size}
 }
 
 func (k RowKey) String() string {

@@ -8,39 +8,30 @@ import (
 )
 
 // lines turns a collective document into the JSON lines --out streams: a start record, a result
-// record per row and an end record.
+// record per row and, withEnd, an end record.
 func lines(t *testing.T, doc []byte, withEnd bool) []byte {
 	t.Helper()
-	var m map[string]any
-	if err := json.Unmarshal(doc, &m); err != nil {
+	var c Coll
+	if err := json.Unmarshal(doc, &c); err != nil {
 		t.Fatal(err)
 	}
-	start := map[string]any{"record": "start"}
-	end := map[string]any{"record": "end"}
-	for k, v := range m {
-		switch k {
-		case "results":
-		case "out_of_bounds", "avg_busbw_gbs", "best", "bus_peak", "timing_only_from_bytes", "interrupted", "error":
-			end[k] = v
-		default:
-			start[k] = v
-		}
+	out, err := StartRecord(&c)
+	if err != nil {
+		t.Fatal(err)
 	}
-	recs := []any{start}
-	for _, r := range m["results"].([]any) {
-		r.(map[string]any)["record"] = "result"
-		recs = append(recs, r)
-	}
-	if withEnd {
-		recs = append(recs, end)
-	}
-	var out []byte
-	for _, r := range recs {
-		b, err := json.Marshal(r)
+	for i := range c.Results {
+		line, err := ResultRecord(&c.Results[i])
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(append(out, b...), '\n')
+		out = append(out, line...)
+	}
+	if withEnd {
+		line, err := EndRecord(&c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, line...)
 	}
 	return out
 }
@@ -66,18 +57,18 @@ func TestReadDocument(t *testing.T) {
 	if f.Form != FormDocument || !f.Complete || c == nil || f.P2P != nil || len(f.Notices) != 0 {
 		t.Fatalf("file %+v; want a complete collective document without notices", f)
 	}
-	if c.Collective != "allreduce" || c.Backend != "sim" || c.Topology != "dgx-h100x2" || c.Ranks != 16 || len(c.Rows) != 5 {
+	if c.Collective != "allreduce" || c.Backend != "sim" || c.Topology != "dgx-h100x2" || c.Config.Ranks != 16 || len(c.Results) != 5 {
 		t.Fatalf("run %+v; want allreduce on sim dgx-h100x2, 16 ranks, 5 rows", c)
 	}
 	if c.BusPeak == nil || c.BusPeak.GBs != 400 || c.BusPeak.Link != "infiniband" {
 		t.Errorf("bus peak %+v; want 400 GB/s infiniband", c.BusPeak)
 	}
-	r := c.Rows[4]
+	r := c.Results[4]
 	if r.Size != 67108864 || r.Type != "float" || r.Op != "sum" || r.Root != nil || r.OutOfPlace.BusBW != 249.37728571844764 ||
 		r.InPlace.TimeUS != 504.57325 || !r.OutOfPlace.TimingOnly || r.OutOfPlace.Wrong != nil || r.OutOfPlace.PerIter != nil {
 		t.Errorf("last row %+v", r)
 	}
-	if w := c.Rows[0].OutOfPlace.Wrong; w == nil || *w != 0 {
+	if w := c.Results[0].OutOfPlace.Wrong; w == nil || *w != 0 {
 		t.Errorf("first row wrong = %v; want 0", w)
 	}
 }
@@ -106,8 +97,8 @@ func TestReadLines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.Complete || len(f.Coll.Rows) != 5 || f.Coll.BusPeak != nil || len(f.Notices) != 1 || !strings.Contains(f.Notices[0], "did not finish") {
-		t.Errorf("without an end record: complete %v, %d rows, notices %q; want incomplete, 5 rows, a notice", f.Complete, len(f.Coll.Rows), f.Notices)
+	if f.Complete || len(f.Coll.Results) != 5 || f.Coll.BusPeak != nil || len(f.Notices) != 1 || !strings.Contains(f.Notices[0], "did not finish") {
+		t.Errorf("without an end record: complete %v, %d rows, notices %q; want incomplete, 5 rows, a notice", f.Complete, len(f.Coll.Results), f.Notices)
 	}
 }
 
@@ -117,8 +108,8 @@ func TestReadCrashedStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.Complete || len(f.Coll.Rows) != 1 || len(f.Notices) != 2 || !strings.Contains(f.Notices[0], "line 3 is cut short") {
-		t.Errorf("complete %v, %d rows, notices %q; want incomplete, 1 row, the cut line and the missing end noticed", f.Complete, len(f.Coll.Rows), f.Notices)
+	if f.Complete || len(f.Coll.Results) != 1 || len(f.Notices) != 2 || !strings.Contains(f.Notices[0], "line 3 is cut short") {
+		t.Errorf("complete %v, %d rows, notices %q; want incomplete, 1 row, the cut line and the missing end noticed", f.Complete, len(f.Coll.Results), f.Notices)
 	}
 }
 
@@ -127,11 +118,11 @@ func TestReadPerIter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := f.Coll.Rows[0].OutOfPlace.PerIter
-	if p == nil || p.N != 4 || p.P50 != 18.3 || p.P95 != 19 || p.CV != 0.02 || len(p.Times) != 4 {
+	p := f.Coll.Results[0].OutOfPlace.PerIter
+	if p == nil || p.N != 4 || p.P50US != 18.3 || p.P95US != 19 || p.CV != 0.02 || len(p.TimesUS) != 4 {
 		t.Errorf("per_iter %+v", p)
 	}
-	if f.Coll.Rows[2].OutOfPlace.PerIter != nil {
+	if f.Coll.Results[2].OutOfPlace.PerIter != nil {
 		t.Error("a row without per_iter read with one")
 	}
 }
@@ -151,7 +142,7 @@ func TestReadP2P(t *testing.T) {
 		t.Fatalf("file %+v", f)
 	}
 	m := p.Matrices["uni_enabled"]
-	if m.Values[0][1] != nil || m.NA[0][1] != "no P2P access" || *m.Values[1][0] != 50 || m.Unit != "GB/s" {
+	if m.Values[0][1] != nil || m.NA[0][1] != "no P2P access" || *m.Values[1][0] != 50 || m.Unit != "GB/s" || p.Devices[1].Device != 1 {
 		t.Errorf("matrix %+v", m)
 	}
 }
@@ -213,18 +204,18 @@ func TestReadRepeatedSizes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("0-byte rows repeated: %v", err)
 	}
-	if f.Coll.Rows[0].Size != 0 || f.Coll.Rows[1].Size != 262144 || len(f.Notices) != 0 {
-		t.Errorf("rows %d, %d B; notices %q: want the 0 B row once, then 256 KiB, no notice", f.Coll.Rows[0].Size, f.Coll.Rows[1].Size, f.Notices)
+	if f.Coll.Results[0].Size != 0 || f.Coll.Results[1].Size != 262144 || len(f.Notices) != 0 {
+		t.Errorf("rows %d, %d B; notices %q: want the 0 B row once, then 256 KiB, no notice", f.Coll.Results[0].Size, f.Coll.Results[1].Size, f.Notices)
 	}
 	f, err = Read("step.json", []byte(strings.Replace(doc, `"size_bytes": 16384`, `"size_bytes": 1024`, 1)))
 	if err != nil {
 		t.Fatalf("a size repeated: %v", err)
 	}
-	if f.Coll.Rows[1].Size != 262144 || len(f.Notices) != 1 || !strings.Contains(f.Notices[0], "1 rows dropped") {
-		t.Errorf("second row %d B; notices %q: want the repeat dropped with a notice", f.Coll.Rows[1].Size, f.Notices)
+	if f.Coll.Results[1].Size != 262144 || len(f.Notices) != 1 || !strings.Contains(f.Notices[0], "1 rows dropped") {
+		t.Errorf("second row %d B; notices %q: want the repeat dropped with a notice", f.Coll.Results[1].Size, f.Notices)
 	}
 	streamed, err := Read("step.jsonl", lines(t, []byte(zero), true))
-	if err != nil || len(streamed.Coll.Rows) != len(f.Coll.Rows) {
+	if err != nil || len(streamed.Coll.Results) != len(f.Coll.Results) {
 		t.Fatalf("JSON lines with repeats: %v", err)
 	}
 }
