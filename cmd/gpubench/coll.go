@@ -56,6 +56,12 @@ var unsupportedFlags = []struct{ short, long, def, why string }{
 
 // newCollCmd builds the command for one collective (gpubench allreduce, allgather, ...).
 func newCollCmd(e *env, g *globals, c *coll.Collective) *cobra.Command {
+	return newCollCmdWith(e, g, c, func(cmd *cobra.Command, f *collFlags) error { return f.run(cmd, e, g, c) })
+}
+
+// newCollCmdWith is newCollCmd with what the command runs once its flags are parsed: a test gets
+// the flags without running a benchmark, as cli/cli's NewCmdX(f, runF) does.
+func newCollCmdWith(e *env, g *globals, c *coll.Collective, runF func(*cobra.Command, *collFlags) error) *cobra.Command {
 	f := &collFlags{}
 	cmd := &cobra.Command{
 		Use:   c.Name,
@@ -64,7 +70,7 @@ func newCollCmd(e *env, g *globals, c *coll.Collective) *cobra.Command {
 			c.Name, c.Name, c.Name),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return f.run(cmd, e, g, c)
+			return runF(cmd, f)
 		},
 	}
 	fl := cmd.Flags()
