@@ -57,8 +57,8 @@ func TestScrapeAfterPauseIsFresh(t *testing.T) {
 	}
 }
 
-// Past half the cache age, a scrape gets the page as is and has the next one encoded in the
-// background, so that scrapes coming steadily do not wait for an encoding.
+// Past three quarters of the cache age, a scrape gets the page as is and has the next one encoded
+// in the background, so that scrapes coming steadily do not wait for an encoding.
 func TestPageRenewedAhead(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: "test_value", Help: "A value that changes."})
@@ -73,9 +73,9 @@ func TestPageRenewedAhead(t *testing.T) {
 	g.Set(1)
 	scrape(t, h)
 	g.Set(2)
-	now.Add(int64(metrics.CacheAge / 2))
+	now.Add(int64(metrics.CacheAge * 3 / 4))
 	if body := scrape(t, h).Body.String(); !strings.Contains(body, "test_value 1\n") {
-		t.Fatalf("scrape past half the cache age: want the page as is (test_value 1)\n%s", body)
+		t.Fatalf("scrape past three quarters of the cache age: want the page as is (test_value 1)\n%s", body)
 	}
 	// The renewal runs on its own; wait for its page, the clock standing still.
 	for i := 0; !strings.Contains(scrape(t, h).Body.String(), "test_value 2\n"); i++ {
