@@ -131,11 +131,7 @@ func p2pTable(w io.Writer, r *P2PRun) error {
 		fmt.Fprintf(w, "%6d %8s %8s %8s %8s\n", res.Devices[i].Ordinal, cellText(h.H2D, "%.2f"), cellText(h.D2H, "%.2f"), cellText(h.Bidir, "%.2f"), cellText(h.Local, "%.2f"))
 	}
 	if res.SweepPair != nil {
-		mode := "P2P=Disabled"
-		if len(res.Sweep) > 0 && res.Sweep[0].P2P {
-			mode = "P2P=Enabled"
-		}
-		fmt.Fprintf(w, "Size Sweep, GPU %d <-> GPU %d, %s (GB/s)\n", res.SweepPair.A, res.SweepPair.B, mode)
+		fmt.Fprintf(w, "Size Sweep, GPU %d <-> GPU %d, %s (GB/s)\n", res.SweepPair.A, res.SweepPair.B, sweepMode(res))
 		fmt.Fprintf(w, "%12s %8s %8s\n", "Size (B)", "Uni", "Bidir")
 		for _, s := range res.Sweep {
 			fmt.Fprintf(w, "%12d %8s %8s\n", s.Size, cellText(s.Uni, "%.2f"), cellText(s.Bidir, "%.2f"))
@@ -143,6 +139,14 @@ func p2pTable(w io.Writer, r *P2PRun) error {
 	}
 	_, err := fmt.Fprintf(w, "Data check: %d copies verified, %d mismatched, %d not checked\n", res.Verified, res.Mismatched, res.Unverified)
 	return err
+}
+
+// sweepMode says whether the size sweep's pair had peer access.
+func sweepMode(res *p2p.Result) string {
+	if len(res.Sweep) > 0 && res.Sweep[0].P2P {
+		return "P2P=Enabled"
+	}
+	return "P2P=Disabled"
 }
 
 func header(w io.Writer, res *p2p.Result, first, col string) {
@@ -323,6 +327,12 @@ func p2pMarkdown(w io.Writer, r *P2PRun) error {
 	fmt.Fprintf(w, "\n| GPU | H2D (GB/s) | D2H (GB/s) | Bidir (GB/s) | Local (GB/s) |\n|---:|---:|---:|---:|---:|\n")
 	for i, h := range res.Host {
 		fmt.Fprintf(w, "| %d | %s | %s | %s | %s |\n", res.Devices[i].Ordinal, cellText(h.H2D, "%.2f"), cellText(h.D2H, "%.2f"), cellText(h.Bidir, "%.2f"), cellText(h.Local, "%.2f"))
+	}
+	if res.SweepPair != nil {
+		fmt.Fprintf(w, "\nSize sweep, GPU %d <-> GPU %d, %s\n\n| size (B) | Uni (GB/s) | Bidir (GB/s) |\n|---:|---:|---:|\n", res.SweepPair.A, res.SweepPair.B, sweepMode(res))
+		for _, s := range res.Sweep {
+			fmt.Fprintf(w, "| %d | %s | %s |\n", s.Size, cellText(s.Uni, "%.2f"), cellText(s.Bidir, "%.2f"))
+		}
 	}
 	_, err := fmt.Fprintf(w, "\nData check: %d copies verified, %d mismatched, %d not checked.\n", res.Verified, res.Mismatched, res.Unverified)
 	return err
