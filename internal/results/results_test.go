@@ -164,6 +164,27 @@ func TestReadRejects(t *testing.T) {
 		{"string size", strings.Replace(doc, `"size_bytes": 1024`, `"size_bytes": "1K"`, 1), `field "results.size_bytes"`},
 		{"negative busbw", strings.Replace(doc, `"busbw_gbs": 0.073680797134124`, `"busbw_gbs": -1`, 1), "busbw_gbs -1"},
 		{"missing time", strings.Replace(doc, `"time_us": 26.05835,`, ``, 1), `results[0]: out_of_place: no "time_us"`},
+		{"missing size", strings.Replace(doc, `"size_bytes": 16384,`, ``, 1), `results[1]: no "size_bytes"`},
+		{"null time", strings.Replace(doc, `"time_us": 26.05835,`, `"time_us": null,`, 1), `results[0]: out_of_place: no "time_us"`},
+		{"missing in_place", `{"collective": "allreduce", "backend": "sim", "results": [{"size_bytes": 8, "type": "float", "out_of_place": {"time_us": 1, "algbw_gbs": 0, "busbw_gbs": 0}}]}`, `results[0]: no "in_place"`},
+		{"negative rank time", strings.Replace(doc, `"timing_only": false
+      },
+      "in_place"`, `"timing_only": false, "rank_time_us": [1, -2]
+      },
+      "in_place"`, 1), "results[0]: out_of_place: rank_time_us[1] -2"},
+		{"per_iter without p95", strings.Replace(doc, `"timing_only": false
+      },
+      "in_place"`, `"timing_only": false, "per_iter": {"n": 2, "mean_us": 1, "p50_us": 1, "p99_us": 4, "max_us": 5, "cv": 0.1}
+      },
+      "in_place"`, 1), `results[0]: out_of_place: per_iter: no "p95_us"`},
+		{"string per_iter time", strings.Replace(doc, `"timing_only": false
+      },
+      "in_place"`, `"timing_only": false, "per_iter": {"n": 2, "times_us": ["1"]}
+      },
+      "in_place"`, 1), `field "results.out_of_place.per_iter.times_us" holds a JSON string`},
+		{"bus peak without gbs", strings.Replace(doc, `"gbs": 400,`, ``, 1), "bus_peak.gbs 0 is not a bandwidth"},
+		{"number topology", strings.Replace(doc, `"topology": "dgx-h100x2"`, `"topology": 7`, 1), `field "topology" holds a JSON number`},
+		{"p2p device without ordinal", strings.Replace(p2pDoc, `{"device": 1}`, `{"rank": 1}`, 1), `devices[1]: no "device"`},
 		{"duplicate row", strings.Replace(doc, `"size_bytes": 262144`, `"size_bytes": 1024`, 1), "appears twice"},
 		{"percentiles", strings.Replace(doc, `"timing_only": false
       },
@@ -178,6 +199,8 @@ func TestReadRejects(t *testing.T) {
 		{"lines unknown record", start + "\n" + `{"record":"middle"}` + "\n", `line 2: unknown record "middle"`},
 		{"lines no record", start + "\n" + `{"size_bytes": 8}` + "\n", `line 2: no "record" field`},
 		{"lines two starts", start + "\n" + start + "\n", "line 2: a second start record"},
+		{"lines bad end", start + "\n" + res + "\n" + `{"record":"end","bus_peak":{"gbs":-1}}` + "\n", "line 3: bus_peak.gbs -1 is not a bandwidth"},
+		{"lines row without time", start + "\n" + strings.Replace(res, `"time_us":1,`, ``, 1) + "\n", `line 2: out_of_place: no "time_us"`},
 		{"lines bad row", start + "\n" + strings.Replace(res, `"type":"float",`, ``, 1) + "\n", `line 2: no "type"`},
 		{"lines no start", `{"record":"end"}` + "\n", "line 1: an end record before the start record"},
 	}
