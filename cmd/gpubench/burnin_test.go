@@ -411,8 +411,8 @@ func TestBurninHangFails(t *testing.T) {
 	}
 }
 
-// Ctrl-C stops a burn-in (exit 130), and its verdict says it was interrupted, not pass; the
-// passes counted are the ones completed.
+// Ctrl-C stops a burn-in (exit 130), and its verdict says it was interrupted, not pass. (How many
+// passes finished before the interrupt landed depends on the machine's load, so it is not asserted.)
 func TestBurninInterruptedIsNotPass(t *testing.T) {
 	for _, args := range [][]string{nil, {"--p2p-size", "32G", "--collectives", "none"}} {
 		pr, pw := io.Pipe()
@@ -442,8 +442,8 @@ func TestBurninInterruptedIsNotPass(t *testing.T) {
 		if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
 			t.Fatalf("%v: %v\n%s", args, err, out.String())
 		}
-		if code != 130 || doc.Verdict != "interrupted" || !doc.Interrupted || doc.Passes != 0 {
-			t.Errorf("%v: exit %d, verdict %q, interrupted %v, passes %d; want 130, interrupted, 0 passes", args, code, doc.Verdict, doc.Interrupted, doc.Passes)
+		if code != 130 || doc.Verdict != "interrupted" || !doc.Interrupted {
+			t.Errorf("%v: exit %d, verdict %q, interrupted %v; want 130, interrupted", args, code, doc.Verdict, doc.Interrupted)
 		}
 	}
 }
