@@ -40,7 +40,7 @@ func TestCollectivesOnStandins(t *testing.T) {
 	env, backend := standinEnv(t)
 	for _, c := range []string{"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "sendrecv"} {
 		t.Run(c, func(t *testing.T) {
-			out, errOut, code := gpubenchProcess(t, env, append([]string{c, "--sizes", "8B:1M:x16", "-n", "3", "-d", "all", "-T", "60"}, backend...)...)
+			out, errOut, code := gpubenchProcess(t, env, append([]string{c, "--sizes", "8B:64K:x8", "-n", "3", "-d", "all", "-T", "60"}, backend...)...)
 			if code != 0 || errOut != "" {
 				t.Fatalf("exit %d, stderr %q", code, errOut)
 			}
@@ -48,7 +48,7 @@ func TestCollectivesOnStandins(t *testing.T) {
 				!strings.Contains(out, "# Out of bounds values : 0 OK") || strings.Contains(out, "Timing only") {
 				t.Errorf("output:\n%s", out)
 			}
-			if strings.Count(out, "  bfloat16 ") != 5 { // 8B:1M:x16 is five sizes
+			if strings.Count(out, "  bfloat16 ") != 5 { // 8B:64K:x8 is five sizes
 				t.Errorf("want five bfloat16 rows:\n%s", out)
 			}
 		})

@@ -21,7 +21,7 @@ func TestEveryDefaultOutputIsRead(t *testing.T) {
 	dir := t.TempDir()
 	for _, c := range []string{"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "sendrecv"} {
 		doc, stream := filepath.Join(dir, c+".json"), filepath.Join(dir, c+".jsonl")
-		out, errOut, code := gpubench(t, c, "--backend", "sim", "--output", "json", "--out", stream)
+		out, errOut, code := gpubench(t, c, "--backend", "sim", "--output", "json", "--out", stream, "-n", "2", "-w", "0") // the default sizes
 		if code != 0 {
 			t.Fatalf("%s: exit %d, %s", c, code, errOut)
 		}
@@ -227,7 +227,7 @@ func TestP2PTooManyDevices(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errOut, "takes at most 72: choose some with --devices or --pairs") {
 		t.Errorf("80 GPUs: exit %d, %q", code, errOut)
 	}
-	if _, errOut, code := gpubench(t, "p2p", "--backend", "sim", "--topology", path, "--devices", "0-3", "--size", "1M"); code != 0 {
+	if _, errOut, code := gpubench(t, "p2p", "--backend", "sim", "--topology", path, "--devices", "0-3", "--size", "64K"); code != 0 {
 		t.Errorf("4 of 80 GPUs: exit %d, %s", code, errOut)
 	}
 }

@@ -266,11 +266,11 @@ func TestNotes(t *testing.T) {
 }
 
 func TestNCCLTestsFlags(t *testing.T) {
-	out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "-b", "8", "-e", "128M", "-f", "2", "-g", "4", "-n", "5", "-w", "2", "-c", "2", "-d", "half", "-o", "max", "-a", "3")
+	out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "-b", "8", "-e", "1M", "-f", "2", "-g", "4", "-n", "5", "-w", "2", "-c", "2", "-d", "half", "-o", "max", "-a", "3")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{"nGpus 4 minBytes 8 maxBytes 134217728 step: 2(factor) warmup iters: 2 iters: 5 agg iters: 1 validation: 2", "half     max"} {
+	for _, want := range []string{"nGpus 4 minBytes 8 maxBytes 1048576 step: 2(factor) warmup iters: 2 iters: 5 agg iters: 1 validation: 2", "half     max"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
