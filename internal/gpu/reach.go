@@ -59,12 +59,12 @@ func (t *Topology) checkReach() error {
 		if far := t.farthest(t.verts[n.Hostname+"/"+firstID(n)]); far > MaxNodeLinkHop {
 			return fmt.Errorf("node %s: some of its parts are %d links apart; gpubench takes nodes whose parts are at most %d links from the first (a real PCIe tree is a few switches deep)", n.Hostname, far, MaxNodeLinkHop)
 		}
-		nv := t.touches(gpus, "nvlink")
-		pc := t.touches(gpus, "pcie", "smp")
+		nv := t.touches(gpus, LinkNVLink)
+		pc := t.touches(gpus, LinkPCIe, LinkSMP)
 		var cpus []int // without P2P: the CPU each GPU stages its copies through
 		if t.P2P != "all" {
 			for _, g := range gpus {
-				cpus = append(cpus, t.nearest(g.vert, "cpu", "pcie"))
+				cpus = append(cpus, t.nearest(g.vert, "cpu", LinkPCIe))
 			}
 		}
 		for i := range gpus {
@@ -111,7 +111,7 @@ func (t *Topology) farthest(v int) int {
 			for _, ei := range t.adj[u] {
 				e := t.edges[ei]
 				w := e.a + e.b - u
-				if _, seen := dist[w]; seen || e.kind == "net" {
+				if _, seen := dist[w]; seen || e.kind == LinkNet {
 					continue
 				}
 				dist[w] = d + 1
@@ -136,7 +136,7 @@ type touchSets struct {
 
 // touches finds the components of a node's parts other than GPUs and NICs joined by links of the
 // given kinds, and the components each GPU reaches in one link.
-func (t *Topology) touches(gpus []gpuRef, kinds ...string) touchSets {
+func (t *Topology) touches(gpus []gpuRef, kinds ...LinkKind) touchSets {
 	s := touchSets{comp: map[int]int{}, touch: make([]map[int]bool, len(gpus)), direct: make([]map[int]bool, len(gpus))}
 	index := map[int]int{} // GPU vertex -> index in gpus
 	for i, g := range gpus {

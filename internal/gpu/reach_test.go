@@ -11,7 +11,7 @@ import (
 // random small nodes, its verdict is compared with a route search for every pair.
 func TestCheckReachAgreesWithRoutes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	kinds := []string{"nvlink", "pcie", "smp"}
+	kinds := []LinkKind{LinkNVLink, LinkPCIe, LinkSMP}
 	accepted, refused := 0, 0
 	for trial := 0; trial < 3000; trial++ {
 		n := Node{Hostname: "h"}

@@ -14,6 +14,32 @@ import (
 // TopologyFormat is the value of a topology file's "format" field.
 const TopologyFormat = "gpubench-topology/1"
 
+// LinkKind is a link's kind: what it is made of, which sets its protocol efficiencies and its
+// default latency.
+type LinkKind string
+
+// The kinds of link.
+const (
+	LinkNVLink LinkKind = "nvlink"
+	LinkPCIe   LinkKind = "pcie"
+	LinkSMP    LinkKind = "smp" // between CPU sockets
+	LinkNet    LinkKind = "net" // a NIC's link to the network (made by Validate, never in a file)
+)
+
+// PathType names a route between two GPUs as NCCL and nvidia-smi name paths.
+type PathType string
+
+// The types of path, from the closest to the farthest.
+const (
+	PathNVL PathType = "NVL" // over NVLink
+	PathPIX PathType = "PIX" // through at most one PCIe switch
+	PathPXB PathType = "PXB" // through several PCIe switches, no CPU
+	PathPHB PathType = "PHB" // through a CPU's PCIe host bridge
+	PathSYS PathType = "SYS" // across CPU sockets
+	PathSHM PathType = "SHM" // staged through host memory (P2P off)
+	PathNET PathType = "NET" // through the network
+)
+
 // Ranges that keep the cost model's answers finite and meaningful: no link is slower than 1 MB/s
 // (the slowest real one, PCIe Gen1 x1, carries 250 MB/s), and a slow link keeps at least a
 // thousandth of its bandwidth (one NVLink lane of 18 keeps 0.055, PCIe x1 at Gen1 instead of x16
@@ -113,7 +139,7 @@ type NIC struct {
 type Link struct {
 	A         string  `json:"a"`
 	B         string  `json:"b"`
-	Kind      string  `json:"kind"` // nvlink, pcie, smp (CPU to CPU)
+	Kind      LinkKind `json:"kind"` // nvlink, pcie, smp (CPU to CPU)
 	Lanes     int     `json:"lanes,omitempty"`
 	Gen       int     `json:"gen,omitempty"`
 	Width     int     `json:"width,omitempty"`
@@ -131,7 +157,7 @@ type gpuRef struct {
 
 type edge struct {
 	a, b      int
-	kind      string
+	kind      LinkKind
 	gbs       float64 // nominal, per direction
 	slow      float64 // fraction of gbs the link delivers (SlowLink); 1 when healthy
 	latencyUS float64
@@ -142,7 +168,7 @@ type edge struct {
 var pcieLaneGBs = map[int]float64{1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 
 // Default per-hop latencies (µs) where a link gives none; see docs/model.md.
-var defaultLatencyUS = map[string]float64{"nvlink": 0.5, "pcie": 0.25, "smp": 0.5, "net": 2.0}
+var defaultLatencyUS = map[LinkKind]float64{LinkNVLink: 0.5, LinkPCIe: 0.25, LinkSMP: 0.5, LinkNet: 2.0}
 
 var netKinds = map[string]bool{"infiniband": true, "ethernet": true}
 
@@ -200,7 +226,7 @@ func (t *Topology) Validate() error {
 	for g, ref := range t.gpus {
 		t.nic[g] = t.nearestNIC(ref.vert)
 		if t.nic[g] >= 0 {
-			t.up[g], t.down[g] = t.bfs(ref.vert, t.nic[g], "pcie", "smp"), t.bfs(t.nic[g], ref.vert, "pcie", "smp")
+			t.up[g], t.down[g] = t.bfs(ref.vert, t.nic[g], LinkPCIe, LinkSMP), t.bfs(t.nic[g], ref.vert, LinkPCIe, LinkSMP)
 		}
 	}
 	// Every GPU must reach every other one.
@@ -305,10 +331,10 @@ func (t *Topology) addParts(ni, fabric int) error {
 		}
 		lat := t.Network.LatencyUS
 		if lat == 0 {
-			lat = defaultLatencyUS["net"]
+			lat = defaultLatencyUS[LinkNet]
 		}
 		t.netEdge[len(t.kinds)-1] = len(t.edges)
-		t.addEdge(len(t.kinds)-1, fabric, "net", c.Gbps/8, lat) // NIC first: a NIC leaves Forward
+		t.addEdge(len(t.kinds)-1, fabric, LinkNet, c.Gbps/8, lat) // NIC first: a NIC leaves Forward
 	}
 	return nil
 }
@@ -337,7 +363,7 @@ func (t *Topology) addLink(n *Node, li int, l Link) error {
 	}
 	gbs := l.GBs
 	switch l.Kind {
-	case "pcie":
+	case LinkPCIe:
 		if gbs == 0 {
 			per, ok := pcieLaneGBs[l.Gen]
 			if !ok || l.Width <= 0 || l.Width > 32 {
@@ -345,14 +371,14 @@ func (t *Topology) addLink(n *Node, li int, l Link) error {
 			}
 			gbs = per * float64(l.Width)
 		}
-	case "nvlink", "smp":
+	case LinkNVLink, LinkSMP:
 	default:
 		return fmt.Errorf("node %s link %s-%s: kind %q; want nvlink, pcie or smp", n.Hostname, l.A, l.B, l.Kind)
 	}
 	if !(gbs >= MinGBs && gbs < 1e6) {
 		return fmt.Errorf("node %s link %s-%s: gbs %v is out of range [%g, 1e6)", n.Hostname, l.A, l.B, gbs, MinGBs)
 	}
-	if l.HostBridge != "" && (l.Kind != "pcie" || t.kinds[a] != "cpu" && t.kinds[b] != "cpu" || !idPattern.MatchString(l.HostBridge)) {
+	if l.HostBridge != "" && (l.Kind != LinkPCIe || t.kinds[a] != "cpu" && t.kinds[b] != "cpu" || !idPattern.MatchString(l.HostBridge)) {
 		return fmt.Errorf("node %s link %s-%s: host_bridge %q needs a pcie link to a CPU and a name of letters, digits and _.:-", n.Hostname, l.A, l.B, l.HostBridge)
 	}
 	lat := l.LatencyUS
@@ -382,7 +408,7 @@ func (g GPU) validateFacts() error {
 	return nil
 }
 
-func (t *Topology) addEdge(a, b int, kind string, gbs, lat float64) {
+func (t *Topology) addEdge(a, b int, kind LinkKind, gbs, lat float64) {
 	t.adj[a] = append(t.adj[a], len(t.edges))
 	t.adj[b] = append(t.adj[b], len(t.edges))
 	t.edges = append(t.edges, edge{a: a, b: b, kind: kind, gbs: gbs, slow: 1, latencyUS: lat})
@@ -411,7 +437,7 @@ func (t *Topology) NVLS(i int) bool {
 	_, n := t.GPU(i)
 	for _, ei := range t.adj[t.gpus[i].vert] {
 		e := t.edges[ei]
-		if e.kind != "nvlink" {
+		if e.kind != LinkNVLink {
 			continue
 		}
 		other := e.a + e.b - t.gpus[i].vert
@@ -466,7 +492,7 @@ type Hop struct {
 // Path is a route between two GPUs.
 type Path struct {
 	Hops      []Hop
-	Type      string // NVL, PIX, PXB, PHB, SYS, SHM (through host memory) or NET, as NCCL names paths
+	Type      PathType
 	LatencyUS float64
 }
 
@@ -481,13 +507,13 @@ func (t *Topology) Route(a, b int) Path {
 		ea, eb := t.netEdge[t.nic[a]], t.netEdge[t.nic[b]]
 		hops := make([]Hop, 0, len(t.up[a])+2+len(t.down[b]))
 		hops = append(append(hops, t.up[a]...), Hop{Edge: ea, Forward: true}, Hop{Edge: eb, Forward: false})
-		return t.path(append(hops, t.down[b]...), "NET")
+		return t.path(append(hops, t.down[b]...), PathNET)
 	}
 	if t.P2P == "all" {
-		if h := t.bfs(va, vb, "nvlink"); h != nil {
-			return t.path(h, "NVL")
+		if h := t.bfs(va, vb, LinkNVLink); h != nil {
+			return t.path(h, PathNVL)
 		}
-		if h := t.bfs(va, vb, "pcie", "smp"); h != nil {
+		if h := t.bfs(va, vb, LinkPCIe, LinkSMP); h != nil {
 			return t.path(h, t.pcieType(h))
 		}
 		return Path{}
@@ -499,29 +525,29 @@ func (t *Topology) Route(a, b int) Path {
 // to the first GPU's nearest CPU, then down to the second GPU.
 func (t *Topology) StagedRoute(a, b int) Path {
 	va, vb := t.gpus[a].vert, t.gpus[b].vert
-	cpu := t.nearest(va, "cpu", "pcie")
+	cpu := t.nearest(va, "cpu", LinkPCIe)
 	if cpu < 0 || t.gpus[a].node != t.gpus[b].node {
 		return Path{}
 	}
-	up, down := t.bfs(va, cpu, "pcie"), t.bfs(cpu, vb, "pcie", "smp")
+	up, down := t.bfs(va, cpu, LinkPCIe), t.bfs(cpu, vb, LinkPCIe, LinkSMP)
 	if up == nil || down == nil {
 		return Path{}
 	}
-	return t.path(append(up, down...), "SHM")
+	return t.path(append(up, down...), PathSHM)
 }
 
 // HostPath is the path between GPU g and pinned memory on its nearest CPU socket, towards the GPU
 // (toGPU) or away from it.
 func (t *Topology) HostPath(g int, toGPU bool) Path {
 	v := t.gpus[g].vert
-	cpu := t.nearest(v, "cpu", "pcie")
+	cpu := t.nearest(v, "cpu", LinkPCIe)
 	if cpu < 0 {
 		return Path{}
 	}
 	if toGPU {
-		return t.path(t.bfs(cpu, v, "pcie"), "PHB")
+		return t.path(t.bfs(cpu, v, LinkPCIe), PathPHB)
 	}
-	return t.path(t.bfs(v, cpu, "pcie"), "PHB")
+	return t.path(t.bfs(v, cpu, LinkPCIe), PathPHB)
 }
 
 // RouteVia routes between GPUs on different nodes through the given NIC vertices.
@@ -529,13 +555,13 @@ func (t *Topology) RouteVia(a, b, nicA, nicB int) Path {
 	if nicA < 0 || nicB < 0 {
 		return Path{}
 	}
-	h1 := t.bfs(t.gpus[a].vert, nicA, "pcie", "smp")
-	h2 := t.bfs(nicA, nicB, "net")
-	h3 := t.bfs(nicB, t.gpus[b].vert, "pcie", "smp")
+	h1 := t.bfs(t.gpus[a].vert, nicA, LinkPCIe, LinkSMP)
+	h2 := t.bfs(nicA, nicB, LinkNet)
+	h3 := t.bfs(nicB, t.gpus[b].vert, LinkPCIe, LinkSMP)
 	if h1 == nil || h2 == nil || h3 == nil {
 		return Path{}
 	}
-	return t.path(append(append(h1, h2...), h3...), "NET")
+	return t.path(append(append(h1, h2...), h3...), PathNET)
 }
 
 // NICs returns the NIC vertices of node n, in file order.
@@ -547,16 +573,16 @@ func (t *Topology) NICs(n int) []int {
 	return v
 }
 
-func (t *Topology) nearestNIC(v int) int { return t.nearest(v, "nic", "pcie", "smp") }
+func (t *Topology) nearestNIC(v int) int { return t.nearest(v, "nic", LinkPCIe, LinkSMP) }
 
 // nearest finds the vertex of the given kind fewest hops from v over the given link kinds.
-func (t *Topology) nearest(v int, kind string, via ...string) int {
+func (t *Topology) nearest(v int, kind string, via ...LinkKind) int {
 	w, _ := t.search(v, via, func(w int) bool { return t.kinds[w] == kind })
 	return w
 }
 
 // bfs finds a fewest-hop route from u to v over the given link kinds.
-func (t *Topology) bfs(from, to int, via ...string) []Hop {
+func (t *Topology) bfs(from, to int, via ...LinkKind) []Hop {
 	if from == to {
 		return []Hop{}
 	}
@@ -580,7 +606,7 @@ func (t *Topology) bfs(from, to int, via ...string) []Hop {
 // search walks breadth-first from a vertex over the given link kinds, never through a GPU or a
 // NIC, until it reaches a vertex that done accepts; it returns that vertex (or -1) and how each
 // vertex seen was reached.
-func (t *Topology) search(from int, via []string, done func(int) bool) (int, map[int]Hop) {
+func (t *Topology) search(from int, via []LinkKind, done func(int) bool) (int, map[int]Hop) {
 	prev := map[int]Hop{}
 	seen := map[int]bool{from: true}
 	frontier := []int{from}
@@ -608,7 +634,7 @@ func (t *Topology) search(from int, via []string, done func(int) bool) (int, map
 	return -1, prev
 }
 
-func (t *Topology) path(h []Hop, typ string) Path {
+func (t *Topology) path(h []Hop, typ PathType) Path {
 	p := Path{Hops: h, Type: typ}
 	for _, x := range h {
 		p.LatencyUS += t.edges[x.Edge].latencyUS
@@ -617,11 +643,11 @@ func (t *Topology) path(h []Hop, typ string) Path {
 }
 
 // pcieType names a PCIe path as nvidia-smi and NCCL do.
-func (t *Topology) pcieType(h []Hop) string {
+func (t *Topology) pcieType(h []Hop) PathType {
 	cpus, smp := 0, false
 	for _, x := range h {
 		e := t.edges[x.Edge]
-		if e.kind == "smp" {
+		if e.kind == LinkSMP {
 			smp = true
 		}
 		if x.Forward && t.kinds[e.b] == "cpu" || !x.Forward && t.kinds[e.a] == "cpu" {
@@ -630,13 +656,13 @@ func (t *Topology) pcieType(h []Hop) string {
 	}
 	switch {
 	case smp:
-		return "SYS"
+		return PathSYS
 	case cpus > 0:
-		return "PHB"
+		return PathPHB
 	case len(h) <= 2:
-		return "PIX"
+		return PathPIX
 	default:
-		return "PXB"
+		return PathPXB
 	}
 }
 
@@ -644,8 +670,8 @@ func (t *Topology) pcieType(h []Hop) string {
 // slow-link fault.
 func (t *Topology) LinkGBs(e int) float64 { return t.edges[e].gbs * t.edges[e].slow }
 
-// LinkKind is edge e's kind: nvlink, pcie, smp or net.
-func (t *Topology) LinkKind(e int) string { return t.edges[e].kind }
+// LinkKind is edge e's kind.
+func (t *Topology) LinkKind(e int) LinkKind { return t.edges[e].kind }
 
 // Flow is traffic along a path, in bytes (or any unit shared by all flows of one question).
 type Flow struct {
@@ -655,14 +681,14 @@ type Flow struct {
 
 // LinkLoad returns the time in µs the flows take when they run together and share every link's
 // capacity in each direction, each link derated by eff(kind) and by any slow-link fault.
-func (t *Topology) LinkLoad(flows []Flow, eff func(kind string) float64) float64 {
+func (t *Topology) LinkLoad(flows []Flow, eff func(LinkKind) float64) float64 {
 	us, _ := t.load(flows, func(e edge) float64 { return e.gbs * e.slow * eff(e.kind) })
 	return us
 }
 
 // load returns the flows' time in µs over links of the given capacities (GB/s), and the kind of
 // the link that sets it.
-func (t *Topology) load(flows []Flow, capacity func(edge) float64) (us float64, kind string) {
+func (t *Topology) load(flows []Flow, capacity func(edge) float64) (us float64, kind LinkKind) {
 	bytes := map[Hop]float64{}
 	for _, f := range flows {
 		for _, h := range f.Path.Hops {
@@ -675,8 +701,8 @@ func (t *Topology) load(flows []Flow, capacity func(edge) float64) (us float64, 
 			us, kind = x, e.kind
 		}
 	}
-	if kind == "net" && t.Network != nil {
-		kind = t.Network.Kind
+	if kind == LinkNet && t.Network != nil {
+		kind = LinkKind(t.Network.Kind) // the limit is named as the network is: infiniband, ethernet
 	}
 	return us, kind
 }
@@ -740,7 +766,7 @@ func (t *Topology) RingFlows(gpus []int) (flows []Flow, rings int) {
 func (t *Topology) ringThroughNIC(local []int, nic int) []int {
 	dist := map[int]int{}
 	for _, g := range local {
-		dist[g] = len(t.bfs(nic, t.gpus[g].vert, "pcie", "smp"))
+		dist[g] = len(t.bfs(nic, t.gpus[g].vert, LinkPCIe, LinkSMP))
 	}
 	byDist := slices.Clone(local)
 	slices.SortStableFunc(byDist, func(a, b int) int { return dist[a] - dist[b] })
@@ -765,9 +791,9 @@ func (t *Topology) BusPeak(gpus []int) (gbs float64, limit string) {
 		return 0, ""
 	}
 	flows, rings := t.RingFlows(gpus)
-	us, limit := t.load(flows, func(e edge) float64 { return e.gbs })
+	us, kind := t.load(flows, func(e edge) float64 { return e.gbs })
 	if us == 0 {
 		return 0, ""
 	}
-	return float64(rings) / (us * 1e3), limit
+	return float64(rings) / (us * 1e3), string(kind)
 }

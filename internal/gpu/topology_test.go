@@ -199,7 +199,7 @@ func TestRoute(t *testing.T) {
 			t.Parallel()
 			topo := loadPreset(t, tc.preset)
 			p := topo.Route(tc.a, tc.b)
-			if p.Type != tc.typ {
+			if p.Type != gpu.PathType(tc.typ) {
 				t.Errorf("Route(%d, %d).Type = %q; want %q", tc.a, tc.b, p.Type, tc.typ)
 			}
 			if len(p.Hops) != tc.hops {
@@ -258,7 +258,7 @@ func TestBusPeakSubsets(t *testing.T) {
 // included), in GB/s.
 func ringRate(topo *gpu.Topology) float64 {
 	flows, rings := topo.RingFlows(allGPUs(topo))
-	return float64(rings) / (topo.LinkLoad(flows, func(string) float64 { return 1 }) * 1e3)
+	return float64(rings) / (topo.LinkLoad(flows, func(gpu.LinkKind) float64 { return 1 }) * 1e3)
 }
 
 func TestSlowLink(t *testing.T) {
@@ -441,7 +441,7 @@ func TestValidateAcceptsMinimal(t *testing.T) {
 				t.Errorf("NumGPUs = %d; want %d", topo.NumGPUs(), tc.gpus)
 			}
 			if tc.gpus > 1 {
-				if got := topo.Route(0, 1).Type; got != tc.route {
+				if got := topo.Route(0, 1).Type; got != gpu.PathType(tc.route) {
 					t.Errorf("Route(0, 1).Type = %q; want %q", got, tc.route)
 				}
 			}

@@ -41,15 +41,15 @@ func (b *Backend) PeerInfo(dev, peer int) (gpu.PeerInfo, error) {
 		return gpu.PeerInfo{}, nil
 	}
 	switch b.topo.Route(dev, peer).Type {
-	case "NVL":
+	case gpu.PathNVL:
 		return gpu.PeerInfo{Access: true, PerfRank: 0, NativeAtomics: true}, nil
-	case "PIX":
+	case gpu.PathPIX:
 		return gpu.PeerInfo{Access: true, PerfRank: 1}, nil
-	case "PXB":
+	case gpu.PathPXB:
 		return gpu.PeerInfo{Access: true, PerfRank: 2}, nil
-	case "PHB":
+	case gpu.PathPHB:
 		return gpu.PeerInfo{Access: true, PerfRank: 3}, nil
-	case "SYS":
+	case gpu.PathSYS:
 		return gpu.PeerInfo{Access: true, PerfRank: 4}, nil
 	}
 	return gpu.PeerInfo{}, nil
@@ -261,11 +261,11 @@ func (b *Backend) direct(a, c int) bool {
 
 // copyEfficiency derates a link for copy engines: NVLink as NCCL models it (8x H100 P2P writes
 // reach 371-377 GB/s of 450), PCIe as measured copies reach it.
-func copyEfficiency(kind string, cc float64) float64 {
+func copyEfficiency(kind gpu.LinkKind, cc float64) float64 {
 	switch kind {
-	case "nvlink":
+	case gpu.LinkNVLink:
 		return nvlinkEfficiency(cc)
-	case "pcie":
+	case gpu.LinkPCIe:
 		return copyPCIeEfficiency
 	}
 	return 1

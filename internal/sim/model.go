@@ -154,7 +154,7 @@ func newModel(t *gpu.Topology, devs []int) *model {
 	m.intraHW = hwNVLink
 	for i, d := range devs {
 		next := devs[(i+1)%len(devs)]
-		if d != next && t.NodeOf(d) == t.NodeOf(next) && t.Route(d, next).Type != "NVL" {
+		if d != next && t.NodeOf(d) == t.NodeOf(next) && t.Route(d, next).Type != gpu.PathNVL {
 			m.intraHW = hwPCI
 		}
 	}
@@ -197,11 +197,11 @@ func (m *model) channelCount() int {
 }
 
 // efficiency derates a link of the given kind to what NCCL's own model assumes it delivers.
-func (m *model) efficiency(kind string) float64 {
+func (m *model) efficiency(kind gpu.LinkKind) float64 {
 	switch kind {
-	case "nvlink":
+	case gpu.LinkNVLink:
 		return nvlinkEfficiency(m.cc)
-	case "pcie":
+	case gpu.LinkPCIe:
 		return pcieEfficiency
 	}
 	return 1

@@ -99,7 +99,7 @@ func simUUID(host string, g gpu.GPU) string {
 func nvlinkLanes(node *gpu.Node, id string) int {
 	n := 0
 	for _, l := range node.Links {
-		if l.Kind == "nvlink" && (l.A == id || l.B == id) {
+		if l.Kind == gpu.LinkNVLink && (l.A == id || l.B == id) {
 			n += max(l.Lanes, 1)
 		}
 	}

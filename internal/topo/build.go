@@ -83,7 +83,7 @@ func build(m *machine, r sysReader, opt Options) *Report {
 	b.addNVLinks()
 	for i := range b.node.CPUs {
 		for j := i + 1; j < len(b.node.CPUs); j++ {
-			b.node.Links = append(b.node.Links, gpu.Link{A: b.node.CPUs[i].ID, B: b.node.CPUs[j].ID, Kind: "smp", GBs: assumedSMPGBs})
+			b.node.Links = append(b.node.Links, gpu.Link{A: b.node.CPUs[i].ID, B: b.node.CPUs[j].ID, Kind: gpu.LinkSMP, GBs: assumedSMPGBs})
 		}
 	}
 	p2p := b.p2pAll()
@@ -201,7 +201,7 @@ func (b *builder) addGPUs() {
 			cpu := b.node.CPUs[0].ID
 			b.warn("%s is not in sysfs (%s): its PCIe placement, NUMA node and CPU affinity are unknown, and the topology file links it straight to %s",
 				what, b.r.path("sys", "bus", "pci", "devices"), cpu)
-			b.addLink(gpu.Link{A: id, B: cpu, Kind: "pcie", Gen: figs.gen, Width: figs.width})
+			b.addLink(gpu.Link{A: id, B: cpu, Kind: gpu.LinkPCIe, Gen: figs.gen, Width: figs.width})
 			continue
 		}
 		b.attach(id, what, dev, figs)
@@ -300,7 +300,7 @@ func (b *builder) attach(id, what string, dev pciDevice, endpoint linkFigures) {
 		hops[i].figs, hops[i].from = hops[known].figs, known
 	}
 	for i, h := range hops {
-		l := gpu.Link{A: h.lower, B: h.upper, Kind: "pcie", Gen: h.figs.gen, Width: h.figs.width}
+		l := gpu.Link{A: h.lower, B: h.upper, Kind: gpu.LinkPCIe, Gen: h.figs.gen, Width: h.figs.width}
 		if i == len(hops)-1 {
 			l.HostBridge = dev.hostBridge
 		}
@@ -365,14 +365,14 @@ func (b *builder) addNVLinks() {
 		}
 		if n := b.switchLinks(i); n > 0 {
 			switched = true
-			b.node.Links = append(b.node.Links, gpu.Link{A: b.node.GPUs[i].ID, B: "nvswitch", Kind: "nvlink", Lanes: n, GBs: float64(n) * per})
+			b.node.Links = append(b.node.Links, gpu.Link{A: b.node.GPUs[i].ID, B: "nvswitch", Kind: gpu.LinkNVLink, Lanes: n, GBs: float64(n) * per})
 			major, _, _ := strings.Cut(f.cc, ".")
 			m, _ := strconv.Atoi(major)
 			nvls = nvls && m >= 9
 		}
 		for j := i + 1; j < len(b.m.gpus); j++ {
 			if n := max(b.directLinks(i, j), b.directLinks(j, i)); n > 0 {
-				b.node.Links = append(b.node.Links, gpu.Link{A: b.node.GPUs[i].ID, B: b.node.GPUs[j].ID, Kind: "nvlink", Lanes: n, GBs: float64(n) * per})
+				b.node.Links = append(b.node.Links, gpu.Link{A: b.node.GPUs[i].ID, B: b.node.GPUs[j].ID, Kind: gpu.LinkNVLink, Lanes: n, GBs: float64(n) * per})
 			}
 		}
 	}

@@ -115,7 +115,7 @@ func (g *graph) nvlinks(a, b string) (n int, known bool) {
 func (g *graph) lanes(a, b string) (n int, ok bool) {
 	ok = true
 	for _, li := range g.adj[a] {
-		if l := g.n.Links[li]; l.Kind == "nvlink" && g.far(li, a) == b {
+		if l := g.n.Links[li]; l.Kind == gpu.LinkNVLink && g.far(li, a) == b {
 			n += l.Lanes
 			ok = ok && l.Lanes > 0
 		}
@@ -137,7 +137,7 @@ func (g *graph) pcieClass(a, b string) string {
 		class = "PXB"
 	}
 	for i, li := range links {
-		if g.n.Links[li].Kind == "smp" {
+		if g.n.Links[li].Kind == gpu.LinkSMP {
 			return "SYS"
 		}
 		if i > 0 && g.kind[path[i]] == "cpu" {
@@ -195,7 +195,7 @@ func (g *graph) pciePath(a, b string) ([]string, []int) {
 // them.
 func (g *graph) pcieFigures(id string) (gen, width int) {
 	for _, li := range g.adj[id] {
-		if l := g.n.Links[li]; l.Kind == "pcie" {
+		if l := g.n.Links[li]; l.Kind == gpu.LinkPCIe {
 			return l.Gen, l.Width
 		}
 	}
@@ -209,7 +209,7 @@ func (g *graph) nvlinkRows(i int) []NVLinkRow {
 	var rows []NVLinkRow
 	for _, li := range g.adj[id] {
 		l := g.n.Links[li]
-		if l.Kind != "nvlink" {
+		if l.Kind != gpu.LinkNVLink {
 			continue
 		}
 		r := NVLinkRow{GPU: i, Remote: g.far(li, id), Links: l.Lanes, Up: l.Lanes, Version: "-", TotalGBs: l.GBs}

@@ -302,14 +302,14 @@ func (r *Report) dotNodes() []gpu.Node {
 func dotEdge(l gpu.Link) string {
 	var label string
 	switch l.Kind {
-	case "nvlink":
+	case gpu.LinkNVLink:
 		label = "NVLink"
 		if l.Lanes > 0 {
 			label += fmt.Sprintf(" x%d", l.Lanes)
 		}
 		label += "\n" + gbsText(l.GBs) + " GB/s"
 		return fmt.Sprintf("color=green4, penwidth=2, label=%s", quote(label))
-	case "smp":
+	case gpu.LinkSMP:
 		return fmt.Sprintf("style=dashed, label=%s", quote("SMP\n"+gbsText(l.GBs)+" GB/s"))
 	}
 	label = "PCIe"
