@@ -137,14 +137,14 @@ type NIC struct {
 // Link joins two of a node's parts. GBs is the bandwidth in each direction in GB/s (1e9 bytes),
 // for all lanes together; for PCIe it may be left out and is then derived from Gen and Width.
 type Link struct {
-	A         string  `json:"a"`
-	B         string  `json:"b"`
+	A         string   `json:"a"`
+	B         string   `json:"b"`
 	Kind      LinkKind `json:"kind"` // nvlink, pcie, smp (CPU to CPU)
-	Lanes     int     `json:"lanes,omitempty"`
-	Gen       int     `json:"gen,omitempty"`
-	Width     int     `json:"width,omitempty"`
-	GBs       float64 `json:"gbs,omitempty"`
-	LatencyUS float64 `json:"latency_us,omitempty"`
+	Lanes     int      `json:"lanes,omitempty"`
+	Gen       int      `json:"gen,omitempty"`
+	Width     int      `json:"width,omitempty"`
+	GBs       float64  `json:"gbs,omitempty"`
+	LatencyUS float64  `json:"latency_us,omitempty"`
 	// HostBridge names the PCIe host bridge (root complex) a pcie link into a CPU enters, as Linux
 	// names it ("pci0000:17"). Optional; `gpubench topo` tells PHB from NODE by it.
 	HostBridge string `json:"host_bridge,omitempty"`
