@@ -148,7 +148,7 @@ func (g *globals) openColl(e *env) (gpu.Backend, int64, error) {
 // options turns the flags into engine options; every error is a usage error.
 func (f *collFlags) options(cmd *cobra.Command, c *coll.Collective, seed uint64) (coll.Options, error) {
 	opt := coll.Options{Coll: c, Root: f.root, NGPUs: f.ngpus, Iters: f.iters, Warmup: f.warmup,
-		Check: f.check, Average: f.average, Seed: seed, Timeout: time.Duration(f.timeout) * time.Second}
+		Check: f.check, Average: coll.Average(f.average), Seed: seed, Timeout: time.Duration(f.timeout) * time.Second}
 	changed := func(names ...string) bool {
 		for _, n := range names {
 			if cmd.Flags().Changed(n) {
@@ -222,7 +222,7 @@ func (f *collFlags) options(cmd *cobra.Command, c *coll.Collective, seed uint64)
 	if changed("nthreads") { // nccl-tests' GPUs per process: -t threads of -g GPUs each
 		opt.NGPUs = f.nthreads * max(f.ngpus, 1)
 	}
-	opt.Graph, opt.Blocking, opt.PerIter = f.graph, f.blocking, f.perIter || f.perIterTiming == 1
+	opt.Graph, opt.Blocking, opt.PerIter = f.graph, coll.Blocking(f.blocking), f.perIter || f.perIterTiming == 1
 	opt.CPUTime, opt.PerIterSkip = f.cpuTime == 1, f.perIterSkip
 	opt.Cycles = f.cycles
 	if f.cycles == 0 {

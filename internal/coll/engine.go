@@ -22,7 +22,7 @@ type Options struct {
 	Iters   int
 	Warmup  int
 	Check   int // check iterations per size and placement; 0 turns checking off
-	Average int // how per-process times combine: 0 rank 0, 1 mean, 2 min, 3 max
+	Average Average // how per-process times combine
 	Seed    uint64
 	// Inputs, when set, keeps the crafted inputs of checked rows for later runs with the same
 	// Seed, so that a caller that repeats a sweep (the burn-in) makes them once.
@@ -32,10 +32,7 @@ type Options struct {
 	// Graph, when above 0, captures the timed loop as a graph and times that many launches of it
 	// (nccl-tests' -G); the backend's Comm must be a gpu.GraphComm.
 	Graph int
-	// Blocking is nccl-tests' -z: 0 lets the timed calls queue up; 1 and 2 wait after each call
-	// (1 adds a barrier, the same thing in one process); 3 waits after each iteration of the
-	// loop, which in one process is the same as 1.
-	Blocking int
+	Blocking Blocking
 	// PerIter times every iteration on the devices' streams (the Comm must be a
 	// gpu.StreamTimer) and gives each placement its statistics; PerIterSkip leaves the first
 	// that many iterations out of the statistics (nccl-tests' -K), though Times keeps them.
@@ -60,6 +57,29 @@ type Options struct {
 	Devices []gpu.Device
 	Group   Group
 }
+
+// Average is how the processes' times combine into a row's, nccl-tests' -a.
+type Average int
+
+// The ways to combine times.
+const (
+	AverageRank0 Average = iota // rank 0's own time
+	AverageMean
+	AverageMin
+	AverageMax
+)
+
+// Blocking is nccl-tests' -z: when the timed loop waits for the devices.
+type Blocking int
+
+// The blocking modes. In one process an iteration is one call, so 1, 2 and 3 wait alike; across
+// processes 1 adds a barrier.
+const (
+	BlockingNone          Blocking = iota // let the timed calls queue up
+	BlockingCallBarrier                   // wait after each call, then a barrier
+	BlockingCall                          // wait after each call
+	BlockingIteration                     // wait after each iteration of the loop
+)
 
 // Group joins the processes of a run that spans several. Every process calls AllGather at the
 // same points of the run, and gets every process's values, in rank order.
@@ -176,30 +196,24 @@ func MemoryLimit(mem int64, check bool) int64 {
 	return (mem - reserve - gib) / div
 }
 
-// Combine merges per-process times as nccl-tests' -a does: 0 the first process's, 1 the mean,
-// 2 the minimum, 3 the maximum.
-func Combine(times []float64, mode int) float64 {
-	switch mode {
-	case 0:
+// Combine merges per-process times as nccl-tests' -a does. An Average outside the four is a
+// programming error: Run refuses it before anything is measured.
+func Combine(times []float64, a Average) float64 {
+	switch a {
+	case AverageRank0:
 		return times[0]
-	case 2:
-		m := times[0]
+	case AverageMean:
+		sum := 0.0
 		for _, t := range times {
-			m = math.Min(m, t)
+			sum += t
 		}
-		return m
-	case 3:
-		m := times[0]
-		for _, t := range times {
-			m = math.Max(m, t)
-		}
-		return m
+		return sum / float64(len(times))
+	case AverageMin:
+		return slices.Min(times)
+	case AverageMax:
+		return slices.Max(times)
 	}
-	sum := 0.0
-	for _, t := range times {
-		sum += t
-	}
-	return sum / float64(len(times))
+	panic(fmt.Sprintf("coll: Combine with Average %d", a))
 }
 
 // StepError says which collective, size and placement a failure happened in.
@@ -228,6 +242,12 @@ var ErrOption = errors.New("invalid")
 // Run runs the sweep and returns every result. When it stops early (Ctrl-C, a hang, a failure) it
 // returns what it measured together with the error; it returns no summary when it could not start.
 func Run(ctx context.Context, b gpu.Backend, opt Options) (*Summary, error) {
+	switch {
+	case opt.Average < AverageRank0 || opt.Average > AverageMax:
+		return nil, fmt.Errorf("%w -a %d: use 0 (rank 0), 1 (mean), 2 (min) or 3 (max)", ErrOption, opt.Average)
+	case opt.Blocking < BlockingNone || opt.Blocking > BlockingIteration:
+		return nil, fmt.Errorf("%w -z %d: use 0, 1, 2 or 3", ErrOption, opt.Blocking)
+	}
 	devs, local, err := ranks(b, opt)
 	if err != nil {
 		return nil, err
@@ -805,13 +825,13 @@ func (r *runner) capture(bs *buffers, k Counts, a Args) (gpu.Graph, error) {
 // Graph launches are not blocked (-G and -z 3 do not combine in nccl-tests; gpubench drops -z
 // with -G altogether, as each launch already holds the whole loop).
 func (r *runner) block() error {
-	if r.opt.Blocking == 0 || r.opt.Graph > 0 {
+	if r.opt.Blocking == BlockingNone || r.opt.Graph > 0 {
 		return nil
 	}
 	if err := r.sync(); err != nil {
 		return err
 	}
-	if r.opt.Blocking == 1 && r.opt.Group != nil { // the barrier across processes
+	if r.opt.Blocking == BlockingCallBarrier && r.opt.Group != nil { // the barrier across processes
 		if _, err := r.opt.Group.AllGather(r.ctx, nil); err != nil {
 			return err
 		}

@@ -212,8 +212,22 @@ func TestCombine(t *testing.T) {
 	t.Parallel()
 	times := []float64{3, 1, 2}
 	for mode, want := range []float64{3, 2, 1, 3} {
-		if got := coll.Combine(times, mode); got != want {
+		if got := coll.Combine(times, coll.Average(mode)); got != want {
 			t.Errorf("Combine(%v, %d) = %v; want %v", times, mode, got, want)
+		}
+	}
+}
+
+// Modes outside nccl-tests' four are refused before anything runs, never combined as some mode.
+func TestInvalidModesRefused(t *testing.T) {
+	t.Parallel()
+	b := newSim(t, "dgx-h100", sim.Options{})
+	for _, opt := range []coll.Options{
+		{Coll: coll.AllReduce, Sweep: coll.Sweep{Min: 1024, Max: 1024, Factor: 2}, DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum}, Iters: 1, Average: 4},
+		{Coll: coll.AllReduce, Sweep: coll.Sweep{Min: 1024, Max: 1024, Factor: 2}, DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum}, Iters: 1, Blocking: -1},
+	} {
+		if _, err := coll.Run(context.Background(), b, opt); !errors.Is(err, coll.ErrOption) {
+			t.Errorf("-a %d -z %d: %v; want ErrOption", opt.Average, opt.Blocking, err)
 		}
 	}
 }
@@ -257,7 +271,7 @@ func TestBandwidthArithmetic(t *testing.T) {
 // after every call, so the launch cost and the collective no longer overlap.
 func TestGraphAndBlockingModes(t *testing.T) {
 	t.Parallel()
-	run := func(graph, blocking int) *coll.Summary {
+	run := func(graph int, blocking coll.Blocking) *coll.Summary {
 		b := newSim(t, "dgx-h100", sim.Options{})
 		s, err := coll.Run(context.Background(), b, coll.Options{
 			Coll: coll.AllReduce, Sweep: sweep(t, "1K:1K"), DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum},

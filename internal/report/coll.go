@@ -83,7 +83,7 @@ func stepText(w coll.Sweep) string {
 }
 
 // blockingLines are nccl-tests' header lines for -z.
-var blockingLines = map[int]string{
+var blockingLines = map[coll.Blocking]string{
 	1: "# Blocking Enabled: wait and barrier after each inner iteration (-m) ",
 	2: "# Blocking Enabled: wait after each inner iteration (-m), no barrier ",
 	3: "# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier ",
@@ -382,8 +382,8 @@ func CollJSON(r *CollRun) *results.Coll {
 		StartTime: r.Start.UTC().Format(time.RFC3339),
 		Config: results.Config{
 			Ranks: len(s.Devices), MinBytes: s.Sweep.Min, MaxBytes: s.Sweep.Max, RequestedMax: o.Sweep.Max,
-			Warmup: o.Warmup, Iters: o.Iters, Check: o.Check, Average: o.Average, Seed: o.Seed,
-			Graph: o.Graph, Blocking: o.Blocking, CPUTime: o.CPUTime, PerIterSkip: o.PerIterSkip,
+			Warmup: o.Warmup, Iters: o.Iters, Check: o.Check, Average: int(o.Average), Seed: o.Seed,
+			Graph: o.Graph, Blocking: int(o.Blocking), CPUTime: o.CPUTime, PerIterSkip: o.PerIterSkip,
 		},
 		Notes:       append(headerNotes(r), footerNotes(r)...),
 		Results:     []results.Row{},
