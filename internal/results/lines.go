@@ -119,7 +119,9 @@ func readLines(name string, data []byte) (*File, error) {
 			if err = unmarshalLine(line, &r); err == nil {
 				err = r.check()
 			}
-			c.Results = append(c.Results, r)
+			if err == nil {
+				c.Results = append(c.Results, r)
+			}
 		case "end":
 			if c == nil {
 				return nil, fmt.Errorf("line %d: an end record before the start record", n)

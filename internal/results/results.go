@@ -261,10 +261,8 @@ func (p *Placement) check() error {
 			return err
 		}
 	}
-	for i, t := range p.RankTimesUS {
-		if err := nonNegative(fmt.Sprintf("rank_time_us[%d]", i), t); err != nil {
-			return err
-		}
+	if err := allValid("rank_time_us", p.RankTimesUS); err != nil {
+		return err
 	}
 	if p.SlowestRank != nil && *p.SlowestRank < 0 {
 		return fmt.Errorf("slowest_rank %d is negative", *p.SlowestRank)
@@ -298,10 +296,8 @@ func (p *PerIter) check() error {
 	if !(p.P50US <= p.P95US && p.P95US <= p.P99US && p.P99US <= p.MaxUS) {
 		return fmt.Errorf("percentiles out of order (p50 %g, p95 %g, p99 %g, max %g)", p.P50US, p.P95US, p.P99US, p.MaxUS)
 	}
-	for i, t := range p.TimesUS {
-		if err := nonNegative(fmt.Sprintf("times_us[%d]", i), t); err != nil {
-			return err
-		}
+	if err := allValid("times_us", p.TimesUS); err != nil {
+		return err
 	}
 	if len(p.TimesUS) > p.N {
 		return fmt.Errorf("%d times_us for n = %d iterations", len(p.TimesUS), p.N)
@@ -310,8 +306,21 @@ func (p *PerIter) check() error {
 }
 
 func nonNegative(name string, v float64) error {
-	if v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+	if !valid(v) {
 		return fmt.Errorf("%s %v is not a non-negative number", name, v)
+	}
+	return nil
+}
+
+// valid says whether v is a figure a run can write: a finite number, not negative.
+func valid(v float64) bool { return v >= 0 && !math.IsInf(v, 0) }
+
+// allValid checks a list of figures named name, naming the first bad one.
+func allValid(name string, vs []float64) error {
+	for i, v := range vs {
+		if !valid(v) {
+			return nonNegative(fmt.Sprintf("%s[%d]", name, i), v)
+		}
 	}
 	return nil
 }

@@ -238,43 +238,63 @@ func (s *NullString) UnmarshalJSON(data []byte) error {
 	return nil
 }
 
-// UnmarshalJSON reads a row and notes a required key it lacks.
+// The UnmarshalJSON methods below read an object as encoding/json would and note the first
+// required key it lacks. A missing key reads as 0, so the keys are looked for only when a
+// required figure is 0 (a missing object leaves its first figure 0 too).
+
+// UnmarshalJSON reads a row.
 func (r *Row) UnmarshalJSON(data []byte) error {
 	type plain Row
-	if err := json.Unmarshal(data, (*plain)(r)); err != nil {
+	var v plain
+	if err := json.Unmarshal(data, &v); err != nil {
 		return err
 	}
-	r.absent = absent(data, "size_bytes", "out_of_place", "in_place")
+	if v.Size == 0 || v.OutOfPlace.TimeUS == 0 || v.InPlace.TimeUS == 0 {
+		v.absent = absent(data, "size_bytes", "out_of_place", "in_place")
+	}
+	*r = Row(v)
 	return nil
 }
 
-// UnmarshalJSON reads a placement and notes a required key it lacks.
+// UnmarshalJSON reads a placement.
 func (p *Placement) UnmarshalJSON(data []byte) error {
 	type plain Placement
-	if err := json.Unmarshal(data, (*plain)(p)); err != nil {
+	var v plain
+	if err := json.Unmarshal(data, &v); err != nil {
 		return err
 	}
-	p.absent = absent(data, "time_us", "algbw_gbs", "busbw_gbs")
+	if v.TimeUS == 0 || v.AlgBW == 0 || v.BusBW == 0 {
+		v.absent = absent(data, "time_us", "algbw_gbs", "busbw_gbs")
+	}
+	*p = Placement(v)
 	return nil
 }
 
-// UnmarshalJSON reads per-iteration statistics and notes a required key they lack.
+// UnmarshalJSON reads per-iteration statistics.
 func (p *PerIter) UnmarshalJSON(data []byte) error {
 	type plain PerIter
-	if err := json.Unmarshal(data, (*plain)(p)); err != nil {
+	var v plain
+	if err := json.Unmarshal(data, &v); err != nil {
 		return err
 	}
-	p.absent = absent(data, "mean_us", "p50_us", "p95_us", "p99_us", "max_us", "cv")
+	if v.MeanUS == 0 || v.P50US == 0 || v.P95US == 0 || v.P99US == 0 || v.MaxUS == 0 || v.CV == 0 {
+		v.absent = absent(data, "mean_us", "p50_us", "p95_us", "p99_us", "max_us", "cv")
+	}
+	*p = PerIter(v)
 	return nil
 }
 
-// UnmarshalJSON reads a device and notes whether it lacks its ordinal.
+// UnmarshalJSON reads a device.
 func (d *Device) UnmarshalJSON(data []byte) error {
 	type plain Device
-	if err := json.Unmarshal(data, (*plain)(d)); err != nil {
+	var v plain
+	if err := json.Unmarshal(data, &v); err != nil {
 		return err
 	}
-	d.absent = absent(data, "device")
+	if v.Device == 0 {
+		v.absent = absent(data, "device")
+	}
+	*d = Device(v)
 	return nil
 }
 
