@@ -21,7 +21,7 @@ type Options struct {
 	NGPUs   int         // ranks to use: the first NGPUs devices; 0 means all
 	Iters   int
 	Warmup  int
-	Check   int // check iterations per size and placement; 0 turns checking off
+	Check   int     // check iterations per size and placement; 0 turns checking off
 	Average Average // how per-process times combine
 	Seed    uint64
 	// Inputs, when set, keeps the crafted inputs of checked rows for later runs with the same
@@ -31,7 +31,7 @@ type Options struct {
 	Timeout time.Duration
 	// Graph, when above 0, captures the timed loop as a graph and times that many launches of it
 	// (nccl-tests' -G); the backend's Comm must be a gpu.GraphComm.
-	Graph int
+	Graph    int
 	Blocking Blocking
 	// PerIter times every iteration on the devices' streams (the Comm must be a
 	// gpu.StreamTimer) and gives each placement its statistics; PerIterSkip leaves the first
@@ -75,10 +75,10 @@ type Blocking int
 // The blocking modes. In one process an iteration is one call, so 1, 2 and 3 wait alike; across
 // processes 1 adds a barrier.
 const (
-	BlockingNone          Blocking = iota // let the timed calls queue up
-	BlockingCallBarrier                   // wait after each call, then a barrier
-	BlockingCall                          // wait after each call
-	BlockingIteration                     // wait after each iteration of the loop
+	BlockingNone        Blocking = iota // let the timed calls queue up
+	BlockingCallBarrier                 // wait after each call, then a barrier
+	BlockingCall                        // wait after each call
+	BlockingIteration                   // wait after each iteration of the loop
 )
 
 // Group joins the processes of a run that spans several. Every process calls AllGather at the
