@@ -4,10 +4,11 @@ import "encoding/json"
 
 // The result files' JSON schema (docs/output.md, docs/results.md). internal/report writes these
 // types and this package reads them back, so a field exists once for both. Fields written as
-// null when they do not apply are pointers or NullString; fields added later are omitempty, so
-// older files keep their bytes. A field that a file must hold (size_bytes, time_us, ...) is
-// checked when read: the types that have one record, in UnmarshalJSON, the first such key the
-// object lacks, and the reader's checks report it with where it was.
+// null when they do not apply are pointers or NullString; fields that only some options add are
+// omitempty, so a run without the option writes what it always did. A key that a file must hold
+// (size_bytes, time_us, ...) is checked when read: the types that have one note, in their
+// UnmarshalJSON, the first such key the object lacks (the unexported field absent), and the
+// reader's checks report it with where it was.
 
 // Coll is a collective run: the document `gpubench <collective> --output json` writes, and what a
 // stream's records (--out) add up to. The field order is the document's.
