@@ -13,7 +13,7 @@ FUZZTIME ?= 10s
 # about them say nothing about gpubench, and a new user reads them as a failed build.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build run test vet fmt-check unit cgocheck standin-check fuzz bench gpu-check gpu-bundle clean
+.PHONY: all build run test vet fmt-check tidy-check unit cgocheck standin-check fuzz bench gpu-check gpu-bundle clean
 
 all: build
 
@@ -24,10 +24,14 @@ build:
 run: build
 	./$(BIN) allreduce --sizes 8B:8GB
 
-test: fmt-check vet standin-check unit cgocheck fuzz
+test: fmt-check tidy-check vet standin-check unit cgocheck fuzz
 
 fmt-check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+# go.mod and go.sum say exactly what the code imports.
+tidy-check:
+	$(GO) mod tidy -diff
 
 vet:
 	$(GO) vet ./...

@@ -9,8 +9,9 @@ import (
 	"net"
 	"slices"
 	"strings"
-	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/gpubench/gpubench/internal/gpu"
 )
@@ -482,11 +483,21 @@ func serveHub(ln *net.TCPListener) {
 			}
 			reply.Parts[m.rank] = c.Parts
 		}
-		var wg sync.WaitGroup
+		// Every rank gets the reply at once; one that cannot be reached ends the run for all,
+		// named, rather than leaving the others waiting on a call it never finishes.
+		var g errgroup.Group
 		for _, m := range members {
-			wg.Go(func() { m.enc.Encode(reply) })
+			g.Go(func() error {
+				if err := m.enc.Encode(reply); err != nil {
+					return fmt.Errorf("rank %d: %w", m.rank, err)
+				}
+				return nil
+			})
 		}
-		wg.Wait()
+		if err := g.Wait(); err != nil {
+			fail(members, fmt.Sprintf("sim: the exchange could not send %s's data to %v", tag, err))
+			return
+		}
 	}
 }
 
