@@ -1,39 +1,75 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/gpubench/gpubench/internal/golden"
 )
 
 // simRuns writes simulated all-reduce sweeps into a new folder, and returns it: base, the same
 // machine with GPU 0's NVLink at half speed, and two runs with 2% jitter and different seeds;
-// each as a JSON document (NAME.json) and as the JSON lines --out streams (NAME.jsonl).
+// each as a JSON document (NAME.json) and as the JSON lines --out streams (NAME.jsonl). The runs
+// are made once per test binary and copied into each test's own folder.
 func simRuns(t *testing.T) string {
 	t.Helper()
+	simRunsOnce.Do(func() { simRunsFiles, simRunsErr = makeSimRuns() })
+	if simRunsErr != nil {
+		t.Fatal(simRunsErr)
+	}
 	dir := t.TempDir()
+	for name, data := range simRunsFiles {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+var (
+	simRunsOnce  sync.Once
+	simRunsFiles map[string][]byte
+	simRunsErr   error
+)
+
+func makeSimRuns() (map[string][]byte, error) {
+	dir, err := os.MkdirTemp("", "gpubench-simruns")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
 	runs := map[string][]string{
 		"base.json": nil,
 		"slow.json": {"--sim-fault", "slow-link=gpu0,nvswitch,0.5"},
 		"j1.json":   {"--sim-jitter", "0.02", "--seed", "1"},
 		"j2.json":   {"--sim-jitter", "0.02", "--seed", "2"},
 	}
+	files := map[string][]byte{}
 	for name, extra := range runs {
+		stream := filepath.Join(dir, name+"l")
 		args := append([]string{"allreduce", "--backend", "sim", "--topology", "dgx-h100", "--sizes", "1M:1G:x4", "--output", "json",
-			"--out", filepath.Join(dir, name+"l")}, extra...)
-		out, errOut, code := gpubench(t, args...)
-		if code != 0 {
-			t.Fatalf("%v: exit %d, %s", args, code, errOut)
+			"--out", stream}, extra...)
+		var out, errOut bytes.Buffer
+		e := &env{stdout: &out, stderr: &errOut, pid: 4242, version: "test",
+			now: func() time.Time { return time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC) }}
+		if code := run(context.Background(), e, args); code != 0 {
+			return nil, fmt.Errorf("%v: exit %d, %s", args, code, errOut.String())
 		}
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(out), 0o644); err != nil {
-			t.Fatal(err)
+		lines, err := os.ReadFile(stream)
+		if err != nil {
+			return nil, err
 		}
+		files[name], files[name+"l"] = out.Bytes(), lines
 	}
-	return dir
+	return files, nil
 }
 
 // inDir runs gpubench with file arguments taken relative to dir, and shows paths relative to it.
