@@ -32,7 +32,7 @@
 #include <string.h>
 #include <time.h>
 
-/* ---- Types and constants (values from shared/reference/cuda-nccl-abi.md §3) ---------------- */
+/* ---- Types and constants (values of CUDA's driver_types.h, CUDA Runtime API reference) ------ */
 
 typedef int cudaError_t; /* enum cudaError: int-sized */
 enum {

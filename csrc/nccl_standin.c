@@ -48,7 +48,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- Types and constants (values from shared/reference/cuda-nccl-abi.md §1) ---------------- */
+/* ---- Types and constants (values of NCCL's src/nccl.h.in) ----------------------------------- */
 
 typedef int ncclResult_t;
 enum {

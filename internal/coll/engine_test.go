@@ -39,7 +39,7 @@ func sweep(t *testing.T, s string) coll.Sweep {
 }
 
 // The size and count columns and the busbw factors, as nccl-tests defines them
-// (shared/reference/nccl-tests.md §3): 8 ranks of float at 1 MiB.
+// (nccl-tests' doc/PERFORMANCE.md and each test's GetBw in src/*.cu): 8 ranks of float at 1 MiB.
 func TestCountsMatchNCCLTests(t *testing.T) {
 	t.Parallel()
 	cases := []struct {

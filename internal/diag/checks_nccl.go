@@ -5,9 +5,9 @@ import (
 	"strings"
 )
 
-// knownNCCL are the NCCL_* variables gpubench knows, from /work/shared/reference/cuda-nccl-abi.md:
-// §2.5 (NCCL's docs/userguide/source/env.rst at 2.30.7, with NCCL_IB_GDR_LEVEL, the name of
-// NCCL_NET_GDR_LEVEL before 2.4), §1.7 (NCCL_COMM_ID) and §2.1 (NCCL_MULTI_RANK_GPU_ENABLE);
+// knownNCCL are the NCCL_* variables gpubench knows: NCCL's docs/userguide/source/env.rst at
+// 2.30.7 (with NCCL_IB_GDR_LEVEL, the name of NCCL_NET_GDR_LEVEL before 2.4), NCCL_COMM_ID
+// (src/bootstrap.cc) and NCCL_MULTI_RANK_GPU_ENABLE (src/init.cc, 2.30);
 // NCCL_GRAPH_MIXING_SUPPORT is what gpubench's own -G sets. NCCL has more variables than these, so
 // a name missing here is flagged only when it is one typo away from a known one.
 var knownNCCL = []string{
