@@ -171,16 +171,20 @@ func findColl(name string) *coll.Collective {
 
 // openTelemetry returns the telemetry of backend b: the simulator's model on the simulator, NVML
 // on real GPUs (nil, with a notice, when NVML does not load).
-func openTelemetry(e *env, b gpu.Backend, lib string) (src telemetry.Source, virtual bool) {
+// A library named with --nvml-lib must load (exit 4 otherwise), as a named --cuda-lib must.
+func openTelemetry(e *env, b gpu.Backend, lib string) (src telemetry.Source, virtual bool, err error) {
 	if sb, ok := b.(*sim.Backend); ok {
-		return sim.NewTelemetry(sb), true
+		return sim.NewTelemetry(sb), true, nil
 	}
-	src, err := metrics.OpenNVML(lib)
-	if err != nil {
+	src, err = metrics.OpenNVML(lib)
+	switch {
+	case err != nil && lib != "":
+		return nil, false, &exitError{code: exitNoGPU, err: fmt.Errorf("--nvml-lib names a library that did not load: %w", err)}
+	case err != nil:
 		fmt.Fprintf(e.stderr, "gpubench: %v; the telemetry checks are skipped\n", err)
-		return nil, false
+		return nil, false, nil
 	}
-	return src, false
+	return src, false, nil
 }
 
 func (f *burninFlags) run(cmd *cobra.Command, e *env, g *globals) error {
@@ -200,7 +204,10 @@ func (f *burninFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 		return err
 	}
 	ctx := cmd.Context()
-	src, virtual := openTelemetry(e, b, f.nvmlLib)
+	src, virtual, err := openTelemetry(e, b, f.nvmlLib)
+	if err != nil {
+		return err
+	}
 	var sampler *metrics.Sampler
 	if src != nil {
 		sampler = metrics.NewSampler(src, f.interval)

@@ -99,3 +99,13 @@ func TestNCCLFaults(t *testing.T) {
 		t.Errorf("no libnccl: exit %d, %q", code, errOut)
 	}
 }
+
+// burnin on the real path with a named NVML that does not load is exit 4, not a burn-in without
+// telemetry.
+func TestBurninNamedNVMLMustLoad(t *testing.T) {
+	env, backend := standinEnv(t)
+	_, errOut, code := gpubenchProcess(t, env, append([]string{"burnin", "--duration", "1s", "--nvml-lib", "/nonexistent/libnvidia-ml.so.1"}, backend...)...)
+	if code != exitNoGPU || !strings.Contains(errOut, "--nvml-lib names a library that did not load") || !strings.Contains(errOut, "/nonexistent/libnvidia-ml.so.1") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}
