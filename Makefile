@@ -65,6 +65,7 @@ fuzz:
 	$(GO) test ./internal/diag -run '^$$' -fuzz '^FuzzParsers$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
 	$(GO) test ./internal/diag -run '^$$' -fuzz '^FuzzParseACSControl$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
 	$(GO) test ./internal/results -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
+	$(GO) test ./internal/results -run '^$$' -fuzz '^FuzzParseThreshold$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
 	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzGreet$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
 	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzFirstHost$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
 	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzAddressFlag$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -38,9 +37,9 @@ func runCompare(e *env, g *globals, threshold string, args []string) error {
 	if !slices.Contains(results.Formats, g.output) {
 		return usageErr("unknown --output %q for compare: use %s", g.output, strings.Join(results.Formats, ", "))
 	}
-	t, err := parseThreshold(threshold)
+	t, err := results.ParseThreshold(threshold)
 	if err != nil {
-		return err
+		return usageErr("invalid --threshold %v", err)
 	}
 	files := make([]*results.File, len(args))
 	for i, name := range args {
@@ -77,20 +76,6 @@ func runCompare(e *env, g *globals, threshold string, args []string) error {
 		return &exitError{code: exitCheck, err: fmt.Errorf("compare: %d regression%s past %g%% (marked REGRESSION)", n, plural(n), t)}
 	}
 	return nil
-}
-
-// parseThreshold reads --threshold, a percentage ("5%" or "5"). A bare number below 1 is refused:
-// "0.05" could mean 5% written as a fraction or 0.05%, and guessing wrong hides regressions.
-func parseThreshold(s string) (float64, error) {
-	num, pct := strings.CutSuffix(strings.TrimSpace(s), "%")
-	t, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
-	switch {
-	case err != nil || !(t >= 0 && t < 100):
-		return 0, usageErr("invalid --threshold %q: give a percentage from 0 to 100, e.g. 5%%", s)
-	case !pct && t > 0 && t < 1:
-		return 0, usageErr("invalid --threshold %q: the threshold is in percent; write %s%% for %s percent, or %g%% for the fraction %s", s, num, num, 100*t, num)
-	}
-	return t, nil
 }
 
 func plural(n int) string {

@@ -3,6 +3,8 @@ package results
 import (
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 )
 
 // Verdicts of a compared row (docs/results.md, "The regression rule").
@@ -193,4 +195,19 @@ func cmpWord(above bool) string {
 		return ">"
 	}
 	return "<="
+}
+
+// ParseThreshold reads compare's --threshold, a percentage ("5%" or "5", from 0 to 100). A bare
+// number below 1 is refused: "0.05" could mean 5% written as a fraction or 0.05%, and guessing
+// wrong hides regressions.
+func ParseThreshold(s string) (percent float64, err error) {
+	num, pct := strings.CutSuffix(strings.TrimSpace(s), "%")
+	t, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	switch {
+	case err != nil || !(t >= 0 && t < 100):
+		return 0, fmt.Errorf("%q: give a percentage from 0 to 100, e.g. 5%%", s)
+	case !pct && t > 0 && t < 1:
+		return 0, fmt.Errorf("%q: the threshold is in percent; write %s%% for %s percent, or %g%% for the fraction %s", s, num, num, 100*t, num)
+	}
+	return t, nil
 }

@@ -3,6 +3,7 @@ package results
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -65,6 +66,26 @@ func FuzzRead(f *testing.F) {
 					}
 				}
 			}
+		}
+	})
+}
+
+// FuzzParseThreshold: a threshold that is accepted is a percentage from 0 to 100, and a bare
+// number below 1 is never taken.
+func FuzzParseThreshold(f *testing.F) {
+	for _, s := range []string{"5%", "5", "0.05", "0.05%", "0", "99.9%", "100", "-1", "nan", "inf%", " 2 % ", "1e1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := ParseThreshold(s)
+		if err != nil {
+			return
+		}
+		if !(p >= 0 && p < 100) {
+			t.Fatalf("ParseThreshold(%q) = %v, outside [0, 100)", s, p)
+		}
+		if p > 0 && p < 1 && !strings.Contains(s, "%") {
+			t.Fatalf("ParseThreshold(%q) = %v: a bare number below 1 was taken", s, p)
 		}
 	})
 }
