@@ -179,7 +179,7 @@ func openTelemetry(e *env, b gpu.Backend, lib string) (src telemetry.Source, vir
 	src, err = metrics.OpenNVML(lib)
 	switch {
 	case err != nil && lib != "":
-		return nil, false, &exitError{code: exitNoGPU, err: fmt.Errorf("--nvml-lib names a library that did not load: %w", err)}
+		return nil, false, &exitError{code: exitNoGPU, err: fmt.Errorf("--nvml-lib %s names a library that did not load: %w", lib, err)}
 	case err != nil:
 		fmt.Fprintf(e.stderr, "gpubench: %v; the telemetry checks are skipped\n", err)
 		return nil, false, nil

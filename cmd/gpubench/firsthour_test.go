@@ -126,7 +126,7 @@ func TestNamedLibraryMustLoad(t *testing.T) {
 		}
 	}
 	_, errOut, code := gpubenchProcess(t, []string{"GPUBENCH_CUDART=/nonexistent/libcudart.so"}, "allreduce", "-b", "1K", "-e", "1K")
-	if code != exitNoGPU || !strings.Contains(errOut, "$GPUBENCH_CUDART names a library that did not load") {
+	if code != exitNoGPU || !strings.Contains(errOut, "$GPUBENCH_CUDART /nonexistent/libcudart.so names a library that did not load") {
 		t.Errorf("GPUBENCH_CUDART: exit %d, %q", code, errOut)
 	}
 }

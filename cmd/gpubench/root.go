@@ -128,7 +128,7 @@ func (g *globals) namedLibs(nccl bool) string {
 	}{{"--cuda-lib", g.cudaLib, false}, {"$GPUBENCH_CUDART", os.Getenv("GPUBENCH_CUDART"), false},
 		{"--nccl-lib", g.ncclLib, true}, {"$GPUBENCH_NCCL", os.Getenv("GPUBENCH_NCCL"), true}} {
 		if v.value != "" && (nccl || !v.nccl) {
-			named = append(named, v.name)
+			named = append(named, v.name+" "+v.value)
 		}
 	}
 	return strings.Join(named, " and ")

@@ -53,7 +53,7 @@ func (f *serveFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 		if src, err = metrics.OpenNVML(f.nvmlLib); err != nil {
 			named := ""
 			if f.nvmlLib != "" {
-				named = "--nvml-lib"
+				named = "--nvml-lib " + f.nvmlLib
 			}
 			if err := g.noRealGPU(e, err, named); err != nil {
 				return err
