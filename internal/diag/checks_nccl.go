@@ -2,6 +2,7 @@ package diag
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -51,6 +52,13 @@ func osaDistance(a, b string) int {
 func closestNCCL(name string) (string, bool) {
 	up := strings.ToUpper(name)
 	best, bestD := "", 1<<30
+	longest := 0
+	for _, k := range knownNCCL {
+		longest = max(longest, len(k))
+	}
+	if len(up) > longest+2 { // more than two edits from every known name: no need to measure
+		return "", false
+	}
 	for _, k := range knownNCCL {
 		if d := osaDistance(up, k); d < bestD {
 			best, bestD = k, d
@@ -63,14 +71,7 @@ func closestNCCL(name string) (string, bool) {
 	return best, bestD <= limit
 }
 
-func isKnownNCCL(name string) bool {
-	for _, k := range knownNCCL {
-		if k == name {
-			return true
-		}
-	}
-	return false
-}
+func isKnownNCCL(name string) bool { return slices.Contains(knownNCCL, name) }
 
 // checkNCCLNames: every NCCL_* variable is one NCCL reads; NCCL ignores names it does not know,
 // silently.
