@@ -8,7 +8,7 @@ BIN     := bin/gpubench
 # go-nvml leaves NVML's symbols unresolved until they are called: the binary must bind lazily,
 # even where the toolchain defaults to -z now.
 LDFLAGS := -X main.version=$(VERSION) -X main.commitID=$(COMMIT) -extldflags=-Wl,-z,lazy
-FUZZTIME ?= 10s
+FUZZTIME ?= 6s
 # go-nvml's cgo wraps every NVML function, some of which NVML marks deprecated: gcc's warnings
 # about them say nothing about gpubench, and a new user reads them as a failed build.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
