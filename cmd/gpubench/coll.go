@@ -234,27 +234,24 @@ func (f *collFlags) options(cmd *cobra.Command, c *coll.Collective, seed uint64)
 	if opt.Graph > 0 && opt.Blocking == 3 {
 		opt.Blocking = 0 // as nccl-tests: -z 3 does not combine with -G
 	}
-	if f.dtype == "all" {
-		opt.DTypes = gpu.DTypes
-	} else {
-		d, err := gpu.ParseDType(f.dtype)
-		if err != nil {
-			return opt, usageErr("invalid -d: %v", err)
-		}
-		opt.DTypes = []gpu.DType{d}
+	if opt.DTypes, err = oneOrAll(f.dtype, gpu.DTypes, gpu.ParseDType); err != nil {
+		return opt, usageErr("invalid -d: %v", err)
 	}
 	if c.Reduces {
-		if f.op == "all" {
-			opt.Ops = gpu.RedOps
-		} else {
-			op, err := gpu.ParseRedOp(f.op)
-			if err != nil {
-				return opt, usageErr("invalid -o: %v", err)
-			}
-			opt.Ops = []gpu.RedOp{op}
+		if opt.Ops, err = oneOrAll(f.op, gpu.RedOps, gpu.ParseRedOp); err != nil {
+			return opt, usageErr("invalid -o: %v", err)
 		}
 	}
 	return opt, nil
+}
+
+// oneOrAll reads nccl-tests' -d or -o: one name, or "all".
+func oneOrAll[T any](s string, all []T, parse func(string) (T, error)) ([]T, error) {
+	if s == "all" {
+		return all, nil
+	}
+	v, err := parse(s)
+	return []T{v}, err
 }
 
 func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collective) error {
