@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/xml"
 	"image"
 	"image/color"
 	"image/png"
@@ -13,58 +12,22 @@ import (
 	"testing"
 
 	"gonum.org/v1/plot/plotutil"
+
+	"github.com/gpubench/gpubench/internal/plot/svgtest"
 )
 
-// svgInfo is what a test checks in an SVG: its size, the paths drawn, and the texts written.
-type svgInfo struct {
-	width, height string
-	paths         []svgPath
-	texts         []string
-}
-
-type svgPath struct{ d, style string }
-
-func parseSVG(t *testing.T, path string) svgInfo {
+// parseSVG reads an SVG file.
+func parseSVG(t *testing.T, path string) svgtest.SVG {
 	t.Helper()
-	f, err := os.Open(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var info svgInfo
-	dec := xml.NewDecoder(f)
-	inText := false
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			break
-		}
-		switch e := tok.(type) {
-		case xml.StartElement:
-			attr := map[string]string{}
-			for _, a := range e.Attr {
-				attr[a.Name.Local] = a.Value
-			}
-			switch e.Name.Local {
-			case "svg":
-				info.width, info.height = attr["width"], attr["height"]
-			case "path":
-				info.paths = append(info.paths, svgPath{d: attr["d"], style: attr["style"]})
-			case "text":
-				inText = true
-			}
-		case xml.CharData:
-			if inText {
-				info.texts = append(info.texts, string(e))
-			}
-		case xml.EndElement:
-			inText = false
-		}
+	svg, err := svgtest.Parse(data)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
-	if info.width == "" {
-		t.Fatalf("%s: no <svg> element with a width", path)
-	}
-	return info
+	return svg
 }
 
 func hexColor(c color.Color) string {
@@ -83,15 +46,15 @@ func TestPlotSVG(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 	svg := parseSVG(t, filepath.Join(dir, "busbw.svg"))
-	if svg.width != "600pt" || svg.height != "375pt" {
-		t.Errorf("size %s x %s; want 600pt x 375pt (800x500 CSS pixels)", svg.width, svg.height)
+	if svg.Width != "600pt" || svg.Height != "375pt" {
+		t.Errorf("size %s x %s; want 600pt x 375pt (800x500 CSS pixels)", svg.Width, svg.Height)
 	}
 	for i, name := range []string{"base", "slow", "j1"} {
 		stroke := "stroke:#" + hexColor(plotutil.Color(i))
 		lines := 0
-		for _, p := range svg.paths {
+		for _, p := range svg.Paths {
 			// the series' line: its colour, 6 sizes from 1M to 1G, so 5 segments
-			if strings.Contains(p.style, stroke) && strings.Contains(p.style, "stroke-width:1.5") && strings.Count(p.d, "L") == 5 {
+			if strings.Contains(p.Style, stroke) && strings.Contains(p.Style, "stroke-width:1.5") && strings.Count(p.D, "L") == 5 {
 				lines++
 			}
 		}
@@ -101,13 +64,13 @@ func TestPlotSVG(t *testing.T) {
 	}
 	legend := regexp.MustCompile(`^(base|slow|j1|nominal bus peak 450 GB/s \(nvlink\))$`)
 	n := 0
-	for _, text := range svg.texts {
+	for _, text := range svg.Texts {
 		if legend.MatchString(text) {
 			n++
 		}
 	}
-	if n != 4 || !slices.Contains(svg.texts, "allreduce: bus bandwidth against size") || !slices.Contains(svg.texts, "1G") {
-		t.Errorf("texts %q; want 4 legend entries, the title and size labels", svg.texts)
+	if n != 4 || !slices.Contains(svg.Texts, "allreduce: bus bandwidth against size") || !slices.Contains(svg.Texts, "1G") {
+		t.Errorf("texts %q; want 4 legend entries, the title and size labels", svg.Texts)
 	}
 }
 

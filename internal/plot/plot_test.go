@@ -2,7 +2,6 @@ package plot
 
 import (
 	"bytes"
-	"encoding/xml"
 	"fmt"
 	"image/color"
 	"image/png"
@@ -12,6 +11,7 @@ import (
 
 	"gonum.org/v1/plot/plotutil"
 
+	"github.com/gpubench/gpubench/internal/plot/svgtest"
 	"github.com/gpubench/gpubench/internal/results"
 )
 
@@ -40,44 +40,14 @@ func p2pFile() *results.File {
 		Matrices: map[string]results.Matrix{"uni_enabled": m, "bi_enabled": m}}}
 }
 
-type svgPath struct{ d, style string }
-
 // parseSVG returns an SVG's size, paths and texts.
-func parseSVG(t *testing.T, data []byte) (width, height string, paths []svgPath, texts []string) {
+func parseSVG(t *testing.T, data []byte) (width, height string, paths []svgtest.Path, texts []string) {
 	t.Helper()
-	dec := xml.NewDecoder(bytes.NewReader(data))
-	inText := false
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			break
-		}
-		switch e := tok.(type) {
-		case xml.StartElement:
-			attr := map[string]string{}
-			for _, a := range e.Attr {
-				attr[a.Name.Local] = a.Value
-			}
-			switch e.Name.Local {
-			case "svg":
-				width, height = attr["width"], attr["height"]
-			case "path":
-				paths = append(paths, svgPath{d: attr["d"], style: attr["style"]})
-			case "text":
-				inText = true
-			}
-		case xml.CharData:
-			if inText {
-				texts = append(texts, string(e))
-			}
-		case xml.EndElement:
-			inText = false
-		}
+	svg, err := svgtest.Parse(data)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if width == "" {
-		t.Fatal("no <svg> element with a width")
-	}
-	return width, height, paths, texts
+	return svg.Width, svg.Height, svg.Paths, svg.Texts
 }
 
 func hexColor(c color.Color) string {
@@ -99,14 +69,14 @@ func TestDrawSweep(t *testing.T) {
 	}
 	for i, label := range []string{"base out-of-place", "base in-place", "slow out-of-place", "slow in-place"} {
 		stroke := "stroke:" + hexColor(plotutil.Color(i))
-		var lines []svgPath
+		var lines []svgtest.Path
 		for _, p := range paths {
-			if strings.Contains(p.style, stroke) && strings.Contains(p.style, "stroke-width:1.5") && strings.Count(p.d, "L") == 5 {
+			if strings.Contains(p.Style, stroke) && strings.Contains(p.Style, "stroke-width:1.5") && strings.Count(p.D, "L") == 5 {
 				lines = append(lines, p)
 			}
 		}
 		dashed := strings.HasSuffix(label, " in-place")
-		if len(lines) != 1 || strings.Contains(lines[0].style, "stroke-dasharray") != dashed {
+		if len(lines) != 1 || strings.Contains(lines[0].Style, "stroke-dasharray") != dashed {
 			t.Errorf("%s: %d lines of 6 sizes in %s; want 1, dashed %v", label, len(lines), stroke, dashed)
 		}
 		if !slices.Contains(texts, label) {
