@@ -10,7 +10,6 @@ import (
 
 	"github.com/gpubench/gpubench/internal/diag"
 	"github.com/gpubench/gpubench/internal/gpu"
-	"github.com/gpubench/gpubench/internal/sim"
 	"github.com/gpubench/gpubench/internal/topo"
 )
 
@@ -75,9 +74,9 @@ func (f *diagFlags) run(cmd *cobra.Command, e *env, g *globals, read func(string
 		}
 		defer b.Close()
 		// The nominal figures come from the topology as written, without --sim-fault's slow links.
-		nominal, err := sim.LoadTopology(g.topology)
+		nominal, err := g.loadTopology()
 		if err != nil {
-			return usageErr("invalid --topology: %v", err)
+			return err
 		}
 		opt.Sim, opt.Backend, opt.Nominal = nominal.Name, b, nominal
 	} else {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpubench/gpubench/internal/coll"
 	"github.com/gpubench/gpubench/internal/cuda"
+	"github.com/gpubench/gpubench/internal/gpu"
 	"github.com/gpubench/gpubench/internal/input"
 	"github.com/gpubench/gpubench/internal/nccl"
 	"github.com/gpubench/gpubench/internal/report"
@@ -26,6 +27,7 @@ import (
 type globals struct {
 	backend  string
 	topology string
+	nodes    int // --nodes: the topology's first node this many times (0: as the file says)
 	output   string
 	seed     uint64
 	dataCap  string
@@ -62,6 +64,7 @@ func newRootCmd(e *env) *cobra.Command {
 	pf.StringVar(&g.cudaLib, "cuda-lib", "", "path of libcudart to load (default: $GPUBENCH_CUDART, then the usual sonames and folders)")
 	pf.StringVar(&g.ncclLib, "nccl-lib", "", "path of libnccl to load (default: $GPUBENCH_NCCL, then libnccl.so.2 and the usual folders)")
 	pf.StringVar(&g.topology, "topology", "dgx-h100", "simulated machine: a preset ("+strings.Join(sim.Presets(), ", ")+") or a topology file")
+	pf.IntVar(&g.nodes, "nodes", 0, "simulated machine: this many of the topology's first node, on its network (a cluster of 1,024 DGX H100: --topology dgx-h100 --nodes 1024)")
 	pf.StringVar(&g.output, "output", "table", "output format: "+strings.Join(report.Formats, ", ")+" (topo: table, json, dot)")
 	pf.Uint64Var(&g.seed, "seed", 0, "seed for the input data and the simulator's jitter")
 	pf.StringVar(&g.dataCap, "sim-data-cap", coll.FormatSize(sim.DefaultDataCap), "simulator: device memory backed by host memory; larger runs are timing-only")
@@ -118,6 +121,21 @@ func (g *globals) noRealGPU(e *env, err error, named string) error {
 	return nil
 }
 
+// loadTopology loads --topology, repeated --nodes times when asked.
+func (g *globals) loadTopology() (*gpu.Topology, error) {
+	t, err := sim.LoadTopology(g.topology)
+	if err != nil {
+		return nil, usageErr("invalid --topology: %v", err)
+	}
+	if g.nodes == 0 {
+		return t, nil
+	}
+	if t, err = t.WithNodes(g.nodes); err != nil {
+		return nil, usageErr("invalid --nodes: %v", err)
+	}
+	return t, nil
+}
+
 // namedLibs says which of --cuda-lib, --nccl-lib, $GPUBENCH_CUDART and $GPUBENCH_NCCL name a
 // library ("" when none does): naming one asks for the real GPUs.
 func (g *globals) namedLibs(nccl bool) string {
@@ -154,9 +172,9 @@ func (g *globals) openSim() (*sim.Backend, int64, error) {
 		}
 		opt.Faults = append(opt.Faults, fault)
 	}
-	topo, err := sim.LoadTopology(g.topology)
+	topo, err := g.loadTopology()
 	if err != nil {
-		return nil, 0, usageErr("invalid --topology: %v", err)
+		return nil, 0, err
 	}
 	b, err := sim.New(topo, opt)
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpubench/gpubench/internal/sim"
 	"github.com/gpubench/gpubench/internal/topo"
 )
 
@@ -99,9 +98,9 @@ func (f *topoFlags) run(cmd *cobra.Command, e *env, g *globals, discover func(to
 		}
 	}
 	if r == nil {
-		t, err := sim.LoadTopology(g.topology)
+		t, err := g.loadTopology()
 		if err != nil {
-			return usageErr("invalid --topology: %v", err)
+			return err
 		}
 		r = topo.FromTopology(t, p2pCap)
 	}

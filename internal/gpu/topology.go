@@ -9,10 +9,16 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 )
 
-// TopologyFormat is the value of a topology file's "format" field.
-const TopologyFormat = "gpubench-topology/1"
+// The values of a topology file's "format" field. Version 2 adds node templates with a count,
+// fabrics of leaves and spines, NVLink domains across hosts and GPU-to-NIC affinity; version 1
+// files keep loading unchanged.
+const (
+	TopologyFormat  = "gpubench-topology/1"
+	TopologyFormat2 = "gpubench-topology/2"
+)
 
 // LinkKind is a link's kind: what it is made of, which sets its protocol efficiencies and its
 // default latency.
@@ -59,7 +65,15 @@ type Topology struct {
 	Description string   `json:"description,omitempty"`
 	P2P         string   `json:"p2p,omitempty"` // "all" (default): same-node GPUs may use P2P; "none"
 	Network     *Network `json:"network,omitempty"`
-	Nodes       []Node   `json:"nodes"`
+	// Templates (version 2) are node bodies that entries of Nodes name with a count.
+	Templates map[string]Node `json:"templates,omitempty"`
+	// NVLinkDomainNodes (version 2), when above 1, makes every run of that many consecutive nodes
+	// one NVLink domain: their NVSwitches are one fabric (GB200 NVL72: 18 nodes of 4 GPUs).
+	NVLinkDomainNodes int    `json:"nvlink_domain_nodes,omitempty"`
+	Nodes             []Node `json:"nodes"`
+	// NoPXN routes traffic between nodes out of the sending GPU's own NIC, never over NVLink to
+	// the GPU next to the receiver's rail first (NCCL_PXN_DISABLE=1). Not part of the file.
+	NoPXN bool `json:"-"`
 
 	gpus  []gpuRef
 	verts map[string]int // "host/id" -> vertex
@@ -70,19 +84,40 @@ type Topology struct {
 	// per GPU at Validate rather than once per pair: up[g] and down[g] are the hops from GPU g
 	// to that NIC and back (nil without one), netEdge[v] a NIC vertex's link to the network.
 	up, down [][]Hop
-	nic      []int // GPU -> its nearest NIC's vertex, or -1
+	nic      []int // GPU -> its NIC's vertex (its "nic", else the nearest, balanced), or -1
 	netEdge  map[int]int
+	fabric   fabric
+	nvlPaths map[[2]int][]Hop // NVLink paths between GPUs of one node, for PXN, found on demand
+	mu       sync.Mutex       // guards nvlPaths
 }
 
-// Network is the fabric that joins the nodes' NICs (non-blocking).
+// Network is the fabric that joins the nodes' NICs. Version 1 knows only a non-blocking one;
+// version 2 describes leaves and spines as NCCL's users know them (docs/topology.md).
 type Network struct {
-	Kind      string  `json:"kind"` // infiniband, ethernet
-	LatencyUS float64 `json:"latency_us"`
+	Kind      string  `json:"kind"`       // infiniband, ethernet; version 2 adds roce and efa
+	LatencyUS float64 `json:"latency_us"` // each NIC's link to the fabric
+	// Layout: "" or "single" (one non-blocking switch), "rail" (a leaf per rail, i.e. per NIC
+	// index, for every NodesPerLeaf nodes: NVIDIA's rail-optimized design) or "fat-tree" (a leaf
+	// for every NodesPerLeaf nodes, all their NICs), with leaves joined by spines.
+	Layout       string `json:"layout,omitempty"`
+	NodesPerLeaf int    `json:"nodes_per_leaf,omitempty"`
+	// Tiers is 2 (leaf, spine) or 3 (leaf, spine, core): how many switches a message crosses
+	// between leaves. Oversubscription is a leaf's downlink over its uplink bandwidth (1: none).
+	Tiers            int     `json:"tiers,omitempty"`
+	Oversubscription float64 `json:"oversubscription,omitempty"`
+	SwitchLatencyUS  float64 `json:"switch_latency_us,omitempty"` // one switch crossed
+	// SHARP: the switches reduce in the network (NVIDIA SHARP), which NCCL's CollNet uses.
+	SHARP bool `json:"sharp,omitempty"`
 }
 
 // Node is one machine.
 type Node struct {
-	Hostname string   `json:"hostname"`
+	Hostname string `json:"hostname"`
+	// Template and Count (version 2): this entry stands for Count nodes (1 if 0) whose parts are
+	// the template's, named Hostname with "{i}" replaced by 0, 1, ... (or Hostname-i when Hostname
+	// has no "{i}" and Count is above 1).
+	Template string   `json:"template,omitempty"`
+	Count    int      `json:"count,omitempty"`
 	CPUs     []CPU    `json:"cpus"`
 	GPUs     []GPU    `json:"gpus"`
 	Switches []Switch `json:"switches,omitempty"`
@@ -110,6 +145,10 @@ type GPU struct {
 
 	// What `gpubench topo` records of a real GPU beside its wiring; the simulator shows these
 	// facts but does not use them. Zero and absent mean not recorded.
+	// NIC (version 2) names the NIC this GPU's traffic between nodes leaves by (its rail);
+	// without it, the nearest NIC, spreading GPUs that are equally near over their NICs.
+	NIC string `json:"nic,omitempty"`
+
 	CPUAffinity  string `json:"cpu_affinity,omitempty"`     // CPUs local to the GPU, a Linux CPU list: "0-55,112-167"
 	PCIeGen      int    `json:"pcie_gen,omitempty"`         // PCIe link generation when recorded (idle GPUs lower it)
 	PCIeWidth    int    `json:"pcie_width,omitempty"`       // PCIe link width when recorded
@@ -170,7 +209,7 @@ var pcieLaneGBs = map[int]float64{1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938,
 // Default per-hop latencies (µs) where a link gives none; see docs/model.md.
 var defaultLatencyUS = map[LinkKind]float64{LinkNVLink: 0.5, LinkPCIe: 0.25, LinkSMP: 0.5, LinkNet: 2.0}
 
-var netKinds = map[string]bool{"infiniband": true, "ethernet": true}
+var netKinds = map[string]bool{"infiniband": true, "ethernet": true, "roce": true, "efa": true}
 
 var (
 	idPattern      = regexp.MustCompile(`^[A-Za-z0-9_.:-]+$`)
@@ -195,16 +234,13 @@ func ParseTopology(data []byte) (*Topology, error) {
 	return &t, nil
 }
 
-// Validate checks the topology and builds its routing graph; an empty p2p becomes "all".
+// Validate checks the topology and builds its routing graph; an empty p2p becomes "all", a
+// version 2 file's templates become nodes, and a network's defaults are filled in.
 func (t *Topology) Validate() error {
 	if err := t.checkHeader(); err != nil {
 		return err
 	}
-	t.gpus, t.verts, t.kinds, t.edges, t.adj, t.netEdge = nil, map[string]int{}, nil, nil, nil, map[int]int{}
-	fabric := -1
-	if t.Network != nil {
-		fabric = t.addVertex("fabric")
-	}
+	t.gpus, t.verts, t.kinds, t.edges, t.adj, t.netEdge, t.nvlPaths = nil, map[string]int{}, nil, nil, nil, map[int]int{}, nil
 	hosts := map[string]bool{}
 	for ni := range t.Nodes {
 		n := &t.Nodes[ni]
@@ -212,7 +248,7 @@ func (t *Topology) Validate() error {
 			return fmt.Errorf("node %d: hostname %q is missing, malformed or used twice", ni, n.Hostname)
 		}
 		hosts[n.Hostname] = true
-		if err := t.addParts(ni, fabric); err != nil {
+		if err := t.addParts(ni); err != nil {
 			return err
 		}
 		for li, l := range n.Links {
@@ -221,13 +257,9 @@ func (t *Topology) Validate() error {
 			}
 		}
 	}
-	// Between nodes, each GPU's way to its nearest NIC, found once.
-	t.nic, t.up, t.down = make([]int, len(t.gpus)), make([][]Hop, len(t.gpus)), make([][]Hop, len(t.gpus))
-	for g, ref := range t.gpus {
-		t.nic[g] = t.nearestNIC(ref.vert)
-		if t.nic[g] >= 0 {
-			t.up[g], t.down[g] = t.bfs(ref.vert, t.nic[g], LinkPCIe, LinkSMP), t.bfs(t.nic[g], ref.vert, LinkPCIe, LinkSMP)
-		}
+	t.buildFabric()
+	if err := t.assignNICs(); err != nil {
+		return err
 	}
 	// Every GPU must reach every other one.
 	return t.checkReach()
@@ -235,8 +267,8 @@ func (t *Topology) Validate() error {
 
 // checkHeader checks the top-level fields and the limits, before any part is looked at.
 func (t *Topology) checkHeader() error {
-	if t.Format != TopologyFormat {
-		return fmt.Errorf("topology format is %q; want %q", t.Format, TopologyFormat)
+	if t.Format != TopologyFormat && t.Format != TopologyFormat2 {
+		return fmt.Errorf("topology format is %q; want %q or %q", t.Format, TopologyFormat, TopologyFormat2)
 	}
 	if t.Name == "" {
 		return fmt.Errorf("topology has no name")
@@ -247,6 +279,9 @@ func (t *Topology) checkHeader() error {
 	case "all", "none":
 	default:
 		return fmt.Errorf("topology p2p is %q; want \"all\" or \"none\"", t.P2P)
+	}
+	if err := t.expand(); err != nil {
+		return err
 	}
 	if err := t.checkText(); err != nil {
 		return err
@@ -263,6 +298,8 @@ func (t *Topology) checkHeader() error {
 		return fmt.Errorf("network kind %q; want infiniband or ethernet", t.Network.Kind)
 	case t.Network != nil && (t.Network.LatencyUS < 0 || t.Network.LatencyUS > 1e6):
 		return fmt.Errorf("network latency_us %v is out of range", t.Network.LatencyUS)
+	case t.Network != nil:
+		return t.Network.check()
 	}
 	return nil
 }
@@ -287,9 +324,9 @@ func (t *Topology) addPart(host, id, kind string) error {
 	return nil
 }
 
-// addParts checks node ni's CPUs, GPUs, switches and NICs and adds them to the graph, with each
-// NIC's link to the network's vertex fabric (-1: none).
-func (t *Topology) addParts(ni, fabric int) error {
+// addParts checks node ni's CPUs, GPUs, switches and NICs and adds them to the graph. The
+// NVSwitches of nodes in one NVLink domain are one vertex, shared.
+func (t *Topology) addParts(ni int) error {
 	n := &t.Nodes[ni]
 	if len(n.GPUs) == 0 {
 		return fmt.Errorf("node %s has no GPUs", n.Hostname)
@@ -315,6 +352,14 @@ func (t *Topology) addParts(ni, fabric int) error {
 		if err := t.addPart(n.Hostname, s.ID, s.Kind); err != nil {
 			return err
 		}
+		if d := t.domainOf(ni); s.Kind == "nvswitch" && t.NVLinkDomainNodes > 1 {
+			key := fmt.Sprintf("nvlink-domain-%d/%s", d, s.ID)
+			if shared, ok := t.verts[key]; ok {
+				t.verts[n.Hostname+"/"+s.ID] = shared // the part just added stays unlinked
+			} else {
+				t.verts[key] = t.verts[n.Hostname+"/"+s.ID]
+			}
+		}
 	}
 	for _, c := range n.NICs {
 		if err := t.addPart(n.Hostname, c.ID, "nic"); err != nil {
@@ -326,15 +371,6 @@ func (t *Topology) addParts(ni, fabric int) error {
 		if !(c.Gbps >= 8*MinGBs && c.Gbps < 1e6) {
 			return fmt.Errorf("node %s nic %s: gbps %v is out of range [%g, 1e6)", n.Hostname, c.ID, c.Gbps, 8*MinGBs)
 		}
-		if fabric < 0 {
-			continue
-		}
-		lat := t.Network.LatencyUS
-		if lat == 0 {
-			lat = defaultLatencyUS[LinkNet]
-		}
-		t.netEdge[len(t.kinds)-1] = len(t.edges)
-		t.addEdge(len(t.kinds)-1, fabric, LinkNet, c.Gbps/8, lat) // NIC first: a NIC leaves Forward
 	}
 	return nil
 }
@@ -500,14 +536,14 @@ type Path struct {
 // (through host memory when P2P is off), and through the nodes' nearest NICs between nodes.
 func (t *Topology) Route(a, b int) Path {
 	va, vb := t.gpus[a].vert, t.gpus[b].vert
-	if t.gpus[a].node != t.gpus[b].node {
-		if t.nic[a] < 0 || t.nic[b] < 0 {
-			return Path{}
+	if na, nb := t.gpus[a].node, t.gpus[b].node; na != nb {
+		if t.domainOf(na) != t.domainOf(nb) {
+			return t.netRoute(a, b)
 		}
-		ea, eb := t.netEdge[t.nic[a]], t.netEdge[t.nic[b]]
-		hops := make([]Hop, 0, len(t.up[a])+2+len(t.down[b]))
-		hops = append(append(hops, t.up[a]...), Hop{Edge: ea, Forward: true}, Hop{Edge: eb, Forward: false})
-		return t.path(append(hops, t.down[b]...), PathNET)
+		if h := t.nvlPath(a, b); h != nil { // one NVLink domain across hosts
+			return t.path(h, PathNVL)
+		}
+		return Path{}
 	}
 	if t.P2P == "all" {
 		if h := t.bfs(va, vb, LinkNVLink); h != nil {
@@ -550,18 +586,37 @@ func (t *Topology) HostPath(g int, toGPU bool) Path {
 	return t.path(t.bfs(v, cpu, LinkPCIe), PathPHB)
 }
 
-// RouteVia routes between GPUs on different nodes through the given NIC vertices.
+// RouteVia routes between GPUs on different nodes through the given NIC vertices. When a's way to
+// nicA crosses a CPU and the GPU that owns nicA is an NVLink away, the data goes over NVLink to
+// it first (NCCL's PXN), unless NoPXN.
 func (t *Topology) RouteVia(a, b, nicA, nicB int) Path {
 	if nicA < 0 || nicB < 0 {
 		return Path{}
 	}
 	h1 := t.bfs(t.gpus[a].vert, nicA, LinkPCIe, LinkSMP)
-	h2 := t.bfs(nicA, nicB, LinkNet)
+	if !t.NoPXN && (h1 == nil || t.crossesCPU(h1)) {
+		if peer := t.railGPU(a, t.fabric.railOf[nicA]); peer >= 0 && peer != a && t.nic[peer] == nicA {
+			if nvl := t.nvlPath(a, peer); nvl != nil {
+				h1 = append(append([]Hop(nil), nvl...), t.up[peer]...)
+			}
+		}
+	}
 	h3 := t.bfs(nicB, t.gpus[b].vert, LinkPCIe, LinkSMP)
-	if h1 == nil || h2 == nil || h3 == nil {
+	if h1 == nil || h3 == nil {
 		return Path{}
 	}
-	return t.path(append(append(h1, h2...), h3...), PathNET)
+	return t.path(append(append(h1, t.netHops(nicA, nicB)...), h3...), PathNET)
+}
+
+// crossesCPU says whether a path passes through a CPU.
+func (t *Topology) crossesCPU(h []Hop) bool {
+	for _, x := range h {
+		e := t.edges[x.Edge]
+		if x.Forward && t.kinds[e.b] == "cpu" || !x.Forward && t.kinds[e.a] == "cpu" {
+			return true
+		}
+	}
+	return false
 }
 
 // NICs returns the NIC vertices of node n, in file order.

@@ -1,0 +1,323 @@
+package gpu
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Version 2 of the topology format: a cluster is node templates times counts plus a fabric
+// (docs/topology.md). Loading expands it into the same nodes a version 1 file lists, sharing each
+// template's parts (nothing is copied per node but its name), and builds the fabric's leaves and
+// spine as parts of the routing graph.
+
+// expand turns templated entries of Nodes into nodes, and checks what version 2 adds.
+func (t *Topology) expand() error {
+	v2 := t.Format == TopologyFormat2
+	if !v2 && (t.Templates != nil || t.NVLinkDomainNodes != 0) {
+		return fmt.Errorf("templates and nvlink_domain_nodes need format %q", TopologyFormat2)
+	}
+	if n := t.Network; n != nil && !v2 && (n.Layout != "" || n.NodesPerLeaf != 0 || n.Tiers != 0 || n.Oversubscription != 0 || n.SwitchLatencyUS != 0 || n.SHARP) {
+		return fmt.Errorf("network layout, nodes_per_leaf, tiers, oversubscription, switch_latency_us and sharp need format %q", TopologyFormat2)
+	}
+	total := 0
+	for i, n := range t.Nodes {
+		switch {
+		case n.Template == "" && n.Count != 0:
+			return fmt.Errorf("node %d: count %d without a template", i, n.Count)
+		case n.Template == "":
+			total++
+			continue
+		case !v2:
+			return fmt.Errorf("node %d: template needs format %q", i, TopologyFormat2)
+		case n.Count < 0:
+			return fmt.Errorf("node %d: count %d is negative", i, n.Count)
+		case len(n.CPUs)+len(n.GPUs)+len(n.Switches)+len(n.NICs)+len(n.Links) > 0:
+			return fmt.Errorf("node %d: a node from template %q lists no parts of its own", i, n.Template)
+		}
+		tpl, ok := t.Templates[n.Template]
+		if !ok {
+			return fmt.Errorf("node %d: no template %q", i, n.Template)
+		}
+		if tpl.Template != "" || tpl.Count != 0 || tpl.Hostname != "" {
+			return fmt.Errorf("template %q: a template is a node's parts, without hostname, template or count", n.Template)
+		}
+		count := max(n.Count, 1)
+		if len(tpl.GPUs) > 0 && count > MaxGPUs/len(tpl.GPUs) {
+			return fmt.Errorf("node %d: %d nodes of %d GPUs; gpubench takes at most %d GPUs", i, count, len(tpl.GPUs), MaxGPUs)
+		}
+		total += count
+	}
+	if total > MaxGPUs {
+		return fmt.Errorf("topology %s has %d nodes; gpubench takes at most %d", t.Name, total, MaxGPUs)
+	}
+	nodes := make([]Node, 0, total)
+	for _, n := range t.Nodes {
+		if n.Template == "" {
+			nodes = append(nodes, n)
+			continue
+		}
+		tpl := t.Templates[n.Template]
+		count := max(n.Count, 1)
+		for i := range count {
+			host := n.Hostname
+			switch {
+			case strings.Contains(host, "{i}"):
+				host = strings.ReplaceAll(host, "{i}", strconv.Itoa(i))
+			case count > 1:
+				host += "-" + strconv.Itoa(i)
+			}
+			nodes = append(nodes, Node{Hostname: host, CPUs: tpl.CPUs, GPUs: tpl.GPUs, Switches: tpl.Switches, NICs: tpl.NICs, Links: tpl.Links})
+		}
+	}
+	t.Nodes, t.Templates = nodes, nil
+	if t.NVLinkDomainNodes < 0 || t.NVLinkDomainNodes > len(t.Nodes) {
+		return fmt.Errorf("nvlink_domain_nodes %d: use a count of nodes from 2 to %d, or leave it out", t.NVLinkDomainNodes, len(t.Nodes))
+	}
+	return nil
+}
+
+// WithNodes returns the topology's first node repeated count times, named HOST-0, HOST-1, ..., on
+// the topology's network (or, without one, a non-blocking InfiniBand fabric): what --nodes asks
+// of a preset or file. The result is validated.
+func (t *Topology) WithNodes(count int) (*Topology, error) {
+	if count < 1 || len(t.Nodes) == 0 || count > MaxGPUs/max(len(t.Nodes[0].GPUs), 1) {
+		return nil, fmt.Errorf("--nodes %d: use 1 to %d nodes of %d GPUs", count, MaxGPUs/max(len(t.Nodes[0].GPUs), 1), len(t.Nodes[0].GPUs))
+	}
+	first := t.Nodes[0]
+	host := first.Hostname
+	if len(t.Nodes) > 1 { // a cluster's first node is HOST-0: its template's name is HOST
+		host = strings.TrimSuffix(host, "-0")
+	}
+	c := &Topology{Format: TopologyFormat2, Name: fmt.Sprintf("%s x%d", t.Name, count), Description: t.Description,
+		P2P: t.P2P, Network: t.Network, NVLinkDomainNodes: t.NVLinkDomainNodes,
+		Templates: map[string]Node{"node": {CPUs: first.CPUs, GPUs: first.GPUs, Switches: first.Switches, NICs: first.NICs, Links: first.Links}},
+		Nodes:     []Node{{Hostname: host + "-{i}", Template: "node", Count: count}}}
+	if count == 1 {
+		c.Nodes[0].Hostname = host
+	}
+	if c.Network == nil && count > 1 {
+		c.Network = &Network{Kind: "infiniband"}
+	}
+	if c.NVLinkDomainNodes > count {
+		c.NVLinkDomainNodes = count
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// fabric is the network between the nodes: leaves that NICs plug into and, with more than one
+// leaf, a spine they all reach through an uplink.
+type fabric struct {
+	layout string
+	perLeaf int
+	leaves  map[[2]int]int // (rail or -1, group) -> leaf vertex
+	leafOf  map[int]int    // NIC vertex -> its leaf vertex
+	uplink  map[int]int    // leaf vertex -> the edge to the spine
+	spine   int            // -1 with one leaf
+	railOf  map[int]int    // NIC vertex -> its index in its node: its rail
+}
+
+// domainOf is node n's NVLink domain: nodes in one domain share their NVSwitches.
+func (t *Topology) domainOf(n int) int {
+	if t.NVLinkDomainNodes > 1 {
+		return n / t.NVLinkDomainNodes
+	}
+	return n
+}
+
+// DomainOf is the NVLink domain of GPU i: its node's index, or with nvlink_domain_nodes the
+// index of its run of nodes. GPUs of one domain reach each other over NVLink.
+func (t *Topology) DomainOf(i int) int { return t.domainOf(t.gpus[i].node) }
+
+// check checks the version 2 fabric fields.
+func (n *Network) check() error {
+	switch n.Layout {
+	case "", "single", "rail", "fat-tree":
+	default:
+		return fmt.Errorf("network layout %q; want single, rail or fat-tree", n.Layout)
+	}
+	switch {
+	case n.NodesPerLeaf < 0 || n.NodesPerLeaf > MaxGPUs:
+		return fmt.Errorf("network nodes_per_leaf %d is out of range", n.NodesPerLeaf)
+	case n.Tiers != 0 && n.Tiers != 2 && n.Tiers != 3:
+		return fmt.Errorf("network tiers %d; want 2 or 3", n.Tiers)
+	case n.Oversubscription != 0 && !(n.Oversubscription >= 1 && n.Oversubscription <= 64):
+		return fmt.Errorf("network oversubscription %v; want a ratio from 1 (none) to 64", n.Oversubscription)
+	case n.SwitchLatencyUS < 0 || n.SwitchLatencyUS > 1e3:
+		return fmt.Errorf("network switch_latency_us %v is out of range", n.SwitchLatencyUS)
+	}
+	return nil
+}
+
+// settings are the fabric's layout, nodes per leaf, tiers and oversubscription with their
+// defaults: one non-blocking switch; 32 nodes a leaf (a DGX SuperPOD scalable unit) for rail and
+// fat-tree layouts; two tiers; no oversubscription.
+func (n *Network) settings() (layout string, perLeaf, tiers int, over float64) {
+	layout, perLeaf, tiers, over = n.Layout, n.NodesPerLeaf, n.Tiers, n.Oversubscription
+	if layout == "" {
+		layout = "single"
+	}
+	if perLeaf == 0 {
+		perLeaf = 32
+	}
+	if tiers == 0 {
+		tiers = 2
+	}
+	if over == 0 {
+		over = 1
+	}
+	return layout, perLeaf, tiers, over
+}
+
+// buildFabric joins every NIC to its leaf, and the leaves to a spine.
+func (t *Topology) buildFabric() {
+	f := fabric{leaves: map[[2]int]int{}, leafOf: map[int]int{}, uplink: map[int]int{}, spine: -1, railOf: map[int]int{}}
+	defer func() { t.fabric = f }()
+	if t.Network == nil {
+		for _, n := range t.Nodes {
+			for r, c := range n.NICs {
+				f.railOf[t.verts[n.Hostname+"/"+c.ID]] = r
+			}
+		}
+		return
+	}
+	net := t.Network
+	layout, perLeaf, tiers, over := net.settings()
+	f.layout, f.perLeaf = layout, perLeaf
+	lat := net.LatencyUS
+	if lat == 0 {
+		lat = defaultLatencyUS[LinkNet]
+	}
+	nicsOnLeaf := map[int]float64{} // leaf -> the NICs' bandwidth into it
+	for ni, n := range t.Nodes {
+		for r, c := range n.NICs {
+			v := t.verts[n.Hostname+"/"+c.ID]
+			f.railOf[v] = r
+			key := [2]int{-1, 0}
+			switch f.layout {
+			case "rail":
+				key = [2]int{r, ni / f.perLeaf}
+			case "fat-tree":
+				key = [2]int{-1, ni / f.perLeaf}
+			}
+			leaf, ok := f.leaves[key]
+			if !ok {
+				leaf = t.addVertex("fabric")
+				f.leaves[key] = leaf
+			}
+			f.leafOf[v] = leaf
+			t.netEdge[v] = len(t.edges)
+			t.addEdge(v, leaf, LinkNet, c.Gbps/8, lat) // NIC first: a NIC leaves Forward
+			nicsOnLeaf[leaf] += c.Gbps / 8
+		}
+	}
+	if len(f.leaves) > 1 {
+		f.spine = t.addVertex("fabric")
+		hop := net.SwitchLatencyUS * float64(2*(tiers-1)) // up and down the tiers above the leaf
+		for _, leaf := range f.leaves {
+			f.uplink[leaf] = len(t.edges)
+			t.addEdge(leaf, f.spine, LinkNet, nicsOnLeaf[leaf]/over, hop)
+		}
+	}
+}
+
+// netHops is the way from NIC vertex x to NIC vertex y through the fabric.
+func (t *Topology) netHops(x, y int) []Hop {
+	f := &t.fabric
+	hops := []Hop{{Edge: t.netEdge[x], Forward: true}}
+	if lx, ly := f.leafOf[x], f.leafOf[y]; lx != ly {
+		hops = append(hops, Hop{Edge: f.uplink[lx], Forward: true}, Hop{Edge: f.uplink[ly], Forward: false})
+	}
+	return append(hops, Hop{Edge: t.netEdge[y], Forward: false})
+}
+
+// assignNICs gives every GPU the NIC its traffic between nodes leaves by: the one its "nic"
+// names, else the nearest, and among NICs equally near the one fewest GPUs have taken so far, as
+// NCCL spreads GPUs over NICs.
+func (t *Topology) assignNICs() error {
+	t.nic, t.up, t.down = make([]int, len(t.gpus)), make([][]Hop, len(t.gpus)), make([][]Hop, len(t.gpus))
+	taken := map[int]int{}
+	for g, ref := range t.gpus {
+		gp, n := t.GPU(g)
+		t.nic[g] = -1
+		switch {
+		case gp.NIC != "":
+			v, ok := t.verts[n.Hostname+"/"+gp.NIC]
+			if !ok || t.kinds[v] != "nic" {
+				return fmt.Errorf("node %s gpu %s: nic %q is not a NIC of the node", n.Hostname, gp.ID, gp.NIC)
+			}
+			t.nic[g] = v
+		case len(n.NICs) > 0:
+			best, bestHops := -1, 0
+			for _, c := range n.NICs {
+				v := t.verts[n.Hostname+"/"+c.ID]
+				h := t.bfs(ref.vert, v, LinkPCIe, LinkSMP)
+				if h == nil {
+					continue
+				}
+				if best < 0 || len(h) < bestHops || len(h) == bestHops && taken[v] < taken[best] {
+					best, bestHops = v, len(h)
+				}
+			}
+			t.nic[g] = best
+		}
+		if v := t.nic[g]; v >= 0 {
+			taken[v]++
+			t.up[g], t.down[g] = t.bfs(ref.vert, v, LinkPCIe, LinkSMP), t.bfs(v, ref.vert, LinkPCIe, LinkSMP)
+			if t.up[g] == nil {
+				return fmt.Errorf("node %s gpu %s: no PCIe path to its nic", n.Hostname, gp.ID)
+			}
+		}
+	}
+	return nil
+}
+
+// netRoute is the route from GPU a to GPU b in another NVLink domain: out through the NIC on b's
+// rail and into b through its own. With PXN (NCCL's default since 2.12) the data first crosses
+// NVLink to the GPU of a's node that owns that rail's NIC, so that it stays on one rail of the
+// fabric; without it (NoPXN, or no NVLink to that GPU), it leaves through a's own NIC.
+func (t *Topology) netRoute(a, b int) Path {
+	if t.nic[a] < 0 || t.nic[b] < 0 {
+		return Path{}
+	}
+	from, hops := a, []Hop(nil)
+	if rail := t.fabric.railOf[t.nic[b]]; !t.NoPXN && t.fabric.railOf[t.nic[a]] != rail {
+		if peer := t.railGPU(a, rail); peer >= 0 {
+			if h := t.nvlPath(a, peer); h != nil {
+				from, hops = peer, append(hops, h...)
+			}
+		}
+	}
+	hops = append(hops, t.up[from]...)
+	hops = append(hops, t.netHops(t.nic[from], t.nic[b])...)
+	return t.path(append(hops, t.down[b]...), PathNET)
+}
+
+// railGPU is a GPU of a's node whose NIC is on the given rail, or -1.
+func (t *Topology) railGPU(a, rail int) int {
+	first := a - t.gpus[a].index
+	for g := first; g < first+len(t.Nodes[t.gpus[a].node].GPUs); g++ {
+		if t.nic[g] >= 0 && t.fabric.railOf[t.nic[g]] == rail {
+			return g
+		}
+	}
+	return -1
+}
+
+// nvlPath is the NVLink path between two GPUs, remembered once found.
+func (t *Topology) nvlPath(a, b int) []Hop {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if h, ok := t.nvlPaths[[2]int{a, b}]; ok {
+		return h
+	}
+	if t.nvlPaths == nil {
+		t.nvlPaths = map[[2]int][]Hop{}
+	}
+	h := t.bfs(t.gpus[a].vert, t.gpus[b].vert, LinkNVLink)
+	t.nvlPaths[[2]int{a, b}] = h
+	return h
+}

@@ -1,0 +1,171 @@
+package gpu_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/gpubench/gpubench/internal/gpu"
+)
+
+// box is a node template with four GPUs on one NVSwitch, two PCIe switches each holding two GPUs
+// and two NICs, and one CPU: the shape of a DGX, halved.
+const box = `{"cpus": [{"id": "cpu0"}],
+ "gpus": [{"id": "g0", "name": "G", "memory_bytes": 1073741824, "memory_bandwidth_gbs": 1000, "compute_capability": "9.0"},
+          {"id": "g1", "name": "G", "memory_bytes": 1073741824, "memory_bandwidth_gbs": 1000, "compute_capability": "9.0"},
+          {"id": "g2", "name": "G", "memory_bytes": 1073741824, "memory_bandwidth_gbs": 1000, "compute_capability": "9.0"},
+          {"id": "g3", "name": "G", "memory_bytes": 1073741824, "memory_bandwidth_gbs": 1000, "compute_capability": "9.0"}],
+ "switches": [{"id": "nvs", "kind": "nvswitch", "nvls": true}, {"id": "p0", "kind": "pcie"}, {"id": "p1", "kind": "pcie"}],
+ "nics": [{"id": "n0", "kind": "infiniband", "gbps": 400}, {"id": "n1", "kind": "infiniband", "gbps": 400},
+          {"id": "n2", "kind": "infiniband", "gbps": 400}, {"id": "n3", "kind": "infiniband", "gbps": 400}],
+ "links": [{"a": "g0", "b": "nvs", "kind": "nvlink", "gbs": 450}, {"a": "g1", "b": "nvs", "kind": "nvlink", "gbs": 450},
+           {"a": "g2", "b": "nvs", "kind": "nvlink", "gbs": 450}, {"a": "g3", "b": "nvs", "kind": "nvlink", "gbs": 450},
+           {"a": "g0", "b": "p0", "kind": "pcie", "gen": 5, "width": 16}, {"a": "g1", "b": "p0", "kind": "pcie", "gen": 5, "width": 16},
+           {"a": "n0", "b": "p0", "kind": "pcie", "gen": 5, "width": 16}, {"a": "n1", "b": "p0", "kind": "pcie", "gen": 5, "width": 16},
+           {"a": "g2", "b": "p1", "kind": "pcie", "gen": 5, "width": 16}, {"a": "g3", "b": "p1", "kind": "pcie", "gen": 5, "width": 16},
+           {"a": "n2", "b": "p1", "kind": "pcie", "gen": 5, "width": 16}, {"a": "n3", "b": "p1", "kind": "pcie", "gen": 5, "width": 16},
+           {"a": "p0", "b": "cpu0", "kind": "pcie", "gen": 5, "width": 16}, {"a": "p1", "b": "cpu0", "kind": "pcie", "gen": 5, "width": 16}]}`
+
+func cluster(t *testing.T, extra string) *gpu.Topology {
+	t.Helper()
+	doc := `{"format": "gpubench-topology/2", "name": "c", "templates": {"box": ` + box + `}` + extra + `}`
+	topo, err := gpu.ParseTopology([]byte(doc))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, doc)
+	}
+	return topo
+}
+
+// A template with a count is that many nodes, named from the pattern, sharing the template's parts.
+func TestTemplatesExpand(t *testing.T) {
+	topo := cluster(t, `, "network": {"kind": "infiniband"}, "nodes": [{"hostname": "rack{i}", "template": "box", "count": 3}, {"hostname": "solo", "template": "box"}]`)
+	if topo.NumGPUs() != 16 || len(topo.Nodes) != 4 {
+		t.Fatalf("%d GPUs on %d nodes; want 16 on 4", topo.NumGPUs(), len(topo.Nodes))
+	}
+	if got := topo.GPUName(9); got != "rack2/g1" {
+		t.Errorf("GPU 9 is %s; want rack2/g1", got)
+	}
+	if got := topo.GPUName(12); got != "solo/g0" {
+		t.Errorf("GPU 12 is %s; want solo/g0", got)
+	}
+	// The expanded topology is a file the simulator reads again.
+	data, err := json.Marshal(topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := gpu.ParseTopology(data)
+	if err != nil || again.NumGPUs() != 16 {
+		t.Fatalf("round trip: %v", err)
+	}
+}
+
+// Two GPUs under one PCIe switch with two NICs each leave by their own NIC, not both by the first,
+// and a GPU's "nic" overrides the choice.
+func TestNICsAreSpreadOverGPUs(t *testing.T) {
+	topo := cluster(t, `, "network": {"kind": "infiniband"}, "nodes": [{"hostname": "a", "template": "box"}, {"hostname": "b", "template": "box"}]`)
+	// g1 (GPU 1) to b/g1 (GPU 5): both on rail 1, so no NVLink hop: up, NIC, NIC, down, and its
+	// NIC is not g0's.
+	p0, p1 := topo.Route(0, 4), topo.Route(1, 5)
+	if len(p1.Hops) != 6 || p1.Type != gpu.PathNET || p0.Hops[2].Edge == p1.Hops[2].Edge {
+		t.Errorf("a/g1 -> b/g1: %d hops, %s, NIC link %d (g0's: %d); want 6 hops through n1, not n0", len(p1.Hops), p1.Type, p1.Hops[2].Edge, p0.Hops[2].Edge)
+	}
+	var doc map[string]any
+	json.Unmarshal([]byte(box), &doc)
+	doc["gpus"].([]any)[1].(map[string]any)["nic"] = "n0"
+	pinned, _ := json.Marshal(doc)
+	topo2, err := gpu.ParseTopology([]byte(`{"format": "gpubench-topology/2", "name": "c", "network": {"kind": "infiniband"}, "templates": {"box": ` + string(pinned) + `},
+		"nodes": [{"hostname": "a", "template": "box"}, {"hostname": "b", "template": "box"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a/g1 now leaves by n0, as g0 does.
+	if p0, p1 := topo2.Route(0, 4), topo2.Route(1, 5); len(p1.Hops) != 6 || p0.Hops[2].Edge != p1.Hops[2].Edge {
+		t.Errorf("pinned a/g1 -> b/g1: %d hops; want 6 through n0", len(p1.Hops))
+	}
+	bad := strings.Replace(string(pinned), `"nic":"n0"`, `"nic":"n9"`, 1)
+	if _, err := gpu.ParseTopology([]byte(`{"format": "gpubench-topology/2", "name": "c", "templates": {"box": ` + bad + `}, "nodes": [{"hostname": "a", "template": "box"}]}`)); err == nil || !strings.Contains(err.Error(), `nic "n9" is not a NIC of the node`) {
+		t.Errorf("a nic that does not exist: %v", err)
+	}
+}
+
+// Between nodes, data for another rail crosses NVLink to the GPU on that rail first (PXN), so
+// that it stays on one rail of the fabric; with NoPXN it leaves by the sender's own NIC.
+func TestPXN(t *testing.T) {
+	topo := cluster(t, `, "network": {"kind": "infiniband", "layout": "rail", "nodes_per_leaf": 2}, "nodes": [{"hostname": "a", "template": "box"}, {"hostname": "b", "template": "box"}]`)
+	p := topo.Route(0, 7) // a/g0 (rail 0) -> b/g3 (rail 3)
+	if len(p.Hops) != 8 || topo.LinkKind(p.Hops[0].Edge) != gpu.LinkNVLink {
+		t.Errorf("PXN: %d hops starting with %s; want 8 starting over NVLink", len(p.Hops), topo.LinkKind(p.Hops[0].Edge))
+	}
+	topo.NoPXN = true
+	p = topo.Route(0, 7)
+	// Out by n0 on rail 0's leaf, through the spine to rail 3's leaf, in by n3.
+	if len(p.Hops) != 8 || topo.LinkKind(p.Hops[0].Edge) != gpu.LinkPCIe {
+		t.Errorf("without PXN: %d hops starting with %s; want 8 starting over PCIe", len(p.Hops), topo.LinkKind(p.Hops[0].Edge))
+	}
+}
+
+// A rail-optimized fabric: nodes of one leaf group meet on their rail's leaf, others through the
+// spine, whose uplinks carry a leaf's NICs divided by the oversubscription.
+func TestRailFabric(t *testing.T) {
+	topo := cluster(t, `, "network": {"kind": "infiniband", "layout": "rail", "nodes_per_leaf": 2, "oversubscription": 2},
+		"nodes": [{"hostname": "n{i}", "template": "box", "count": 4}]`)
+	same, other := topo.Route(0, 4), topo.Route(0, 8) // n0/g0 -> n1/g0 (same leaf) and -> n2/g0 (another)
+	if len(same.Hops) != 6 || len(other.Hops) != 8 {
+		t.Fatalf("hops %d within a leaf, %d across; want 6 and 8", len(same.Hops), len(other.Hops))
+	}
+	up := other.Hops[3].Edge // n0's NIC, its leaf, then the uplink
+	if got := topo.LinkGBs(up); got != 2*50/2.0 {
+		t.Errorf("uplink %v GB/s; want two 400G NICs over an oversubscription of 2 = 50", got)
+	}
+}
+
+// Nodes of one NVLink domain reach each other over NVLink through one shared NVSwitch.
+func TestNVLinkDomainAcrossHosts(t *testing.T) {
+	topo := cluster(t, `, "nvlink_domain_nodes": 2, "network": {"kind": "infiniband"}, "nodes": [{"hostname": "t{i}", "template": "box", "count": 4}]`)
+	if p := topo.Route(0, 7); p.Type != gpu.PathNVL || len(p.Hops) != 2 {
+		t.Errorf("t0/g0 -> t1/g3, one domain: %s, %d hops; want NVL through the shared switch", p.Type, len(p.Hops))
+	}
+	if p := topo.Route(0, 8); p.Type != gpu.PathNET {
+		t.Errorf("t0/g0 -> t2/g0, another domain: %s; want NET", p.Type)
+	}
+	if topo.DomainOf(7) != 0 || topo.DomainOf(8) != 1 {
+		t.Errorf("domains %d and %d; want 0 and 1", topo.DomainOf(7), topo.DomainOf(8))
+	}
+}
+
+// WithNodes repeats a one-node preset into a cluster, as --nodes does, in time and memory that
+// grow with the nodes (1,024 DGX H100 load in well under a second).
+func TestWithNodes(t *testing.T) {
+	one := loadPreset(t, "dgx-h100")
+	c, err := one.WithNodes(1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NumGPUs() != 8192 || c.GPUName(8191) != "dgx-h100-1023/gpu7" {
+		t.Errorf("%d GPUs, last %s", c.NumGPUs(), c.GPUName(8191))
+	}
+	if _, err := one.WithNodes(0); err == nil {
+		t.Error("0 nodes accepted")
+	}
+	if _, err := one.WithNodes(4096); err == nil || !strings.Contains(err.Error(), "use 1 to 2048 nodes of 8 GPUs") {
+		t.Errorf("4,096 nodes of 8 GPUs: %v", err)
+	}
+}
+
+// What version 2 adds is refused in a version 1 file, and bad version 2 fields are named.
+func TestVersion2Errors(t *testing.T) {
+	v1 := strings.Replace(`{"format": "gpubench-topology/2", "name": "c", "templates": {"box": `+box+`}, "nodes": [{"hostname": "a", "template": "box"}]}`, "/2", "/1", 1)
+	for _, c := range []struct{ doc, want string }{
+		{v1, `templates and nvlink_domain_nodes need format "gpubench-topology/2"`},
+		{`{"format": "gpubench-topology/2", "name": "c", "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a", "template": "tub"}]}`, `node 0: no template "tub"`},
+		{`{"format": "gpubench-topology/2", "name": "c", "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a", "template": "box", "count": -2}]}`, "count -2 is negative"},
+		{`{"format": "gpubench-topology/2", "name": "c", "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a", "count": 2}]}`, "count 2 without a template"},
+		{`{"format": "gpubench-topology/2", "name": "c", "network": {"kind": "infiniband", "layout": "torus"}, "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a{i}", "template": "box", "count": 2}]}`, `network layout "torus"`},
+		{`{"format": "gpubench-topology/2", "name": "c", "network": {"kind": "infiniband", "oversubscription": 0.5}, "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a{i}", "template": "box", "count": 2}]}`, "oversubscription 0.5"},
+		{`{"format": "gpubench-topology/2", "name": "c", "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a", "template": "box", "count": 100000}]}`, "gpubench takes at most 16384 GPUs"},
+	} {
+		if _, err := gpu.ParseTopology([]byte(c.doc)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v; want %q", err, c.want)
+		}
+	}
+}
