@@ -111,7 +111,7 @@ func (t *Topology) WithNodes(count int) (*Topology, error) {
 // fabric is the network between the nodes: leaves that NICs plug into and, with more than one
 // leaf, a spine they all reach through an uplink.
 type fabric struct {
-	layout string
+	layout  string
 	perLeaf int
 	leaves  map[[2]int]int // (rail or -1, group) -> leaf vertex
 	leafOf  map[int]int    // NIC vertex -> its leaf vertex

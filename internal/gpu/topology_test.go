@@ -189,9 +189,9 @@ func TestRoute(t *testing.T) {
 		{"pcie-4090x8", 0, 2, "SHM", 4, 1},
 		{"pcie-4090x8", 0, 5, "SHM", 5, 1.5}, // across the SMP link (0.5 µs)
 		{"pcie-4090x8", 7, 0, "SHM", 5, 1.5},
-		{"dgx-h100x2", 0, 8, "NET", 6, 5}, // gpu -> pcie -> nic -> fabric -> nic -> pcie -> gpu: 4 x 0.25 + 2 x 2
+		{"dgx-h100x2", 0, 8, "NET", 6, 5},  // gpu -> pcie -> nic -> fabric -> nic -> pcie -> gpu: 4 x 0.25 + 2 x 2
 		{"dgx-h100x2", 15, 3, "NET", 8, 6}, // PXN: over NVLink to the GPU on rail 3 (gpu11), then out through its NIC
-		{"dgx-h100x2", 8, 9, "NVL", 2, 1}, // within the second node
+		{"dgx-h100x2", 8, 9, "NVL", 2, 1},  // within the second node
 		{"dgx-h100x2", 0, 7, "NVL", 2, 1},
 	}
 	for _, tc := range tests {
