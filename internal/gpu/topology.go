@@ -737,8 +737,15 @@ type Flow struct {
 // LinkLoad returns the time in µs the flows take when they run together and share every link's
 // capacity in each direction, each link derated by eff(kind) and by any slow-link fault.
 func (t *Topology) LinkLoad(flows []Flow, eff func(LinkKind) float64) float64 {
-	us, _ := t.load(flows, func(e edge) float64 { return e.gbs * e.slow * eff(e.kind) })
+	us, _ := t.LinkLoadKind(flows, eff)
 	return us
+}
+
+// LinkLoadKind is LinkLoad and the kind of the link that sets it (the network's kind for a NIC's
+// link or an uplink).
+func (t *Topology) LinkLoadKind(flows []Flow, eff func(LinkKind) float64) (float64, string) {
+	us, kind := t.load(flows, func(e edge) float64 { return e.gbs * e.slow * eff(e.kind) })
+	return us, string(kind)
 }
 
 // load returns the flows' time in µs over links of the given capacities (GB/s), and the kind of

@@ -32,6 +32,10 @@ type Options struct {
 	// HubHost is the address that a communicator spanning processes listens on in rank 0's
 	// process (world.go): rank 0's host as the other processes reach it. Empty means loopback.
 	HubHost string
+	// Env holds the NCCL_* variables that steer the simulated NCCL as they steer NCCL:
+	// NCCL_ALGO, NCCL_PROTO, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, NCCL_NVLS_ENABLE,
+	// NCCL_COLLNET_ENABLE, NCCL_P2P_DISABLE and NCCL_PXN_DISABLE (docs/model.md).
+	Env map[string]string
 }
 
 // Backend is the simulator. It is safe for use by one goroutine at a time.
@@ -73,6 +77,18 @@ func New(t *gpu.Topology, opt Options) (*Backend, error) {
 	}
 	if !(opt.Jitter >= 0 && opt.Jitter <= 1) {
 		return nil, fmt.Errorf("jitter %v is out of range [0, 1]", opt.Jitter)
+	}
+	if err := CheckEnv(opt.Env); err != nil {
+		return nil, err
+	}
+	if env := parseTunerEnv(opt.Env); env.p2pDisable || env.noPXN {
+		t.NoPXN = env.noPXN
+		if env.p2pDisable && t.P2P != "none" { // every GPU-to-GPU byte through host memory
+			t.P2P = "none"
+			if err := t.Validate(); err != nil {
+				return nil, fmt.Errorf("NCCL_P2P_DISABLE=1: %v", err)
+			}
+		}
 	}
 	b := &Backend{topo: t, opt: opt, rng: rand.New(rand.NewPCG(opt.Seed, 0x9e3779b97f4a7c15))}
 	for i := 0; i < t.NumGPUs(); i++ {
@@ -298,7 +314,7 @@ func (b *Backend) NewComm(devices []int) (gpu.Comm, error) {
 		return nil, fmt.Errorf("sim comm: no devices: %w", gpu.ErrInvalid)
 	}
 	devs := append([]int(nil), devices...)
-	return &comm{b: b, devs: devs, host: devs, m: newModel(b.topo, devices)}, nil
+	return &comm{b: b, devs: devs, host: devs, m: newModel(b.topo, devices, b.opt.Env)}, nil
 }
 
 // Synchronize is Comm.Synchronize for the given devices.

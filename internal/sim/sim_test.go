@@ -41,18 +41,18 @@ func TestModelMatchesNCCL(t *testing.T) {
 		small, large string  // the tuner's pick at 8 B and 1 GiB all-reduce
 		busLo, busHi float64 // all-reduce busbw at 1 GiB, GB/s
 	}{
-		{"dgx-h100", 370.8, "Ring/LL", "NVLS/Simple", 470, 485},    // ~480 NVLS measured
-		{"hgx-h200", 370.8, "Ring/LL", "NVLS/Simple", 470, 485},    // same fabric
-		{"dgx-a100", 240, "Ring/LL", "Ring/Simple", 230, 240},      // NCCL model 240, ~230 measured
-		{"dgx-h100x2", 384, "Tree/LL", "Ring/Simple", 365, 385},    // 8 NICs x 46-48 GB/s
-		{"pcie-l40sx4", 24, "Ring/LL", "Ring/Simple", 23, 24.01},   // Gen4 x16 as NCCL counts it
-		{"pcie-4090x8", 12, "Ring/LL", "Ring/Simple", 11.5, 12.01}, // two GPUs share each uplink
+		{"dgx-h100", 370.8, "Ring/LL", "NVLS/Simple", 470, 485},     // ~480 NVLS measured
+		{"hgx-h200", 370.8, "Ring/LL", "NVLS/Simple", 470, 485},     // same fabric
+		{"dgx-a100", 240, "Ring/LL", "Ring/Simple", 230, 240},       // NCCL model 240, ~230 measured
+		{"dgx-h100x2", 384, "Tree/LL", "NVLSTree/Simple", 445, 465}, // NVLink SHARP in each node, a tree between: 8 channels x 57.7 (NCCL's cap)
+		{"pcie-l40sx4", 24, "Ring/LL", "Ring/Simple", 23, 24.01},    // Gen4 x16 as NCCL counts it
+		{"pcie-4090x8", 12, "Ring/LL", "Ring/Simple", 11.5, 12.01},  // two GPUs share each uplink
 	}
 	for _, c := range cases {
 		t.Run(c.topo, func(t *testing.T) {
 			t.Parallel()
 			b := backend(t, c.topo, Options{})
-			m := newModel(b.topo, ranks(b.topo.NumGPUs()))
+			m := newModel(b.topo, ranks(b.topo.NumGPUs()), nil)
 			if math.Abs(m.ringBus-c.ringBus) > 1e-6 {
 				t.Errorf("ring bus bandwidth %v; want %v", m.ringBus, c.ringBus)
 			}
@@ -74,13 +74,13 @@ func TestModelMatchesNCCL(t *testing.T) {
 // LL128 is NCCL's default only over NVLink; PCIe machines never pick it.
 func TestLL128OnlyOverNVLink(t *testing.T) {
 	t.Parallel()
-	pcie := newModel(backend(t, "pcie-l40sx4", Options{}).topo, ranks(4))
-	nvl := newModel(backend(t, "dgx-a100", Options{}).topo, ranks(8))
-	if pcie.algBw(collAllReduce, algoRing, protoLL128) != 0 || nvl.algBw(collAllReduce, algoRing, protoLL128) == 0 {
+	pcie := newModel(backend(t, "pcie-l40sx4", Options{}).topo, ranks(4), nil)
+	nvl := newModel(backend(t, "dgx-a100", Options{}).topo, ranks(8), nil)
+	if pcie.protoOK(algoRing, protoLL128) || !nvl.protoOK(algoRing, protoLL128) {
 		t.Error("LL128 must be off on PCIe and on over NVLink")
 	}
 	for size := int64(8); size <= 1<<30; size *= 4 {
-		if c := pcie.collTime(collAllReduce, size); c.proto == protoLL128 {
+		if c := pcie.collTime(collAllReduce, size); c.proto == "LL128" {
 			t.Errorf("pcie picked %s at %d B", c, size)
 		}
 	}
@@ -112,7 +112,7 @@ func TestVirtualClock(t *testing.T) {
 	if err := comm.Synchronize(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	want := 8*launchUS + newModel(b.topo, ranks(8)).collTime(collAllReduce, 1<<30).us
+	want := 8*launchUS + newModel(b.topo, ranks(8), nil).collTime(collAllReduce, 1<<30).us
 	if got := b.Now(); math.Abs(got.Seconds()*1e6-want) > 0.01 {
 		t.Errorf("after Synchronize the host clock is %v; want %.2f µs", got, want)
 	}

@@ -105,7 +105,7 @@ func (b *Backend) JoinComm(ctx context.Context, id []byte, size, rank, dev int) 
 	for i := range devs {
 		devs[i] = i
 	}
-	j.c = &comm{b: b, devs: devs, host: []int{dev}, m: newModel(b.topo, devs)}
+	j.c = &comm{b: b, devs: devs, host: []int{dev}, m: newModel(b.topo, devs, b.opt.Env)}
 	return j, nil
 }
 

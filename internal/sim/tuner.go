@@ -1,0 +1,528 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// NCCL's algorithms and protocols, in its order (src/include/device.h, src/init.cc).
+const (
+	algoTree = iota
+	algoRing
+	algoCollNetDirect
+	algoCollNetChain
+	algoNVLS
+	algoNVLSTree
+	algoPAT
+	numAlgos
+)
+
+const (
+	protoLL = iota
+	protoLL128
+	protoSimple
+	numProtos
+)
+
+const (
+	hwNVLink = iota
+	hwPCI
+	hwNet
+)
+
+var algoNames = [numAlgos]string{"Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"}
+var protoNames = [numProtos]string{"LL", "LL128", "Simple"}
+
+type collKind int
+
+// The collectives, in NCCL's function order (ncclFuncStr).
+const (
+	collBroadcast collKind = iota
+	collReduce
+	collAllGather
+	collReduceScatter
+	collAllReduce
+	numColls
+)
+
+var collNames = [numColls]string{"Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce"}
+
+// baseLat and hwLat are NCCL's latency tables in µs (ncclTunerConstantsDefaults).
+var baseLat = [numAlgos][numProtos]float64{
+	algoTree: {6.8, 14.0, 8.4}, algoRing: {6.6, 14.0, 8.4},
+	algoCollNetDirect: {0, 0, 0}, algoCollNetChain: {0, 0, 0},
+	algoNVLS: {0, 0, 0}, algoNVLSTree: {0, 0, 0},
+	algoPAT: {8.0, 8.0, 8.0},
+}
+
+var hwLat = [3][numAlgos][numProtos]float64{
+	hwNVLink: {algoTree: {.6, 1.25, 4.0}, algoRing: {.6, 1.9, 3.4}, algoCollNetDirect: {0, 0, 3.7}, algoCollNetChain: {0, 0, 2.8},
+		algoNVLS: {0, 0, 25}, algoNVLSTree: {0, 0, 25}, algoPAT: {0, 0, 4.0}},
+	hwPCI: {algoTree: {1.0, 1.9, 4.0}, algoRing: {1.0, 2.5, 5.7}, algoCollNetDirect: {0, 0, 3.7}, algoCollNetChain: {0, 0, 2.8},
+		algoNVLS: {0, 0, 0}, algoNVLSTree: {0, 0, 0}, algoPAT: {0, 0, 4.0}},
+	hwNet: {algoTree: {5.0, 8.5, 14}, algoRing: {2.7, 4.0, 14.0}, algoCollNetDirect: {0, 0, 31}, algoCollNetChain: {0, 0, 30},
+		algoNVLS: {0, 0, 18}, algoNVLSTree: {0, 0, 20.9}, algoPAT: {0, 0, 14}},
+}
+
+// llMaxBws[row][nodes bucket]: the LL protocol's bandwidth cap in GB/s. On one node the row is
+// the architecture (Volta, Ampere, Hopper, Blackwell); on several, 0 for Intel CPUs, 1 for AMD.
+var llMaxBws = [4][3]float64{{39, 39, 20.4}, {87.7, 22.5, 19.0}, {141, 45, 35}, {282, 90, 70}}
+
+// Per-channel bandwidth caps in GB/s, [arch][nodes bucket: 1, 2, 3 or more nodes].
+var perChMaxRingLL128Bws = [4][3]float64{{20, 20, 20}, {20, 20, 20}, {36.7, 36.7, 36.7}, {40, 40, 40}}
+var perChMaxTreeLL128Bws = [4][3]float64{{20, 20, 20}, {20, 20, 20}, {36.7, 36.7, 29.0}, {55.6, 31.67, 20.0}}
+var perChMaxTreeBws = [4][3]float64{{26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {38.7, 41.4, 36.0}, {70.0, 42.8, 24.0}}
+var perChMaxNVLSTreeBws = [4][3]float64{{26.5, 18.5, 10.0}, {24.0, 23.6, 17.8}, {0, 57.7, 45.5}, {0, 96.0, 80.0}}
+
+// nvlsEfficiency by architecture (Volta, Ampere, Hopper, Blackwell).
+var nvlsEfficiency = [4]float64{0, 0, 0.85, 0.74}
+
+// treeCorrectionFactor[proto][log2(bytes/64)]: NCCL's correction of Tree's bandwidth at mid sizes.
+var treeCorrectionFactor = [numProtos][24]float64{
+	{1, 1, 1, 1, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1, 1, 1, 1, 1},
+	{1, 1, 1, 1, 1, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1, 1, 1},
+	{.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9},
+}
+
+// Candidate is one (algorithm, protocol) NCCL's tuner weighs for a collective of a size: its
+// latency, its bandwidth (algorithm bandwidth, GB/s) and the time they make.
+type Candidate struct {
+	Algo, Proto string
+	Channels    int
+	LatencyUS   float64
+	AlgGBs      float64
+	TimeUS      float64
+}
+
+// Decision is what the tuner decides for one collective and size, and why: every candidate it
+// weighed, fastest first; the first is NCCL's choice.
+type Decision struct {
+	Coll       string
+	Bytes      int64
+	Ranks      int
+	Nodes      int
+	Candidates []Candidate
+	// RingLimit is the kind of link that bounds the ring's bandwidth.
+	RingLimit string
+}
+
+// Chosen is the candidate NCCL runs.
+func (d Decision) Chosen() Candidate { return d.Candidates[0] }
+
+// candidate evaluates (algorithm a, protocol p) for collective c, as ncclTopoTuneModel sets its
+// bandwidth and latency and ncclTopoGetAlgoTime its time; ok is false where NCCL would not run it.
+func (m *model) candidate(c collKind, a, p int, nBytes int64) (Candidate, bool) {
+	bw, lat := m.bandwidth(c, a, p), m.latency(c, a, p)
+	if bw <= 0 || !m.env.enabled(c, a, p) || !m.algoOK(c, a) || !m.protoOK(a, p) {
+		return Candidate{}, false
+	}
+	logSize := log2i(int(nBytes >> 6))
+	if a == algoTree && c == collAllReduce && nBytes>>6 > 0 && logSize < 23 {
+		bw *= treeCorrectionFactor[p][logSize]
+	}
+	if a == algoNVLSTree && c == collAllReduce && nBytes>>6 > 0 && logSize < 24 && m.arch >= 3 {
+		bw *= treeCorrectionFactor[p][logSize]
+	}
+	if a == algoRing && p == protoSimple && m.nodes > 1 && c == collAllReduce &&
+		float64(nBytes)/float64(m.graphs[algoRing].nChannels*m.n) >= 64 {
+		if m.cc < 8 { // the plateau effect of the ring
+			lat *= 1.9
+		} else {
+			lat *= 1.4
+		}
+	}
+	return Candidate{Algo: algoNames[a], Proto: protoNames[p], Channels: m.graphs[a].nChannels,
+		LatencyUS: lat, AlgGBs: bw, TimeUS: lat + float64(nBytes)/(1000*bw)}, true
+}
+
+// algoOK applies NCCL's rules for which algorithms serve which collectives on this machine.
+func (m *model) algoOK(c collKind, a int) bool {
+	switch {
+	case (c == collBroadcast || c == collReduce) && a != algoRing:
+		return false
+	case (c == collAllGather || c == collReduceScatter) && a != algoPAT && a != algoRing && a != algoNVLS && a != algoCollNetDirect:
+		return false
+	case c == collAllReduce && a == algoPAT:
+		return false
+	case a == algoNVLSTree && m.nodes == 1:
+		return false
+	case (a == algoCollNetDirect || a == algoCollNetChain) && !m.collnet:
+		return false
+	case a == algoNVLS && m.nodes > 1 && !m.collnet: // NVLS across nodes runs with CollNet
+		return false
+	case (a == algoNVLS || a == algoCollNetDirect) && (c == collAllGather || c == collReduceScatter) && m.nodes > 1 &&
+		(!m.collnet || m.ppn > float64(m.heads)):
+		return false
+	case a == algoPAT && (m.ppn != 1 || m.cc < 6):
+		return false
+	}
+	return true
+}
+
+// protoOK: NVLS, NVLSTree, CollNet and PAT run only Simple; LL128 is on by default only over
+// NVLink from Volta on (NCCL's LL128 rule, its same-capability and PXN clauses being met by the
+// presets).
+func (m *model) protoOK(a, p int) bool {
+	switch {
+	case p != protoSimple && (a == algoNVLS || a == algoNVLSTree || a == algoCollNetDirect || a == algoCollNetChain || a == algoPAT):
+		return false
+	case p == protoLL128 && !m.ll128 && !m.env.protoForced(protoLL128):
+		return false
+	}
+	return true
+}
+
+func (m *model) nsteps(c collKind) int {
+	switch c {
+	case collAllReduce:
+		return 2 * (m.n - 1)
+	case collAllGather, collReduceScatter:
+		return m.n - 1
+	}
+	return m.n
+}
+
+// bandwidth is ncclTopoTuneModel's bandwidth for (c, a, p), as algorithm bandwidth in GB/s; 0 where
+// the algorithm has no graph here.
+func (m *model) bandwidth(c collKind, a, p int) float64 {
+	gr := m.graphs[a]
+	if gr.nChannels == 0 {
+		return 0
+	}
+	nch := float64(gr.nChannels)
+	bucket := min(m.nodes, 3) - 1
+	bw := gr.bwInter
+	if m.nodes <= 2 || a == algoCollNetDirect || a == algoCollNetChain {
+		bw = gr.bwIntra
+	}
+	if a == algoNVLS || a == algoNVLSTree {
+		if gr.nChannels < 2 {
+			return 0
+		}
+		intra := gr.bwIntra * nvlsEfficiency[m.arch] * (nch - 1) / nch
+		if c == collAllReduce {
+			intra *= 2
+		} else {
+			intra *= (m.ppn - 1) / m.ppn
+		}
+		inter := math.Inf(1)
+		if m.nodes > 1 {
+			inter = gr.bwInter
+			if m.nodes <= 2 && a == algoNVLSTree {
+				inter *= 2
+			}
+		} else {
+			inter = math.Min(2*gr.bwIntra, nvlsMaxChannelGBs[m.arch])
+		}
+		bw = math.Min(intra, inter)
+		if a == algoNVLSTree {
+			bw = math.Min(bw, perChMaxNVLSTreeBws[m.arch][bucket])
+		}
+	}
+	bus := nch * bw
+	switch {
+	case a == algoRing && p == protoLL:
+		bus = math.Min(m.llMax(), 0.5*bus)
+	case a == algoRing && p == protoLL128:
+		bus = math.Min(0.92*bus, nch*perChMaxRingLL128Bws[m.arch][bucket])
+	}
+	if a == algoTree && c == collAllReduce {
+		bus = math.Min(0.92*bus, nch*perChMaxTreeBws[m.arch][bucket])
+	}
+	switch {
+	case a == algoTree && p == protoLL:
+		bus = math.Min(bus/3.8, m.llMax())
+	case a == algoTree && p == protoLL128:
+		f := 120.0 / 128.0
+		if m.nodes == 1 {
+			f = 7.0 / 9.0
+		}
+		bus = math.Min(bus*f, nch*perChMaxTreeLL128Bws[m.arch][bucket])
+	case a == algoPAT:
+		bus *= 0.75
+	case a == algoCollNetDirect && (c == collAllGather || c == collReduceScatter):
+		bus = m.ppn * math.Min(gr.bwIntra, gr.bwInter*0.9)
+	case a == algoCollNetDirect:
+		factor := m.ppn / nch // GPUs per NIC
+		factor -= (factor - 1) / 2
+		bus /= factor
+		if m.cc >= 9 {
+			bus *= .85
+		}
+	}
+	// Bus bandwidth to algorithm bandwidth.
+	if a != algoRing && (c == collAllGather || c == collReduceScatter) {
+		return bus
+	}
+	if a == algoRing || a == algoNVLS || a == algoNVLSTree {
+		return bus * float64(m.n) / float64(m.nsteps(c))
+	}
+	return bus * 0.5
+}
+
+// nvlsMaxChannelGBs is the largest entry of NCCL's search speed table per architecture (the
+// ceiling of an NVLS channel's bwInter on one node).
+var nvlsMaxChannelGBs = [4]float64{40, 40, 60, 90}
+
+func (m *model) llMax() float64 {
+	if m.nodes == 1 {
+		return llMaxBws[m.arch][0]
+	}
+	row := 0
+	if m.amd {
+		row = 1
+	}
+	return llMaxBws[row][min(m.nodes, 3)-1]
+}
+
+// latency is ncclTopoTuneModel's latency in µs for (c, a, p).
+func (m *model) latency(c collKind, a, p int) float64 {
+	intraHW := m.intraHW
+	if a == algoNVLS || a == algoNVLSTree {
+		intraHW = hwNVLink
+	}
+	intra := hwLat[intraHW][a][p]
+	inter := hwLat[hwNet][a][p]
+	if m.ppn == 1 { // latencies are fully exposed: NCCL takes the Tree network latency
+		inter = hwLat[hwNet][algoTree][p]
+	}
+	lat := baseLat[a][p]
+	ppn := int(math.Round(m.ppn))
+	switch a {
+	case algoRing:
+		hw := intraHW
+		if m.nodes > 1 {
+			hw = hwNet
+		}
+		if c == collBroadcast || c == collReduce {
+			if m.sameCh {
+				return lat + hwLat[hw][algoRing][p]
+			}
+			step := hwLat[hw][algoRing][p]
+			if p == protoSimple { // NCCL: "some chunk latency, waiting for proper chunk modeling"
+				step = hwLat[hw][algoTree][p]
+			}
+			return lat + float64(m.nsteps(c))*step
+		}
+		interSteps := 0
+		if m.nodes > 1 {
+			overhead := 1.0 // NCCL's net overhead per step: 1 µs on Intel, 2 on AMD, x3 for Simple
+			if m.amd {
+				overhead = 2.0
+			}
+			if p == protoSimple {
+				overhead *= 3
+			}
+			intra = math.Max(intra, overhead)
+			interSteps = m.nodes - 1
+			if c == collAllReduce {
+				interSteps *= 2
+			}
+		}
+		return lat + float64(m.nsteps(c)-interSteps)*intra + float64(interSteps)*inter
+	case algoTree:
+		if c == collAllReduce {
+			lat += 2 * (float64(ppn-1)*intra + float64(log2i(m.nodes))*inter)
+		}
+	case algoCollNetDirect:
+		lat += 2*(float64(min(1, ppn-1))*intra+float64(ppn-1)*0.4) + inter
+	case algoCollNetChain:
+		lat += 2*float64(ppn-1)*intra + inter
+	case algoNVLS:
+		lat = intra
+		if m.nodes > 1 {
+			lat += inter
+		}
+	case algoNVLSTree:
+		lat += intra + 2*float64(log2i(m.nodes))*inter
+	case algoPAT:
+		if c == collAllGather || c == collReduceScatter {
+			lat += float64(log2i(m.nodes))*(inter/3.5) + float64(m.n)*2.8
+		}
+	}
+	return lat
+}
+
+// decide is NCCL's choice for collective c of nBytes (the whole buffer for AllGather and
+// ReduceScatter, one rank's buffer otherwise; ncclFuncMaxSendRecvCount), with every candidate.
+func (m *model) decide(c collKind, nBytes int64) Decision {
+	d := Decision{Coll: collNames[c], Bytes: nBytes, Ranks: m.n, Nodes: m.nodes, RingLimit: m.limit}
+	switch {
+	case nBytes == 0: // NCCL returns at once
+		d.Candidates = []Candidate{{Algo: "none", Proto: "none"}}
+		return d
+	case m.n == 1: // a local copy at memory speed
+		d.Candidates = []Candidate{{Algo: "copy", Proto: "none", LatencyUS: 1, AlgGBs: m.memGBs / 2,
+			TimeUS: 1 + 2*float64(nBytes)/(1e3*m.memGBs)}}
+		return d
+	}
+	for a := range numAlgos {
+		for p := range numProtos {
+			if cand, ok := m.candidate(c, a, p, nBytes); ok {
+				d.Candidates = append(d.Candidates, cand)
+			}
+		}
+	}
+	// The fastest first; ties go to the earlier pair, as NCCL's strict-less minimum.
+	slices.SortStableFunc(d.Candidates, func(x, y Candidate) int {
+		switch {
+		case x.TimeUS < y.TimeUS:
+			return -1
+		case x.TimeUS > y.TimeUS:
+			return 1
+		}
+		return 0
+	})
+	if len(d.Candidates) == 0 { // everything disabled by NCCL_ALGO/NCCL_PROTO: NCCL fails too
+		d.Candidates = []Candidate{{Algo: "none", Proto: "none", TimeUS: math.Inf(1)}}
+	}
+	return d
+}
+
+// choice is the algorithm and protocol the tuner picks, and the time it predicts.
+type choice struct {
+	algo, proto string
+	us          float64
+}
+
+func (c choice) String() string { return c.algo + "/" + c.proto }
+
+// collTime predicts a collective's duration for nBytes, taking the fastest (algo, proto) as
+// NCCL's tuner does.
+func (m *model) collTime(c collKind, nBytes int64) choice {
+	best := m.decide(c, nBytes).Chosen()
+	return choice{algo: best.Algo, proto: best.Proto, us: best.TimeUS}
+}
+
+// tunerEnv is how NCCL_* variables steer the tuner, as they steer NCCL.
+type tunerEnv struct {
+	algo, proto       [numColls][]bool // nil: all enabled (LL128 as its rule says)
+	protoForce        [numProtos]bool  // named in NCCL_PROTO: on even where its rule says off
+	minCh, maxCh      int
+	nvls, collnet     bool
+	p2pDisable, noPXN bool
+}
+
+// parseTunerEnv reads the variables the simulator honours; bad values are reported by
+// CheckEnv, and here fall back to NCCL's defaults.
+func parseTunerEnv(env map[string]string) tunerEnv {
+	e := tunerEnv{nvls: true, maxCh: 64}
+	if v, ok := env["NCCL_ALGO"]; ok {
+		e.algo, _ = parseNCCLList(v, algoNames[:])
+	}
+	if v, ok := env["NCCL_PROTO"]; ok {
+		var force [numColls][]bool
+		e.proto, _ = parseNCCLList(v, protoNames[:])
+		force, _ = parseNCCLList(v, protoNames[:])
+		for p := range numProtos {
+			e.protoForce[p] = force[collAllReduce] != nil && force[collAllReduce][p]
+		}
+	}
+	e.minCh = envInt(env, "NCCL_MIN_NCHANNELS", 0)
+	e.maxCh = envInt(env, "NCCL_MAX_NCHANNELS", 64)
+	e.nvls = envInt(env, "NCCL_NVLS_ENABLE", 1) != 0
+	e.collnet = envInt(env, "NCCL_COLLNET_ENABLE", 0) != 0
+	e.p2pDisable = envInt(env, "NCCL_P2P_DISABLE", 0) != 0
+	e.noPXN = envInt(env, "NCCL_PXN_DISABLE", 0) != 0
+	return e
+}
+
+func envInt(env map[string]string, name string, def int) int {
+	if v, ok := env[name]; ok {
+		if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+			return n
+		}
+	}
+	return def
+}
+
+// CheckEnv refuses NCCL_* values the simulator cannot read, naming the variable.
+func CheckEnv(env map[string]string) error {
+	for _, v := range []struct {
+		name  string
+		elems []string
+	}{{"NCCL_ALGO", algoNames[:]}, {"NCCL_PROTO", protoNames[:]}} {
+		if s, ok := env[v.name]; ok {
+			if _, err := parseNCCLList(s, v.elems); err != nil {
+				return fmt.Errorf("%s=%q: %v", v.name, s, err)
+			}
+		}
+	}
+	for _, name := range []string{"NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_P2P_DISABLE", "NCCL_PXN_DISABLE"} {
+		if s, ok := env[name]; ok {
+			if n, err := strconv.Atoi(strings.TrimSpace(s)); err != nil || n < 0 || n > 1024 {
+				return fmt.Errorf("%s=%q: give a whole number", name, s)
+			}
+		}
+	}
+	if lo, hi := envInt(env, "NCCL_MIN_NCHANNELS", 0), envInt(env, "NCCL_MAX_NCHANNELS", 64); hi < 1 || lo > hi && env["NCCL_MAX_NCHANNELS"] != "" {
+		return fmt.Errorf("NCCL_MIN_NCHANNELS=%d and NCCL_MAX_NCHANNELS=%d: give a range of at least one channel", lo, hi)
+	}
+	return nil
+}
+
+// parseNCCLList reads NCCL's list syntax (tuning.cc, parseList): "ring,tree", "^nvls",
+// "allreduce:tree;broadcast:ring", case-insensitive; the result has an enabled flag per
+// collective and element (nil rows for collectives it leaves alone).
+func parseNCCLList(s string, elems []string) ([numColls][]bool, error) {
+	var out [numColls][]bool
+	for i, token := range strings.Split(s, ";") {
+		prefix, list, hasPrefix := strings.Cut(token, ":")
+		if !hasPrefix {
+			if i > 0 {
+				return out, fmt.Errorf("every entry but the first needs a collective prefix such as allreduce:")
+			}
+			list, prefix = prefix, ""
+		}
+		set := true
+		if strings.HasPrefix(list, "^") {
+			set, list = false, list[1:]
+		}
+		found := false
+		for c := range numColls {
+			if prefix != "" && !strings.EqualFold(prefix, collNames[c]) {
+				continue
+			}
+			found = true
+			row := make([]bool, len(elems))
+			for e := range row {
+				row[e] = !set
+			}
+			for _, name := range strings.Split(list, ",") {
+				k := slices.IndexFunc(elems, func(x string) bool { return strings.EqualFold(x, strings.TrimSpace(name)) })
+				if k < 0 {
+					return out, fmt.Errorf("unknown %q: use %s", name, strings.Join(elems, ", "))
+				}
+				row[k] = set
+			}
+			out[c] = row
+		}
+		if !found {
+			return out, fmt.Errorf("unknown collective %q: use %s", prefix, strings.Join(collNames[:], ", "))
+		}
+	}
+	return out, nil
+}
+
+func (e tunerEnv) enabled(c collKind, a, p int) bool {
+	if row := e.algo[c]; row != nil && !row[a] {
+		return false
+	}
+	if row := e.proto[c]; row != nil && !row[p] {
+		return false
+	}
+	return true
+}
+
+func (e tunerEnv) protoForced(p int) bool { return e.protoForce[p] }
+
+// clampChannels applies NCCL_MIN_NCHANNELS and NCCL_MAX_NCHANNELS.
+func (e tunerEnv) clampChannels(n int) int {
+	if e.minCh > 0 {
+		n = max(n, e.minCh)
+	}
+	return max(1, min(n, e.maxCh))
+}
