@@ -397,3 +397,39 @@ func TestDataCapBoundsMemory(t *testing.T) {
 		t.Errorf("--sim-data-cap 1000T: exit %d, %q", code, errOut)
 	}
 }
+
+// NCCL_* variables steer the simulated NCCL as they steer NCCL, and JSON rows say what it chose.
+func TestSimulatorHonoursNCCLEnv(t *testing.T) {
+	algoAt1G := func(env ...string) (string, string) {
+		out, errOut, code := gpubenchProcess(t, env, "allreduce", "--backend", "sim", "--topology", "dgx-h100", "-b", "1G", "-e", "1G", "-c", "0", "-n", "1", "--output", "json")
+		if code != 0 {
+			t.Fatalf("%v: exit %d, %s", env, code, errOut)
+		}
+		var doc struct {
+			Results []struct {
+				Algorithm, Protocol string
+				Channels            int
+			} `json:"results"`
+		}
+		if err := json.Unmarshal([]byte(out), &doc); err != nil || len(doc.Results) != 1 || doc.Results[0].Channels < 1 {
+			t.Fatalf("%v: %v\n%s", env, err, out)
+		}
+		return doc.Results[0].Algorithm, doc.Results[0].Protocol
+	}
+	if a, p := algoAt1G(); a != "NVLS" || p != "Simple" {
+		t.Errorf("default: %s/%s; want NVLS/Simple on an H100 NVSwitch", a, p)
+	}
+	if a, _ := algoAt1G("NCCL_ALGO=ring"); a != "Ring" {
+		t.Errorf("NCCL_ALGO=ring: %s", a)
+	}
+	if a, _ := algoAt1G("NCCL_NVLS_ENABLE=0"); a == "NVLS" {
+		t.Errorf("NCCL_NVLS_ENABLE=0 still picked NVLS")
+	}
+	if _, p := algoAt1G("NCCL_ALGO=ring", "NCCL_PROTO=LL128"); p != "LL128" {
+		t.Errorf("NCCL_PROTO=LL128: %s", p)
+	}
+	_, errOut, code := gpubenchProcess(t, []string{"NCCL_ALGO=rings"}, "allreduce", "--backend", "sim", "-b", "1K", "-e", "1K")
+	if code != exitUsage || !strings.Contains(errOut, `NCCL_ALGO="rings": unknown "rings"`) {
+		t.Errorf("NCCL_ALGO=rings: exit %d, %q", code, errOut)
+	}
+}

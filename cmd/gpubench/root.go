@@ -136,6 +136,18 @@ func (g *globals) loadTopology() (*gpu.Topology, error) {
 	return t, nil
 }
 
+// ncclEnv is the environment's NCCL_* variables, which steer the simulated NCCL as they steer
+// NCCL.
+func ncclEnv() map[string]string {
+	env := map[string]string{}
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, "NCCL_") {
+			env[k] = v
+		}
+	}
+	return env
+}
+
 // namedLibs says which of --cuda-lib, --nccl-lib, $GPUBENCH_CUDART and $GPUBENCH_NCCL name a
 // library ("" when none does): naming one asks for the real GPUs.
 func (g *globals) namedLibs(nccl bool) string {
@@ -164,7 +176,10 @@ func (g *globals) openSim() (*sim.Backend, int64, error) {
 	if !(g.jitter >= 0 && g.jitter <= 1) {
 		return nil, 0, usageErr("invalid --sim-jitter %v: use a fraction from 0 to 1", g.jitter)
 	}
-	opt := sim.Options{DataCap: capBytes, Jitter: g.jitter, Seed: g.seed, HubHost: g.hubHost}
+	opt := sim.Options{DataCap: capBytes, Jitter: g.jitter, Seed: g.seed, HubHost: g.hubHost, Env: ncclEnv()}
+	if err := sim.CheckEnv(opt.Env); err != nil {
+		return nil, 0, usageErr("%v", err)
+	}
 	for _, f := range g.faults {
 		fault, err := sim.ParseFault(f)
 		if err != nil {

@@ -153,14 +153,18 @@ func newIterStats(all []float64, skip int) *IterStats {
 
 // Result is one row of the table.
 type Result struct {
-	Cycle      int // which repeat of the run (Options.Cycles), from 0
-	Size       int64
-	Count      int64
-	Type       string
-	Op         string
-	Root       int
-	OutOfPlace Placement
-	InPlace    Placement
+	Cycle int // which repeat of the run (Options.Cycles), from 0
+	// Algo, Proto and Channels are how the backend runs this size, where it can say
+	// (gpu.Explainer); empty otherwise.
+	Algo, Proto string
+	Channels    int
+	Size        int64
+	Count       int64
+	Type        string
+	Op          string
+	Root        int
+	OutOfPlace  Placement
+	InPlace     Placement
 }
 
 // Summary is a whole run.
@@ -411,6 +415,9 @@ func (r *runner) row(s *Summary, cycle int, size int64, a Args) error {
 	}
 	if c.Rooted {
 		res.Root = a.Root
+	}
+	if e, ok := r.comm.(gpu.Explainer); ok {
+		res.Algo, res.Proto, res.Channels = e.Explain(c.Name, k.Bytes)
 	}
 	r.in, r.red = nil, nil // inputs are made once per row, when a placement checks
 	for _, inPlace := range []bool{false, true} {

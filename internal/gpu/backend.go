@@ -125,6 +125,13 @@ type DataSkipper interface {
 	SkipData(skip bool)
 }
 
+// Explainer is a Comm that can say how it runs a collective of a size: the algorithm, protocol
+// and channels NCCL's tuner picks (the simulator; real NCCL does not say). coll is the engine's
+// name (allreduce, alltoall, ...) and bytes the whole buffer as nccl-tests counts it.
+type Explainer interface {
+	Explain(coll string, bytes int64) (algo, proto string, channels int)
+}
+
 // TypeChecker is a Backend that supports only some types and ops (an older NCCL).
 type TypeChecker interface {
 	CheckTypes(dts []DType, ops []RedOp) error

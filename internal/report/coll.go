@@ -443,7 +443,8 @@ func CollJSON(r *CollRun) *results.Coll {
 
 // jsonRow is a row as JSON writes it.
 func jsonRow(r *CollRun, res coll.Result) results.Row {
-	row := results.Row{Size: res.Size, Count: res.Count, Type: res.Type, OutOfPlace: jsonPlace(r, res.OutOfPlace), InPlace: jsonPlace(r, res.InPlace)}
+	row := results.Row{Size: res.Size, Count: res.Count, Type: res.Type, OutOfPlace: jsonPlace(r, res.OutOfPlace), InPlace: jsonPlace(r, res.InPlace),
+		Algorithm: res.Algo, Protocol: res.Proto, Channels: res.Channels}
 	if r.Opt.Cycles != 0 && r.Opt.Cycles != 1 {
 		row.Cycle = res.Cycle + 1
 	}

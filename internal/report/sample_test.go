@@ -39,7 +39,7 @@ func sampleColl() *CollRun {
 			p.Wrong, p.WrongByRank = ptr(int64(3)), []int64{0, 0, 0, 3}
 			ip.Wrong, ip.WrongByRank = ptr(int64(0)), []int64{0, 0, 0, 0}
 		}
-		return coll.Result{Cycle: cycle, Size: size, Count: size / 4, Type: "float", Op: "sum", Root: 2, OutOfPlace: p, InPlace: ip}
+		return coll.Result{Cycle: cycle, Algo: "Ring", Proto: "Simple", Channels: 8, Size: size, Count: size / 4, Type: "float", Op: "sum", Root: 2, OutOfPlace: p, InPlace: ip}
 	}
 	return &CollRun{
 		Version: "test", Coll: coll.Reduce, Backend: "sim", Topology: "dgx-h100x2",

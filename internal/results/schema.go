@@ -75,7 +75,12 @@ type Device struct {
 
 // Row is one size of a sweep, for one type, op and root.
 type Row struct {
-	Cycle      int        `json:"cycle,omitempty"` // with -N, which cycle, from 1; 0 for one cycle
+	Cycle int `json:"cycle,omitempty"` // with -N, which cycle, from 1; 0 for one cycle
+	// Algorithm, Protocol and Channels are how the backend ran the size, where it can say (the
+	// simulator: NCCL's tuner's choice); absent otherwise.
+	Algorithm  string     `json:"algorithm,omitempty"`
+	Protocol   string     `json:"protocol,omitempty"`
+	Channels   int        `json:"channels,omitempty"`
 	Size       int64      `json:"size_bytes"`
 	Count      int64      `json:"count"`
 	Type       string     `json:"type"`

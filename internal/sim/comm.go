@@ -43,6 +43,21 @@ func (c *comm) p2pCost(key string, n int64, flows func() []gpu.Flow) float64 {
 	return us
 }
 
+// collKinds maps the engine's collective names to the tuner's.
+var collKinds = map[string]collKind{"allreduce": collAllReduce, "allgather": collAllGather, "reducescatter": collReduceScatter,
+	"broadcast": collBroadcast, "reduce": collReduce}
+
+// Explain says what the tuner runs for a collective of bytes (gpu.Explainer); all-to-all and
+// send/recv are NCCL's point-to-point operations, which its tuner does not choose.
+func (c *comm) Explain(coll string, bytes int64) (algo, proto string, channels int) {
+	kind, ok := collKinds[coll]
+	if !ok {
+		return "P2P", "Simple", 0
+	}
+	ch := c.m.decide(kind, bytes).Chosen()
+	return ch.Algo, ch.Proto, ch.Channels
+}
+
 // SkipData makes the calls from now on move no data (gpu.DataSkipper).
 func (c *comm) SkipData(skip bool) { c.skipData = skip }
 

@@ -160,6 +160,11 @@ var _ gpu.GraphComm = (*joined)(nil)
 
 func (j *joined) Size() int { return len(j.c.devs) }
 
+// Explain says what the tuner runs for a collective (gpu.Explainer).
+func (j *joined) Explain(coll string, bytes int64) (string, string, int) {
+	return j.c.Explain(coll, bytes)
+}
+
 // SkipData makes the calls from now on move no data, and send none to the exchange.
 func (j *joined) SkipData(skip bool) { j.c.SkipData(skip) }
 
