@@ -187,10 +187,7 @@ func (t *Topology) buildFabric() {
 	net := t.Network
 	layout, perLeaf, tiers, over := net.settings()
 	f.layout, f.perLeaf = layout, perLeaf
-	lat := net.LatencyUS
-	if lat == 0 {
-		lat = defaultLatencyUS[LinkNet]
-	}
+	lat := net.LinkLatencyUS()
 	nicsOnLeaf := map[int]float64{} // leaf -> the NICs' bandwidth into it
 	for ni, n := range t.Nodes {
 		for r, c := range n.NICs {
@@ -222,6 +219,29 @@ func (t *Topology) buildFabric() {
 			t.addEdge(leaf, f.spine, LinkNet, nicsOnLeaf[leaf]/over, hop)
 		}
 	}
+}
+
+// kindLatencyUS is each fabric kind's default latency_us: the latency of one NIC's link through
+// the fabric, so that NIC to NIC through one switch is twice it (docs/topology.md gives the
+// sources). InfiniBand's is the reference: NCCL's latency tables were measured on it.
+var kindLatencyUS = map[string]float64{"infiniband": 2.0, "roce": 2.5, "efa": 7.0, "ethernet": 4.0}
+
+// LinkLatencyUS is the latency of one NIC's link through the fabric: latency_us when set, else
+// the default for the fabric's kind.
+func (n *Network) LinkLatencyUS() float64 {
+	if n.LatencyUS > 0 {
+		return n.LatencyUS
+	}
+	if lat, ok := kindLatencyUS[n.Kind]; ok {
+		return lat
+	}
+	return defaultLatencyUS[LinkNet]
+}
+
+// ExtraLatencyUS is how much longer than on InfiniBand a message takes from NIC to NIC on this
+// fabric: what NCCL's latency tables, which assume InfiniBand, leave out.
+func (n *Network) ExtraLatencyUS() float64 {
+	return 2 * (n.LinkLatencyUS() - kindLatencyUS["infiniband"])
 }
 
 // netHops is the way from NIC vertex x to NIC vertex y through the fabric.

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -729,9 +730,22 @@ func (t *Topology) LinkGBs(e int) float64 { return t.edges[e].gbs * t.edges[e].s
 func (t *Topology) LinkKind(e int) LinkKind { return t.edges[e].kind }
 
 // Flow is traffic along a path, in bytes (or any unit shared by all flows of one question).
+//
+// Count, when not 0, makes the flow stand for Count flows of Bytes each (0 means one): a link it
+// crosses carries Bytes × Count. The flows of a large all-to-all are summed that way
+// (AllToAllFlows), each then a part of the routes it stands for (see there).
 type Flow struct {
 	Path  Path
 	Bytes float64
+	Count float64
+}
+
+// Total is the bytes the flow puts on each link it crosses: Bytes × Count (Bytes when Count is 0).
+func (f Flow) Total() float64 {
+	if f.Count != 0 {
+		return f.Bytes * f.Count
+	}
+	return f.Bytes
 }
 
 // LinkLoad returns the time in µs the flows take when they run together and share every link's
@@ -754,7 +768,7 @@ func (t *Topology) load(flows []Flow, capacity func(edge) float64) (us float64, 
 	bytes := map[Hop]float64{}
 	for _, f := range flows {
 		for _, h := range f.Path.Hops {
-			bytes[h] += f.Bytes
+			bytes[h] += f.Total()
 		}
 	}
 	for h, b := range bytes {
@@ -770,47 +784,63 @@ func (t *Topology) load(flows []Flow, capacity func(edge) float64) (us float64, 
 }
 
 // RingFlows returns the flows of the rings NCCL would build through the given GPUs, one unit of
-// data per ring hop. On one node that is one ring in the given order. Across nodes there is one ring
-// per NIC (the fewest any node has): ring k enters each node at the GPU nearest to the node's k-th
-// NIC, visits the node's other GPUs, and leaves from the next-nearest GPU through the same NIC;
-// every other ring runs the other way round inside each node, so that entries and exits spread
-// over the PCIe links as NCCL's channels do.
+// data per ring hop. NCCL's nodes are NVLink domains: one host, or with nvlink_domain_nodes a run of
+// hosts whose GPUs reach each other over NVLink (a GB200 NVL72 rack). In one domain that is one ring
+// in the given order. Across domains there is one ring per NIC (the fewest any domain has, counting
+// the NICs of its hosts that hold the GPUs, in host order): ring k enters each domain at the GPU
+// nearest to the domain's k-th NIC, visits the domain's other GPUs, and leaves from the
+// next-nearest GPU through the same NIC; every other ring runs the other way round inside each
+// domain, so that entries and exits spread over the PCIe links as NCCL's channels do.
 func (t *Topology) RingFlows(gpus []int) (flows []Flow, rings int) {
-	var byNode [][]int
+	var byDomain [][]int
 	index := map[int]int{}
 	for _, g := range gpus {
-		n := t.gpus[g].node
-		if _, ok := index[n]; !ok {
-			index[n] = len(byNode)
-			byNode = append(byNode, nil)
+		d := t.DomainOf(g)
+		if _, ok := index[d]; !ok {
+			index[d] = len(byDomain)
+			byDomain = append(byDomain, nil)
 		}
-		byNode[index[n]] = append(byNode[index[n]], g)
+		byDomain[index[d]] = append(byDomain[index[d]], g)
 	}
-	hop := func(a, b int, nic func(node int) int) {
+	hop := func(a, b int, nic func(domain int) int) {
 		if a == b {
 			return
 		}
 		p := t.Route(a, b)
-		if na, nb := t.gpus[a].node, t.gpus[b].node; na != nb {
-			p = t.RouteVia(a, b, nic(na), nic(nb))
+		switch da, db := t.DomainOf(a), t.DomainOf(b); {
+		case da != db:
+			p = t.RouteVia(a, b, nic(da), nic(db))
+		case p.Hops == nil && t.gpus[a].node != t.gpus[b].node: // a domain's hosts without NVLink between them
+			p = t.netRoute(a, b)
 		}
 		flows = append(flows, Flow{Path: p, Bytes: 1})
 	}
-	if len(byNode) == 1 {
+	if len(byDomain) == 1 {
 		for i, g := range gpus {
 			hop(g, gpus[(i+1)%len(gpus)], nil)
 		}
 		return flows, 1
 	}
+	nics := map[int][]int{} // domain -> the NICs of its hosts that hold GPUs of the rings
 	rings = math.MaxInt
-	for n := range index {
-		rings = min(rings, len(t.NICs(n)))
+	for d, i := range index {
+		var hosts []int
+		for _, g := range byDomain[i] {
+			if n := t.gpus[g].node; !slices.Contains(hosts, n) {
+				hosts = append(hosts, n)
+			}
+		}
+		slices.Sort(hosts)
+		for _, n := range hosts {
+			nics[d] = append(nics[d], t.NICs(n)...)
+		}
+		rings = min(rings, len(nics[d]))
 	}
 	for k := 0; k < rings; k++ {
-		nic := func(node int) int { return t.NICs(node)[k] }
+		nic := func(domain int) int { return nics[domain][k] }
 		var order []int
-		for _, local := range byNode {
-			local = t.ringThroughNIC(local, nic(t.gpus[local[0]].node))
+		for _, local := range byDomain {
+			local = t.ringThroughNIC(local, nic(t.DomainOf(local[0])))
 			if k%2 == 1 {
 				slices.Reverse(local)
 			}
@@ -823,15 +853,18 @@ func (t *Topology) RingFlows(gpus []int) (flows []Flow, rings int) {
 	return flows, rings
 }
 
-// ringThroughNIC orders one node's GPUs to enter at the GPU nearest the NIC and leave from the
-// next-nearest one.
+// ringThroughNIC orders one domain's GPUs to enter at the GPU nearest the NIC and leave from the
+// next-nearest one. GPUs of the domain's other hosts do not reach the NIC over PCIe: they come last.
 func (t *Topology) ringThroughNIC(local []int, nic int) []int {
 	dist := map[int]int{}
 	for _, g := range local {
-		dist[g] = len(t.bfs(nic, t.gpus[g].vert, LinkPCIe, LinkSMP))
+		dist[g] = math.MaxInt
+		if h := t.bfs(nic, t.gpus[g].vert, LinkPCIe, LinkSMP); h != nil {
+			dist[g] = len(h)
+		}
 	}
 	byDist := slices.Clone(local)
-	slices.SortStableFunc(byDist, func(a, b int) int { return dist[a] - dist[b] })
+	slices.SortStableFunc(byDist, func(a, b int) int { return cmp.Compare(dist[a], dist[b]) })
 	if len(byDist) == 1 {
 		return byDist
 	}

@@ -63,8 +63,8 @@ func TestPresetsParse(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ParseTopology: %v", err)
 			}
-			if topo.Format != gpu.TopologyFormat {
-				t.Errorf("Format = %q; want %q", topo.Format, gpu.TopologyFormat)
+			if topo.Format != gpu.TopologyFormat && topo.Format != gpu.TopologyFormat2 {
+				t.Errorf("Format = %q; want %q or %q", topo.Format, gpu.TopologyFormat, gpu.TopologyFormat2)
 			}
 			if topo.Name != name {
 				t.Errorf("Name = %q; want the file's name %q", topo.Name, name)
