@@ -17,6 +17,7 @@ import (
 	"github.com/gpubench/gpubench/internal/launch"
 	"github.com/gpubench/gpubench/internal/nccl"
 	"github.com/gpubench/gpubench/internal/report"
+	"github.com/gpubench/gpubench/internal/sim"
 )
 
 // collFlags are a collective command's flags: gpubench's own and nccl-tests' short ones.
@@ -91,7 +92,7 @@ func newCollCmdWith(e *env, g *globals, c *coll.Collective, runF func(*cobra.Com
 	fl.IntVarP(&f.blocking, "blocking", "z", 0, "0: queue the timed calls; 1, 2: wait after each call; 3: wait after each iteration")
 	fl.BoolVar(&f.perIter, "per-iter", false, "time every iteration on the GPUs' streams: p50, p95, p99, max, cv and the slowest rank per size")
 	fl.StringVar(&f.out, "out", "", "also stream the results to FILE as JSON lines, a line per size as it is measured")
-	fl.IntVarP(&f.nthreads, "nthreads", "t", 1, "nccl-tests: threads per process; gpubench drives a process's GPUs from one thread, so -t T -g G uses T x G GPUs")
+	fl.IntVarP(&f.nthreads, "nthreads", "t", 1, "nccl-tests: threads per process, each driving -g GPUs (-t T -g G uses T x G GPUs); the simulator launches from T threads, real GPUs are driven from one")
 	fl.IntVarP(&f.cycles, "run_cycles", "N", 1, "nccl-tests: run the whole sweep this many times (0: until interrupted)")
 	fl.IntVarP(&f.cpuTime, "report_cputime", "C", 0, "nccl-tests: 1 shows the host's launch time in the time column (bandwidths still from completion)")
 	fl.IntVarP(&f.perIterTiming, "per_iter_timing", "I", 0, "nccl-tests: 1 is --per-iter")
@@ -269,6 +270,13 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 		return err
 	}
 	defer b.Close()
+	threads := 1
+	if sb, ok := b.(*sim.Backend); ok { // the simulated hosts launch from -t threads, as nccl-tests'
+		sb.SetLaunchThreads(f.nthreads)
+		threads = f.nthreads
+	} else if f.nthreads > 1 {
+		fmt.Fprintf(e.stderr, "gpubench: one thread drives every GPU of this process: -t %d runs %d GPUs, as -g %d does\n", f.nthreads, opt.NGPUs, opt.NGPUs)
+	}
 	if tc, ok := b.(gpu.TypeChecker); ok {
 		if err := tc.CheckTypes(opt.DTypes, opt.Ops); err != nil {
 			return usageErr("%v", err)
@@ -308,7 +316,7 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 		defer file.Close()
 		w = report.Tee(w, report.NewCollStream(named{file, "--out " + f.out}))
 	}
-	r := &report.CollRun{Version: e.version, Coll: c, Backend: b.Name(), Opt: opt, PID: e.pid, Start: e.now(), DataCap: dataCap}
+	r := &report.CollRun{Version: e.version, Coll: c, Backend: b.Name(), Opt: opt, PID: e.pid, Start: e.now(), DataCap: dataCap, Threads: threads}
 	if t := b.Topology(); t != nil {
 		r.Topology = t.Name
 	}
@@ -334,9 +342,6 @@ func (f *collFlags) prepare(cmd *cobra.Command, e *env, g *globals, c *coll.Coll
 	}
 	if !c.Rooted && f.root != 0 {
 		fmt.Fprintf(e.stderr, "gpubench: -r %d ignored: %s has no root (-r is for broadcast and reduce)\n", f.root, c.Name)
-	}
-	if f.nthreads > 1 {
-		fmt.Fprintf(e.stderr, "gpubench: one thread drives every GPU of this process: -t %d runs %d GPUs, as -g %d does\n", f.nthreads, opt.NGPUs, opt.NGPUs)
 	}
 	if proc, err = f.launch.process(); err != nil {
 		return opt, proc, "", err

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -72,8 +73,15 @@ func TestNCCLTestsFlagsDropIn(t *testing.T) {
 	if r := doc.Results[5]; r.Cycle != 2 || r.OutOfPlace.CPU == nil || !(*r.OutOfPlace.CPU > 0 && *r.OutOfPlace.CPU <= r.OutOfPlace.TimeUS) {
 		t.Errorf("last row: cycle %d, cpu time %v, time %v; want cycle 2 and a launch time within the completion time", r.Cycle, r.OutOfPlace.CPU, r.OutOfPlace.TimeUS)
 	}
-	if !strings.Contains(errOut, "-t 2 runs 4 GPUs") {
-		t.Errorf("-t: no notice in %q", errOut)
+	// The simulated host launches from -t threads: two threads of two GPUs launch an 8-byte
+	// all-reduce in half the time one thread of four takes, and the header says nThread 2.
+	two, _, _ := gpubench(t, "allreduce", "--backend", "sim", "-t", "2", "-g", "2", "-b", "8", "-e", "8")
+	one, _, _ := gpubench(t, "allreduce", "--backend", "sim", "-g", "4", "-b", "8", "-e", "8")
+	if !strings.Contains(two, "# nThread 2 nGpus 2 ") || !strings.Contains(one, "# nThread 1 nGpus 4 ") {
+		t.Errorf("-t 2 -g 2 and -g 4: headers\n%s\n%s", two, one)
+	}
+	if t2, t1 := rowTime(t, two), rowTime(t, one); !(t2 < 0.6*t1) {
+		t.Errorf("8 B all-reduce: %v µs from two threads, %v from one; want about half (the launches)", t2, t1)
 	}
 	// The table's time column is the launch time with -C, as in nccl-tests.
 	table, _, _ := gpubench(t, "allreduce", "--backend", "sim", "-b", "1G", "-e", "1G", "-C", "1")
@@ -432,4 +440,21 @@ func TestSimulatorHonoursNCCLEnv(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errOut, `NCCL_ALGO="rings": unknown "rings"`) {
 		t.Errorf("NCCL_ALGO=rings: exit %d, %q", code, errOut)
 	}
+}
+
+// rowTime is the out-of-place time of the first result row of a table.
+func rowTime(t *testing.T, table string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(table, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 6 && !strings.HasPrefix(line, "#") {
+			v, err := strconv.ParseFloat(f[5], 64)
+			if err != nil {
+				t.Fatalf("time column %q: %v", f[5], err)
+			}
+			return v
+		}
+	}
+	t.Fatalf("no result row in\n%s", table)
+	return 0
 }

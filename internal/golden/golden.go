@@ -161,3 +161,7 @@ func edits(a, b []string) []edit {
 	}
 	return ops
 }
+
+// Updating reports whether the test binary runs with -update: tests that keep other files than
+// golden ones (a generated document, recorded bands) rewrite them then too.
+func Updating() bool { return *update }

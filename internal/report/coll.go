@@ -35,6 +35,8 @@ type CollRun struct {
 	Launch  string
 	Start   time.Time
 	DataCap int64 // the simulator's data cap, bytes; 0 for a real backend
+	// Threads is how many host threads launch a process's GPUs (nccl-tests' nThread); 0 means 1.
+	Threads int
 	Summary *coll.Summary
 }
 
@@ -252,12 +254,12 @@ func (t *tableWriter) Start(r *CollRun) error {
 	if r.Launch != "" {
 		fmt.Fprintf(t.w, "# Launch: %s\n", r.Launch)
 	}
-	perProcess := len(s.Devices)
+	perProcess, threads := len(s.Devices), max(r.Threads, 1)
 	if o.Comm != nil {
 		perProcess = 1
 	}
-	fmt.Fprintf(t.w, "# nThread 1 nGpus %d minBytes %d maxBytes %d step: %s warmup iters: %d iters: %d agg iters: 1 validation: %d graph: %d\n",
-		perProcess, s.Sweep.Min, s.Sweep.Max, stepText(s.Sweep), o.Warmup, o.Iters, o.Check, o.Graph)
+	fmt.Fprintf(t.w, "# nThread %d nGpus %d minBytes %d maxBytes %d step: %s warmup iters: %d iters: %d agg iters: 1 validation: %d graph: %d\n",
+		threads, perProcess/threads, s.Sweep.Min, s.Sweep.Max, stepText(s.Sweep), o.Warmup, o.Iters, o.Check, o.Graph)
 	if line, ok := blockingLines[o.Blocking]; ok {
 		fmt.Fprintln(t.w, line)
 	}

@@ -28,19 +28,24 @@ type comm struct {
 	// of ranks, and a timed loop asks the same question every iteration. The links of a
 	// communicator do not change while it lives (a timed slow link applies to later ones).
 	p2pUS map[string]float64
+	a2a   []gpu.Flow // the all-to-all's flows of one unit per pair (gpu.Topology.AllToAllFlows)
 }
 
 // p2pCost is the time of a point-to-point call, computed once per key from flows().
-func (c *comm) p2pCost(key string, n int64, flows func() []gpu.Flow) float64 {
+func (c *comm) p2pCost(key string, n int64, flows func() ([]gpu.Flow, error)) (float64, error) {
 	if us, ok := c.p2pUS[key]; ok {
-		return us
+		return us, nil
 	}
 	if c.p2pUS == nil {
 		c.p2pUS = map[string]float64{}
 	}
-	us := c.m.p2pTime(flows(), n)
+	fs, err := flows()
+	if err != nil {
+		return 0, err
+	}
+	us := c.m.p2pTime(fs, n)
 	c.p2pUS[key] = us
-	return us
+	return us, nil
 }
 
 // collKinds maps the engine's collective names to the tuner's.
@@ -323,18 +328,25 @@ func (c *comm) AllToAll(send, recv []gpu.Buffer, count int64, dt gpu.DType) erro
 	if err := c.args("alltoall", all("send", send, n*int64(ranks)), all("recv", recv, n*int64(ranks))); err != nil {
 		return err
 	}
-	us := c.p2pCost(fmt.Sprintf("alltoall %d", n), n, func() []gpu.Flow {
-		// Not through the backend's route cache: that would keep a route for every pair.
-		flows := make([]gpu.Flow, 0, ranks*(ranks-1))
-		for i := range ranks {
-			for j := range ranks {
-				if i != j {
-					flows = append(flows, gpu.Flow{Path: c.m.topo.Route(c.devs[i], c.devs[j]), Bytes: float64(n)})
-				}
+	us, err := c.p2pCost(fmt.Sprintf("alltoall %d", n), n, func() ([]gpu.Flow, error) {
+		// Summed by link, in time and memory that grow with the GPUs rather than the pairs,
+		// once per communicator.
+		if c.a2a == nil {
+			flows, err := c.m.topo.AllToAllFlows(c.devs)
+			if err != nil {
+				return nil, err
 			}
+			c.a2a = flows
 		}
-		return flows
+		flows := slices.Clone(c.a2a)
+		for i := range flows {
+			flows[i].Bytes = float64(n)
+		}
+		return flows, nil
 	})
+	if err != nil {
+		return fmt.Errorf("sim alltoall: %v: %w", err, gpu.ErrInvalid)
+	}
 	return c.run(n, us, dt, hasData(send, recv), recv, func() {
 		in := make([][]byte, ranks)
 		for r, x := range send {
@@ -383,12 +395,12 @@ func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 		out[p.to] = r
 	}
 	slices.SortFunc(pairs, func(a, b pair) int { return cmp.Or(a.from-b.from, a.to-b.to) })
-	us := c.p2pCost(fmt.Sprintf("sendrecv %d %v", n, pairs), n, func() []gpu.Flow {
+	us, _ := c.p2pCost(fmt.Sprintf("sendrecv %d %v", n, pairs), n, func() ([]gpu.Flow, error) {
 		flows := make([]gpu.Flow, len(pairs))
 		for i, p := range pairs {
 			flows[i] = gpu.Flow{Path: c.m.topo.Route(c.devs[p.from], c.devs[p.to]), Bytes: float64(n)}
 		}
-		return flows
+		return flows, nil
 	})
 	return c.run(n, us, dt, hasData(bufs), out, func() {
 		data := map[pair][]byte{}

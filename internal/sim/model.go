@@ -36,9 +36,11 @@ func nvlinkEfficiency(cc float64) float64 {
 // for Gen4 x16) over the nominal one after line coding (1.969 GB/s).
 const pcieEfficiency = 1.5 / 1.969
 
-// launchUS is the host time to enqueue one collective on one rank; each node's host enqueues for
-// its own ranks, in parallel with the other nodes (assumption, docs/model.md).
-const launchUS = 2.0
+// launchUS is the host time to enqueue one collective on one GPU: measured on an H200 with
+// NCCL 2.27 (docs/validation.md: an 8-byte call takes 6.3 µs launched, 1.44 µs replayed from a
+// CUDA graph). A host thread launches its GPUs one after another; threads, processes and nodes
+// launch in parallel (docs/model.md).
+const launchUS = 4.9
 
 // model is the cost model for one communicator.
 type model struct {
@@ -63,6 +65,9 @@ type model struct {
 	graphs  [numAlgos]searchGraph
 	env     tunerEnv
 	limit   string // the kind of link that bounds the ring, for explain
+	// netExtraUS is how much longer a message between nodes takes than on the InfiniBand that
+	// NCCL's latency tables assume (gpu.Network.ExtraLatencyUS).
+	netExtraUS float64
 }
 
 // searchGraph is what NCCL's topology search finds for one algorithm: its channels and each channel's
@@ -111,6 +116,9 @@ func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
 	m.sameCh = m.nodes == 1 && m.intraHW == hwNVLink
 	m.nvls = m.nvls && m.arch >= 2 && m.n >= 2 && m.env.nvls
 	m.collnet = t.Network != nil && t.Network.SHARP && m.env.collnet && m.nodes > 1 && m.heads > 0
+	if t.Network != nil && m.nodes > 1 {
+		m.netExtraUS = t.Network.ExtraLatencyUS()
+	}
 	if m.n > 1 {
 		flows, rings := t.RingFlows(devs)
 		m.rings = rings

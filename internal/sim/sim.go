@@ -36,6 +36,9 @@ type Options struct {
 	// NCCL_ALGO, NCCL_PROTO, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, NCCL_NVLS_ENABLE,
 	// NCCL_COLLNET_ENABLE, NCCL_P2P_DISABLE and NCCL_PXN_DISABLE (docs/model.md).
 	Env map[string]string
+	// LaunchThreads is how many host threads of a node launch its GPUs' work, as nccl-tests' -t
+	// (or one process per GPU): 0 or 1 is one thread driving them all.
+	LaunchThreads int
 }
 
 // Backend is the simulator. It is safe for use by one goroutine at a time.
@@ -350,7 +353,8 @@ func (b *Backend) streamEnd(devs []int) float64 {
 }
 
 // hostLaunch advances the host clock by the cost of enqueueing one call on the given devices:
-// each node's host enqueues for its own GPUs, in parallel with the other nodes.
+// each node's host enqueues for its own GPUs from LaunchThreads threads, in parallel with the
+// other nodes.
 func (b *Backend) hostLaunch(devs []int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -361,7 +365,15 @@ func (b *Backend) hostLaunch(devs []int) {
 		perNode[b.topo.NodeOf(d)]++
 		busiest = max(busiest, perNode[b.topo.NodeOf(d)])
 	}
-	b.hostUS += launchUS * float64(busiest)
+	threads := max(b.opt.LaunchThreads, 1)
+	b.hostUS += launchUS * float64((busiest+threads-1)/threads)
+}
+
+// SetLaunchThreads sets Options.LaunchThreads for the calls from now on.
+func (b *Backend) SetLaunchThreads(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.opt.LaunchThreads = n
 }
 
 // launch advances the clocks for one operation of duration us on the given devices, which start

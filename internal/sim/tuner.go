@@ -95,6 +95,10 @@ type Candidate struct {
 	LatencyUS   float64
 	AlgGBs      float64
 	TimeUS      float64
+	// SimLatencyUS and SimUS are the latency and time the simulated machine takes: NCCL's,
+	// with the fabric's own latency in place of the InfiniBand latency NCCL's tables assume.
+	SimLatencyUS float64
+	SimUS        float64
 }
 
 // Decision is what the tuner decides for one collective and size, and why: every candidate it
@@ -115,7 +119,7 @@ func (d Decision) Chosen() Candidate { return d.Candidates[0] }
 // candidate evaluates (algorithm a, protocol p) for collective c, as ncclTopoTuneModel sets its
 // bandwidth and latency and ncclTopoGetAlgoTime its time; ok is false where NCCL would not run it.
 func (m *model) candidate(c collKind, a, p int, nBytes int64) (Candidate, bool) {
-	bw, lat := m.bandwidth(c, a, p), m.latency(c, a, p)
+	bw, lat, simLat := m.bandwidth(c, a, p), m.latency(c, a, p, 0), m.latency(c, a, p, m.netExtraUS)
 	if bw <= 0 || !m.env.enabled(c, a, p) || !m.algoOK(c, a) || !m.protoOK(a, p) {
 		return Candidate{}, false
 	}
@@ -128,14 +132,15 @@ func (m *model) candidate(c collKind, a, p int, nBytes int64) (Candidate, bool) 
 	}
 	if a == algoRing && p == protoSimple && m.nodes > 1 && c == collAllReduce &&
 		float64(nBytes)/float64(m.graphs[algoRing].nChannels*m.n) >= 64 {
-		if m.cc < 8 { // the plateau effect of the ring
-			lat *= 1.9
-		} else {
-			lat *= 1.4
+		plateau := 1.4 // the plateau effect of the ring
+		if m.cc < 8 {
+			plateau = 1.9
 		}
+		lat, simLat = lat*plateau, simLat*plateau
 	}
+	bwUS := float64(nBytes) / (1000 * bw)
 	return Candidate{Algo: algoNames[a], Proto: protoNames[p], Channels: m.graphs[a].nChannels,
-		LatencyUS: lat, AlgGBs: bw, TimeUS: lat + float64(nBytes)/(1000*bw)}, true
+		LatencyUS: lat, AlgGBs: bw, TimeUS: lat + bwUS, SimLatencyUS: simLat, SimUS: simLat + bwUS}, true
 }
 
 // algoOK applies NCCL's rules for which algorithms serve which collectives on this machine.
@@ -278,16 +283,17 @@ func (m *model) llMax() float64 {
 	return llMaxBws[row][min(m.nodes, 3)-1]
 }
 
-// latency is ncclTopoTuneModel's latency in µs for (c, a, p).
-func (m *model) latency(c collKind, a, p int) float64 {
+// latency is ncclTopoTuneModel's latency in µs for (c, a, p), with netExtra µs added to every
+// step between nodes (0: NCCL's own figure).
+func (m *model) latency(c collKind, a, p int, netExtra float64) float64 {
 	intraHW := m.intraHW
 	if a == algoNVLS || a == algoNVLSTree {
 		intraHW = hwNVLink
 	}
 	intra := hwLat[intraHW][a][p]
-	inter := hwLat[hwNet][a][p]
+	inter := hwLat[hwNet][a][p] + netExtra
 	if m.ppn == 1 { // latencies are fully exposed: NCCL takes the Tree network latency
-		inter = hwLat[hwNet][algoTree][p]
+		inter = hwLat[hwNet][algoTree][p] + netExtra
 	}
 	lat := baseLat[a][p]
 	ppn := int(math.Round(m.ppn))
@@ -305,7 +311,7 @@ func (m *model) latency(c collKind, a, p int) float64 {
 			if p == protoSimple { // NCCL: "some chunk latency, waiting for proper chunk modeling"
 				step = hwLat[hw][algoTree][p]
 			}
-			return lat + float64(m.nsteps(c))*step
+			return lat + float64(m.nsteps(c))*step + float64(m.nodes-1)*netExtra
 		}
 		interSteps := 0
 		if m.nodes > 1 {
@@ -355,8 +361,8 @@ func (m *model) decide(c collKind, nBytes int64) Decision {
 		d.Candidates = []Candidate{{Algo: "none", Proto: "none"}}
 		return d
 	case m.n == 1: // a local copy at memory speed
-		d.Candidates = []Candidate{{Algo: "copy", Proto: "none", LatencyUS: 1, AlgGBs: m.memGBs / 2,
-			TimeUS: 1 + 2*float64(nBytes)/(1e3*m.memGBs)}}
+		us := 1 + 2*float64(nBytes)/(1e3*m.memGBs)
+		d.Candidates = []Candidate{{Algo: "copy", Proto: "none", LatencyUS: 1, AlgGBs: m.memGBs / 2, TimeUS: us, SimLatencyUS: 1, SimUS: us}}
 		return d
 	}
 	for a := range numAlgos {
@@ -377,7 +383,7 @@ func (m *model) decide(c collKind, nBytes int64) Decision {
 		return 0
 	})
 	if len(d.Candidates) == 0 { // everything disabled by NCCL_ALGO/NCCL_PROTO: NCCL fails too
-		d.Candidates = []Candidate{{Algo: "none", Proto: "none", TimeUS: math.Inf(1)}}
+		d.Candidates = []Candidate{{Algo: "none", Proto: "none", TimeUS: math.Inf(1), SimUS: math.Inf(1)}}
 	}
 	return d
 }
@@ -394,7 +400,7 @@ func (c choice) String() string { return c.algo + "/" + c.proto }
 // NCCL's tuner does.
 func (m *model) collTime(c collKind, nBytes int64) choice {
 	best := m.decide(c, nBytes).Chosen()
-	return choice{algo: best.Algo, proto: best.Proto, us: best.TimeUS}
+	return choice{algo: best.Algo, proto: best.Proto, us: best.SimUS}
 }
 
 // tunerEnv is how NCCL_* variables steer the tuner, as they steer NCCL.

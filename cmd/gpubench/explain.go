@@ -1,0 +1,226 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/sim"
+)
+
+// explainFlags are explain's own flags.
+type explainFlags struct {
+	size  string
+	ngpus int
+}
+
+// newExplainCmd builds `gpubench explain`, which prints the cost model's reasoning for one
+// collective, machine and size.
+func newExplainCmd(e *env, g *globals) *cobra.Command {
+	f := &explainFlags{}
+	cmd := &cobra.Command{
+		Use:   "explain COLLECTIVE --size SIZE",
+		Short: "Say why the simulator's NCCL tuner runs a collective of a size as it does on a machine",
+		Long: "explain prints the simulator's cost model (NCCL's tuner) for one collective, machine and size:\n" +
+			"the algorithm and protocol it picks and the runner-up, the bottleneck link and the bus\n" +
+			"bandwidth, the latency and bandwidth terms and which dominates, and the sizes where the pick\n" +
+			"changes. NCCL_ALGO, NCCL_PROTO and the other NCCL_* variables steer it as they steer the\n" +
+			"collectives. The size is the one the collective's command takes (--sizes).",
+		Example: "  gpubench explain allreduce --topology dgx-h100 --size 1G\n" +
+			"  gpubench explain allgather --topology dgx-h100 --nodes 4 --size 64K --output json\n" +
+			"  NCCL_ALGO=Ring gpubench explain allreduce --topology dgx-a100 -g 4 --size 8",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageErr("explain takes one collective (%s), e.g. gpubench explain allreduce --size 1G", strings.Join(sim.ExplainCollectives, ", "))
+			}
+			return nil
+		},
+		ValidArgs: sim.ExplainCollectives,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return f.run(cmd, e, g, args[0])
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.size, "size", "", "the collective's size, as --sizes takes it (B, K, M, G, T are binary units), e.g. 8, 64K, 1G")
+	fl.IntVarP(&f.ngpus, "ngpus", "g", 0, "number of GPUs: the topology's first ones (default all)")
+	return cmd
+}
+
+func (f *explainFlags) run(cmd *cobra.Command, e *env, g *globals, name string) error {
+	if !slices.Contains(sim.ExplainCollectives, name) {
+		return usageErr("unknown collective %q: use %s", name, strings.Join(sim.ExplainCollectives, ", "))
+	}
+	if g.backend != "auto" && g.backend != "sim" {
+		return usageErr("explain reads the simulator's model of --topology: drop --backend %s", g.backend)
+	}
+	if g.output != "table" && g.output != "json" {
+		return usageErr("unknown --output %q for explain: use table or json", g.output)
+	}
+	for _, flag := range []string{"seed", "sim-data-cap", "sim-jitter", "sim-fault", "cuda-lib", "nccl-lib"} {
+		if cmd.Flags().Changed(flag) {
+			return usageErr("--%s does not apply to explain: drop it", flag)
+		}
+	}
+	if !cmd.Flags().Changed("size") {
+		return usageErr("explain needs --size, e.g. --size 1G")
+	}
+	bytes, err := coll.ParseSize(f.size)
+	if err != nil {
+		return usageErr("invalid --size: %v", err)
+	}
+	if bytes == 0 {
+		return usageErr("invalid --size %s: give at least 1 byte, e.g. --size 8", f.size)
+	}
+	env := ncclEnv()
+	if err := sim.CheckEnv(env); err != nil {
+		return usageErr("%v", err)
+	}
+	t, err := g.loadTopology()
+	if err != nil {
+		return err
+	}
+	n := t.NumGPUs()
+	if cmd.Flags().Changed("ngpus") {
+		if f.ngpus < 1 || f.ngpus > n {
+			return usageErr("invalid -g %d: %s has %d GPUs; use 1 to %d", f.ngpus, t.Name, n, n)
+		}
+		n = f.ngpus
+	}
+	devs := make([]int, n)
+	for i := range devs {
+		devs[i] = i
+	}
+	x, err := sim.Explain(t, devs, env, name, bytes)
+	if err != nil {
+		return usageErr("%s", strings.TrimPrefix(err.Error(), sim.ErrExplain.Error()+": "))
+	}
+	if g.output == "json" {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(x)
+	} else {
+		err = writeExplanation(e.stdout, x)
+	}
+	if err != nil {
+		return runtimeErr(fmt.Errorf("writing the explanation: stdout: %w", err))
+	}
+	return nil
+}
+
+// writeExplanation prints an explanation as a few labelled lines.
+func writeExplanation(w io.Writer, x sim.Explanation) error {
+	var b strings.Builder
+	line := func(label, format string, a ...any) {
+		fmt.Fprintf(&b, "%-12s%s\n", label+":", fmt.Sprintf(format, a...))
+	}
+	gpus := countText(x.Ranks, "GPU")
+	fmt.Fprintf(&b, "%s of %s on %s: %s, %s\n", x.Collective, sizeText(x.Bytes), x.Topology, gpus, countText(x.Nodes, "node"))
+	c := x.Chosen
+	pair := c.Algo + "/" + c.Proto
+	switch {
+	case x.PointToPoint:
+		fmt.Fprintf(&b, "NCCL runs %s as point-to-point sends and receives, which its tuner does not choose; the simulator's point-to-point model:\n", x.Collective)
+		line("time", "%s", usText(c.TimeUS))
+	case c.Algo == "copy":
+		line("chosen", "a local copy at memory speed (one rank), %s", usText(c.TimeUS))
+	default:
+		line("chosen", "%s, %s, %s", pair, countText(c.Channels, "channel"), usText(c.TimeUS))
+		if r := x.RunnerUp; r != nil {
+			line("runner-up", "%s/%s, %s, %s (%.1f%% slower)", r.Algo, r.Proto, countText(r.Channels, "channel"), usText(r.TimeUS), *x.RunnerUpSlowerPercent)
+		} else {
+			line("runner-up", "none: the NCCL_* variables leave only %s", pair)
+		}
+	}
+	bottleneck := linkText(x.Bottleneck)
+	if x.LinksBusGBs > 0 {
+		bottleneck += fmt.Sprintf("; rings over the links carry %s busbw", gbsText(x.LinksBusGBs))
+		if x.LinksLimit != x.Bottleneck {
+			bottleneck += ", bounded by " + linkText(x.LinksLimit)
+		}
+	}
+	line("bottleneck", "%s", bottleneck)
+	bw := fmt.Sprintf("busbw %s, algbw %s", gbsText(c.BusGBs), gbsText(c.AlgGBs))
+	if x.Capped {
+		bw += "; NCCL's per-channel or protocol limit sets it, not the links"
+	}
+	line("bandwidth", "%s", bw)
+	share := 100 * max(c.LatencyUS, c.BandwidthUS) / c.TimeUS
+	line("terms", "latency %s + bandwidth %s (size / algbw): %s dominates (%.0f%% of the time)",
+		usText(c.LatencyUS), usText(c.BandwidthUS), x.Dominant, share)
+	line("balance", "the two terms are equal at %s: latency dominates below, bandwidth above", sizeText(x.BalanceBytes))
+	if !x.PointToPoint && c.Algo != "copy" {
+		switch d := x.ChangeBelow; {
+		case d != nil:
+			line("below", "%s/%s under %s, %s from there", d.Algo, d.Proto, sizeText(d.Bytes), pair)
+		case x.Bytes <= x.ScanMinBytes:
+			line("below", "not scanned: the scan starts at %s", sizeText(x.ScanMinBytes))
+		default:
+			line("below", "%s down to %s, the smallest size scanned", pair, sizeText(x.ScanMinBytes))
+		}
+		switch d := x.ChangeAbove; {
+		case d != nil:
+			line("above", "%s/%s from %s", d.Algo, d.Proto, sizeText(d.Bytes))
+		case x.Bytes >= x.ScanMaxBytes:
+			line("above", "not scanned: the scan ends at %s", sizeText(x.ScanMaxBytes))
+		default:
+			line("above", "%s up to %s, the largest size scanned", pair, sizeText(x.ScanMaxBytes))
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func countText(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
+}
+
+func usText(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + " us" }
+
+func gbsText(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + " GB/s" }
+
+// sizeText writes a byte count in a binary unit, to three figures unless exact, with the count.
+func sizeText(n int64) string {
+	if n < 1024 {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB"}
+	k := 0
+	for k < len(units)-1 && n>>(10*(k+1)) >= 1024 {
+		k++
+	}
+	v := float64(n) / float64(int64(1)<<(10*(k+1)))
+	digits := 2
+	switch {
+	case n%(int64(1)<<(10*(k+1))) == 0:
+		digits = 0
+	case v >= 100:
+		digits = 0
+	case v >= 10:
+		digits = 1
+	}
+	return fmt.Sprintf("%s %s (%d B)", strconv.FormatFloat(v, 'f', digits, 64), units[k], n)
+}
+
+// linkText names a kind of link for a reader.
+func linkText(kind string) string {
+	switch kind {
+	case "nvlink":
+		return "NVLink"
+	case "pcie":
+		return "PCIe"
+	case "smp":
+		return "the link between the CPU sockets (smp)"
+	case "memory":
+		return "GPU memory (one rank copies locally)"
+	}
+	return "the NICs and the network (" + kind + ")"
+}

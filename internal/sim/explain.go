@@ -1,0 +1,346 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/gpubench/gpubench/internal/gpu"
+)
+
+// ExplainCollectives are the collectives Explain takes: the tuner's five, then the two NCCL runs
+// as point-to-point operations.
+var ExplainCollectives = []string{"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "sendrecv"}
+
+// The sizes Explain scans for regime changes: powers of two from ScanMinBytes to ScanMaxBytes.
+const (
+	ScanMinBytes = int64(8)
+	ScanMaxBytes = int64(16) << 30
+)
+
+// Explanation is the cost model's reasoning for one collective of one size on one machine
+// (gpubench explain; docs/model.md, "gpubench explain").
+type Explanation struct {
+	Collective string `json:"collective"`
+	Topology   string `json:"topology"`
+	Bytes      int64  `json:"bytes"`
+	Ranks      int    `json:"ranks"`
+	Nodes      int    `json:"nodes"`
+	// PointToPoint: NCCL runs the collective (alltoall, sendrecv) as point-to-point operations,
+	// which its tuner does not choose; Chosen is then the point-to-point model, with no runner-up
+	// and no regime changes.
+	PointToPoint bool `json:"point_to_point"`
+	// Chosen is what the model runs; RunnerUp the next fastest candidate (nil when there is none)
+	// and RunnerUpSlowerPercent how much longer it takes, in percent of Chosen's time.
+	Chosen                ExplainedCandidate  `json:"chosen"`
+	RunnerUp              *ExplainedCandidate `json:"runner_up"`
+	RunnerUpSlowerPercent *float64            `json:"runner_up_slower_percent"`
+	// Bottleneck is the kind of link that bounds Chosen's bandwidth: nvlink, pcie, smp, the
+	// network's kind (infiniband, ethernet, roce, efa; net when the file names none), or memory for
+	// one rank's local copy. Capped: NCCL's per-protocol or per-channel limit, not the links, sets
+	// the figure (doubling the links' bandwidth would not raise it).
+	Bottleneck string `json:"bottleneck"`
+	Capped     bool   `json:"capped"`
+	// LinksBusGBs is the bus bandwidth the links carry as NCCL's rings use them, and LinksLimit
+	// the kind of link that bounds it (0 and "" on one rank).
+	LinksBusGBs float64 `json:"links_bus_gbs"`
+	LinksLimit  string  `json:"links_limit"`
+	// Dominant is the larger of Chosen's two terms: "latency" or "bandwidth".
+	Dominant string `json:"dominant"`
+	// BalanceBytes is the size at which Chosen's latency and bandwidth terms are equal:
+	// latency × algorithm bandwidth.
+	BalanceBytes int64 `json:"balance_bytes"`
+	// ChangeBelow and ChangeAbove are the nearest sizes, within the scan, where the chosen
+	// (algorithm, protocol) changes; nil where it holds to the end of the scan.
+	ChangeBelow *RegimeChange `json:"change_below"`
+	ChangeAbove *RegimeChange `json:"change_above"`
+	// ScanMinBytes and ScanMaxBytes bound the sizes scanned for regime changes.
+	ScanMinBytes int64 `json:"scan_min_bytes"`
+	ScanMaxBytes int64 `json:"scan_max_bytes"`
+	// Candidates is every (algorithm, protocol) the tuner weighed, fastest first.
+	Candidates []ExplainedCandidate `json:"candidates"`
+}
+
+// ExplainedCandidate is one (algorithm, protocol) at the explained size. Time is the latency
+// term plus the bandwidth term, bytes / algorithm bandwidth; BusGBs is the algorithm bandwidth
+// times nccl-tests' bus factor for the collective.
+type ExplainedCandidate struct {
+	Algo        string  `json:"algo"`
+	Proto       string  `json:"proto"`
+	Channels    int     `json:"channels"`
+	TimeUS      float64 `json:"time_us"`
+	LatencyUS   float64 `json:"latency_us"`
+	BandwidthUS float64 `json:"bandwidth_us"`
+	AlgGBs      float64 `json:"algbw_gbs"`
+	BusGBs      float64 `json:"busbw_gbs"`
+}
+
+// RegimeChange is a size where the tuner's pick changes. Bytes is the first size of the upper
+// side; Algo and Proto are the pick on the far side from the explained size: just below Bytes
+// for ChangeBelow, from Bytes on for ChangeAbove.
+type RegimeChange struct {
+	Bytes int64  `json:"bytes"`
+	Algo  string `json:"algo"`
+	Proto string `json:"proto"`
+}
+
+// ErrExplain marks an Explain refusal that the caller's input caused.
+var ErrExplain = errors.New("explain")
+
+// Explain says why the cost model (NCCL's tuner) runs collective coll of bytes as it does on the
+// ranks devs of t, with env's NCCL_* variables: the pick and the runner-up, the bottleneck, the
+// latency and bandwidth terms, and the sizes where the pick changes. bytes is the size the
+// collective's command takes (--sizes): the whole buffer for allgather, reducescatter and
+// alltoall, one rank's buffer otherwise.
+func Explain(t *gpu.Topology, devs []int, env map[string]string, coll string, bytes int64) (Explanation, error) {
+	switch {
+	case !isExplained(coll):
+		return Explanation{}, fmt.Errorf("%w: unknown collective %q: use %s", ErrExplain, coll, strings.Join(ExplainCollectives, ", "))
+	case bytes < 1:
+		return Explanation{}, fmt.Errorf("%w: size %d B: give at least 1 byte", ErrExplain, bytes)
+	case len(devs) == 0:
+		return Explanation{}, fmt.Errorf("%w: no GPUs to explain", ErrExplain)
+	}
+	for _, d := range devs {
+		if d < 0 || d >= t.NumGPUs() {
+			return Explanation{}, fmt.Errorf("%w: GPU %d: %s has GPUs 0-%d", ErrExplain, d, t.Name, t.NumGPUs()-1)
+		}
+	}
+	if err := CheckEnv(env); err != nil {
+		return Explanation{}, fmt.Errorf("%w: %v", ErrExplain, err)
+	}
+	m := newModel(t, devs, env)
+	x := Explanation{Collective: coll, Topology: t.Name, Bytes: bytes, Ranks: m.n, Nodes: m.nodes,
+		LinksBusGBs: m.ringBus, LinksLimit: m.limit, ScanMinBytes: ScanMinBytes, ScanMaxBytes: ScanMaxBytes}
+	kind, tuned := collKinds[coll]
+	if !tuned {
+		if err := m.explainP2P(&x, coll, bytes); err != nil {
+			return Explanation{}, err
+		}
+	} else {
+		d := m.decide(kind, bytes)
+		if d.Chosen().Algo == "none" {
+			var set []string
+			for _, v := range []string{"NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE"} {
+				if s, ok := env[v]; ok {
+					set = append(set, v+"="+s)
+				}
+			}
+			if set == nil {
+				set = []string{"the NCCL_* variables"}
+			}
+			return Explanation{}, fmt.Errorf("%w: %s leaves no algorithm and protocol for %s here: enable one that serves it (%s runs %s)",
+				ErrExplain, strings.Join(set, " "), coll, coll, served(newModel(t, devs, nil).decide(kind, bytes)))
+		}
+		for _, c := range d.Candidates {
+			x.Candidates = append(x.Candidates, m.explained(c, bytes, busFactor(coll, m.n)))
+		}
+		x.Chosen = x.Candidates[0]
+		if len(x.Candidates) > 1 {
+			r := x.Candidates[1]
+			slower := 100 * (r.TimeUS/x.Chosen.TimeUS - 1)
+			x.RunnerUp, x.RunnerUpSlowerPercent = &r, &slower
+		}
+		x.Bottleneck, x.Capped = m.bottleneck(kind, d.Chosen(), bytes)
+		x.ChangeBelow, x.ChangeAbove = m.regimes(kind, bytes, d.Chosen())
+	}
+	x.Dominant = "bandwidth"
+	if x.Chosen.LatencyUS > x.Chosen.BandwidthUS {
+		x.Dominant = "latency"
+	}
+	if !math.IsInf(x.Chosen.AlgGBs, 0) {
+		x.BalanceBytes = int64(math.Round(x.Chosen.LatencyUS * 1e3 * x.Chosen.AlgGBs))
+	}
+	return x, nil
+}
+
+// served lists the algorithms a decision weighed, in NCCL's order, each with its protocols.
+func served(d Decision) string {
+	protos := map[string][]string{}
+	for _, c := range d.Candidates {
+		protos[c.Algo] = append(protos[c.Algo], c.Proto)
+	}
+	var out []string
+	for _, a := range algoNames {
+		if p := protos[a]; p != nil {
+			slices.SortFunc(p, func(x, y string) int { return slices.Index(protoNames[:], x) - slices.Index(protoNames[:], y) })
+			out = append(out, a+" ("+strings.Join(p, ", ")+")")
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+func isExplained(coll string) bool { return slices.Contains(ExplainCollectives, coll) }
+
+// busFactor is nccl-tests' busbw / algbw for the collective on n ranks.
+func busFactor(coll string, n int) float64 {
+	switch coll {
+	case "allreduce":
+		return 2 * float64(n-1) / float64(n)
+	case "allgather", "reducescatter", "alltoall":
+		return float64(n-1) / float64(n)
+	}
+	return 1
+}
+
+// explained is a tuner candidate with its two terms and its bus bandwidth.
+func (m *model) explained(c Candidate, bytes int64, factor float64) ExplainedCandidate {
+	return ExplainedCandidate{Algo: c.Algo, Proto: c.Proto, Channels: c.Channels, TimeUS: c.TimeUS,
+		LatencyUS: c.LatencyUS, BandwidthUS: c.TimeUS - c.LatencyUS, AlgGBs: c.AlgGBs, BusGBs: c.AlgGBs * factor}
+}
+
+// netKind names the network as the link load does: its kind, or net.
+func (m *model) netKind() string {
+	if m.topo.Network != nil && m.topo.Network.Kind != "" {
+		return m.topo.Network.Kind
+	}
+	return string(gpu.LinkNet)
+}
+
+// bottleneck names the kind of link that bounds candidate c's bandwidth, and whether NCCL's
+// protocol or per-channel limit sets it instead. Ring, Tree and PAT run on the rings' links, whose
+// busiest link model.limit names; CollNet runs through the NICs; NVLS runs over NVLink inside a
+// node and, across nodes, over the NICs too, and the bound is the side whose halving costs more.
+// The candidate is capped when doubling its channels' bandwidth leaves it where it is.
+func (m *model) bottleneck(kind collKind, c Candidate, bytes int64) (string, bool) {
+	a := algoIndex(c.Algo)
+	if a < 0 { // one rank: a local copy
+		return "memory", false
+	}
+	link := m.limit
+	switch a {
+	case algoNVLS, algoNVLSTree:
+		link = string(gpu.LinkNVLink)
+		if m.nodes > 1 && m.scaled(kind, c, bytes, a, 1, 0.5) < m.scaled(kind, c, bytes, a, 0.5, 1) {
+			link = m.netKind()
+		}
+	case algoCollNetDirect, algoCollNetChain:
+		link = m.netKind()
+	}
+	return link, m.scaled(kind, c, bytes, a, 2, 2) <= c.AlgGBs*(1+1e-9)
+}
+
+// scaled is candidate c's algorithm bandwidth with algorithm a's channels carrying intra times
+// as much inside a node and inter times as much between nodes.
+func (m *model) scaled(kind collKind, c Candidate, bytes int64, a int, intra, inter float64) float64 {
+	other := *m
+	other.graphs[a].bwIntra *= intra
+	other.graphs[a].bwInter *= inter
+	for _, x := range other.decide(kind, bytes).Candidates {
+		if x.Algo == c.Algo && x.Proto == c.Proto {
+			return x.AlgGBs
+		}
+	}
+	return c.AlgGBs
+}
+
+func algoIndex(name string) int {
+	for a, n := range algoNames {
+		if n == name {
+			return a
+		}
+	}
+	return -1
+}
+
+// regimes finds the nearest sizes below and above bytes where the tuner's pick differs from
+// chosen: it compares the pick at the powers of two from ScanMinBytes to ScanMaxBytes, walking
+// away from bytes, and bisects to the byte between the first that differs and its neighbour. Each
+// candidate's time is linear in the size between powers of two (NCCL's tree correction changes
+// only at powers of two), so a pick holds over one interval there and the bisection finds its end;
+// only Ring/Simple's step in latency across nodes (the ring plateau) can break this.
+func (m *model) regimes(kind collKind, bytes int64, chosen Candidate) (below, above *RegimeChange) {
+	pick := func(b int64) Candidate { return m.decide(kind, b).Chosen() }
+	same := func(b int64) bool {
+		c := pick(b)
+		return c.Algo == chosen.Algo && c.Proto == chosen.Proto
+	}
+	// Below: hi holds the chosen pick; find the first power of two under it that does not.
+	hi := bytes
+	for p := ScanMaxBytes; p >= ScanMinBytes; p /= 2 {
+		if p >= hi {
+			continue
+		}
+		if !same(p) {
+			lo := p
+			for hi-lo > 1 {
+				if mid := lo + (hi-lo)/2; same(mid) {
+					hi = mid
+				} else {
+					lo = mid
+				}
+			}
+			other := pick(lo)
+			below = &RegimeChange{Bytes: hi, Algo: other.Algo, Proto: other.Proto}
+			break
+		}
+		hi = p
+	}
+	lo := bytes
+	for p := ScanMinBytes; p <= ScanMaxBytes; p *= 2 {
+		if p <= lo {
+			continue
+		}
+		if !same(p) {
+			hi := p
+			for hi-lo > 1 {
+				if mid := lo + (hi-lo)/2; same(mid) {
+					lo = mid
+				} else {
+					hi = mid
+				}
+			}
+			other := pick(hi)
+			above = &RegimeChange{Bytes: hi, Algo: other.Algo, Proto: other.Proto}
+			break
+		}
+		lo = p
+	}
+	return below, above
+}
+
+// explainP2P fills x for all-to-all and send/recv with the point-to-point model the simulated
+// calls use (model.p2pTime): every transfer a flow on its route, all running together.
+func (m *model) explainP2P(x *Explanation, coll string, bytes int64) error {
+	x.PointToPoint = true
+	n := m.n
+	per := bytes // send/recv: every rank sends its buffer to the next
+	var flows []gpu.Flow
+	switch coll {
+	case "alltoall":
+		per = bytes / int64(n) / 16 * 16 // nccl-tests' share per peer, in 16-byte steps
+		if per == 0 {
+			return fmt.Errorf("%w: an all-to-all of %d B over %d ranks sends 0 B to each peer (nccl-tests rounds each share down to 16 B): give at least %d B", ErrExplain, bytes, n, 16*n)
+		}
+		var err error
+		if flows, err = m.topo.AllToAllFlows(m.devs); err != nil {
+			return fmt.Errorf("%w: %v (use -g)", ErrExplain, err)
+		}
+		for i := range flows {
+			flows[i].Bytes = float64(per)
+		}
+	default:
+		for i := range n {
+			if j := (i + 1) % n; j != i {
+				flows = append(flows, gpu.Flow{Path: m.topo.Route(m.devs[i], m.devs[j]), Bytes: float64(per)})
+			}
+		}
+	}
+	total := m.p2pTime(flows, per)
+	bw, link := m.topo.LinkLoadKind(flows, m.efficiency)
+	if n == 1 {
+		c := m.decide(collBroadcast, per).Chosen() // a local copy, as the simulated call
+		bw, link = c.TimeUS-c.LatencyUS, "memory"
+	}
+	lat := math.Round((total-bw)*1e6) / 1e6 // to the picosecond: the sum's rounding is noise
+	c := ExplainedCandidate{Algo: "P2P", Proto: "Simple", TimeUS: total, LatencyUS: lat, BandwidthUS: bw}
+	if bw > 0 {
+		c.AlgGBs = float64(bytes) / (1e3 * bw)
+		c.BusGBs = c.AlgGBs * busFactor(coll, n)
+	}
+	x.Chosen, x.Candidates, x.Bottleneck = c, []ExplainedCandidate{c}, link
+	x.ScanMinBytes, x.ScanMaxBytes = 0, 0
+	return nil
+}

@@ -1,0 +1,248 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/gpubench/gpubench/internal/gpu"
+)
+
+func explain(t *testing.T, topo string, n int, env map[string]string, coll string, bytes int64) Explanation {
+	t.Helper()
+	tp, err := LoadTopology(topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := Explain(tp, ranks(n), env, coll, bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+func pairOf(algo, proto string) string { return algo + "/" + proto }
+
+// On an H100 NVSwitch, a tiny all-reduce is all startup cost and runs LL; a large one is all
+// bandwidth and runs NVLS, the switch reducing the data; the pick changes between them, at a
+// byte that explain finds exactly.
+func TestExplainAllReduceRegimes(t *testing.T) {
+	t.Parallel()
+	small := explain(t, "dgx-h100", 8, nil, "allreduce", 8)
+	if small.Chosen.Proto != "LL" || small.Dominant != "latency" {
+		t.Errorf("8 B: %s, %s-dominated; want an LL protocol, latency-dominated", pairOf(small.Chosen.Algo, small.Chosen.Proto), small.Dominant)
+	}
+	if small.Chosen.LatencyUS < 1000*small.Chosen.BandwidthUS {
+		t.Errorf("8 B: latency %v µs is not far above the bandwidth term %v µs", small.Chosen.LatencyUS, small.Chosen.BandwidthUS)
+	}
+	large := explain(t, "dgx-h100", 8, nil, "allreduce", 1<<30)
+	if large.Chosen.Algo != "NVLS" || large.Dominant != "bandwidth" || large.Bottleneck != "nvlink" {
+		t.Errorf("1 GiB: %s, %s-dominated, bottleneck %s; want NVLS, bandwidth-dominated, nvlink",
+			pairOf(large.Chosen.Algo, large.Chosen.Proto), large.Dominant, large.Bottleneck)
+	}
+	if large.Chosen.BusGBs < 470 || large.Chosen.BusGBs > 485 || math.Abs(large.LinksBusGBs-370.8) > 1e-6 {
+		t.Errorf("1 GiB: busbw %.1f, links %.1f; want NVLS's 470-485 over the ring's 370.8", large.Chosen.BusGBs, large.LinksBusGBs)
+	}
+	up, down := small.ChangeAbove, large.ChangeBelow
+	if up == nil || down == nil || up.Bytes <= 8 || down.Bytes > 1<<30 {
+		t.Fatalf("no regime change found between 8 B and 1 GiB: above 8 B %+v, below 1 GiB %+v", up, down)
+	}
+	// Each change is exact: one byte under it the lower pick, at it the upper one.
+	for _, c := range []struct {
+		name          string
+		at            int64
+		under, atPick string
+	}{
+		{"above 8 B", up.Bytes, pairOf(small.Chosen.Algo, small.Chosen.Proto), pairOf(up.Algo, up.Proto)},
+		{"below 1 GiB", down.Bytes, pairOf(down.Algo, down.Proto), pairOf(large.Chosen.Algo, large.Chosen.Proto)},
+	} {
+		u, a := explain(t, "dgx-h100", 8, nil, "allreduce", c.at-1), explain(t, "dgx-h100", 8, nil, "allreduce", c.at)
+		if got := pairOf(u.Chosen.Algo, u.Chosen.Proto); got != c.under {
+			t.Errorf("%s: %d B picks %s; want %s", c.name, c.at-1, got, c.under)
+		}
+		if got := pairOf(a.Chosen.Algo, a.Chosen.Proto); got != c.atPick {
+			t.Errorf("%s: %d B picks %s; want %s", c.name, c.at, got, c.atPick)
+		}
+	}
+	// The nearest changes: the pick at 8 B holds up to its change, NVLS from its change on.
+	for b := int64(8); b <= 1<<30; b *= 2 {
+		want := pairOf(small.Chosen.Algo, small.Chosen.Proto)
+		switch {
+		case b >= down.Bytes:
+			want = pairOf(large.Chosen.Algo, large.Chosen.Proto)
+		case b >= up.Bytes:
+			continue
+		}
+		if x := explain(t, "dgx-h100", 8, nil, "allreduce", b); pairOf(x.Chosen.Algo, x.Chosen.Proto) != want {
+			t.Errorf("%d B picks %s; want %s (changes at %d B and %d B)", b, pairOf(x.Chosen.Algo, x.Chosen.Proto), want, up.Bytes, down.Bytes)
+		}
+	}
+	if large.ChangeAbove != nil {
+		t.Errorf("1 GiB: NVLS changes to %+v, but it should hold to 16 GiB", large.ChangeAbove)
+	}
+	if small.ChangeBelow != nil {
+		t.Errorf("8 B: a change below the smallest size scanned: %+v", small.ChangeBelow)
+	}
+}
+
+// The terms add up to the time, the bandwidth term is size / algbw, the balance size is where
+// the chosen candidate's terms meet, and the candidates come fastest first.
+func TestExplainTerms(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		topo  string
+		coll  string
+		bytes int64
+	}{{"dgx-h100", "allreduce", 1 << 20}, {"dgx-h100x2", "allgather", 64 << 20}, {"pcie-4090x8", "broadcast", 3000}, {"dgx-a100", "reducescatter", 1 << 30}} {
+		x := explain(t, c.topo, 8, nil, c.coll, c.bytes)
+		ch := x.Chosen
+		if math.Abs(ch.LatencyUS+ch.BandwidthUS-ch.TimeUS) > 1e-9*ch.TimeUS {
+			t.Errorf("%s %s: latency %v + bandwidth %v != time %v", c.topo, c.coll, ch.LatencyUS, ch.BandwidthUS, ch.TimeUS)
+		}
+		if want := float64(c.bytes) / (1e3 * ch.AlgGBs); math.Abs(ch.BandwidthUS-want) > 1e-9*want {
+			t.Errorf("%s %s: bandwidth term %v; want size / algbw = %v", c.topo, c.coll, ch.BandwidthUS, want)
+		}
+		if bal := float64(x.BalanceBytes) / (1e3 * ch.AlgGBs); math.Abs(bal-ch.LatencyUS) > 1e-3 {
+			t.Errorf("%s %s: at the balance %d B the bandwidth term is %v µs, the latency %v µs", c.topo, c.coll, x.BalanceBytes, bal, ch.LatencyUS)
+		}
+		if (x.Dominant == "latency") != (ch.LatencyUS > ch.BandwidthUS) || (x.Dominant == "latency") != (c.bytes < x.BalanceBytes) {
+			t.Errorf("%s %s: %s dominates at %d B, latency %v, bandwidth %v, balance %d B", c.topo, c.coll, x.Dominant, c.bytes, ch.LatencyUS, ch.BandwidthUS, x.BalanceBytes)
+		}
+		if x.RunnerUp == nil || x.RunnerUp.TimeUS <= ch.TimeUS || x.RunnerUp != nil && math.Abs(*x.RunnerUpSlowerPercent-100*(x.RunnerUp.TimeUS/ch.TimeUS-1)) > 1e-9 {
+			t.Errorf("%s %s: runner-up %+v is not slower than %+v as said (%v%%)", c.topo, c.coll, x.RunnerUp, ch, x.RunnerUpSlowerPercent)
+		}
+		for i := 1; i < len(x.Candidates); i++ {
+			if x.Candidates[i].TimeUS < x.Candidates[i-1].TimeUS {
+				t.Errorf("%s %s: candidates out of order at %d", c.topo, c.coll, i)
+			}
+		}
+	}
+}
+
+// NCCL_ALGO steers the explanation as it steers the simulated calls.
+func TestExplainHonoursNCCLAlgo(t *testing.T) {
+	t.Parallel()
+	ring := map[string]string{"NCCL_ALGO": "Ring"}
+	for _, size := range []int64{8, 1 << 20, 1 << 30} {
+		x := explain(t, "dgx-h100", 8, ring, "allreduce", size)
+		for _, c := range x.Candidates {
+			if c.Algo != "Ring" {
+				t.Errorf("NCCL_ALGO=Ring at %d B weighs %s", size, pairOf(c.Algo, c.Proto))
+			}
+		}
+		if x.Chosen.Algo != "Ring" || x.RunnerUp == nil || x.RunnerUp.Algo != "Ring" {
+			t.Errorf("NCCL_ALGO=Ring at %d B: %+v, runner-up %+v", size, x.Chosen, x.RunnerUp)
+		}
+		for _, d := range []*RegimeChange{x.ChangeBelow, x.ChangeAbove} {
+			if d != nil && d.Algo != "Ring" {
+				t.Errorf("NCCL_ALGO=Ring at %d B changes to %s", size, pairOf(d.Algo, d.Proto))
+			}
+		}
+	}
+	if x := explain(t, "dgx-h100", 8, ring, "allreduce", 1<<30); x.Chosen.Proto != "Simple" || x.Capped || math.Abs(x.Chosen.BusGBs-370.8) > 1e-6 {
+		t.Errorf("NCCL_ALGO=Ring at 1 GiB: %+v, capped %v; want Ring/Simple at the links' 370.8 GB/s", x.Chosen, x.Capped)
+	}
+	tp, _ := LoadTopology("dgx-h100")
+	_, err := Explain(tp, ranks(8), map[string]string{"NCCL_ALGO": "NVLS"}, "broadcast", 1<<20)
+	if !errors.Is(err, ErrExplain) || !strings.Contains(err.Error(), "NCCL_ALGO=NVLS") || !strings.Contains(err.Error(), "Ring") {
+		t.Errorf("NVLS-only broadcast: %v; want a refusal naming NCCL_ALGO=NVLS and Ring", err)
+	}
+}
+
+// The bottleneck is the link that bounds the chosen candidate: PCIe on PCIe machines, the
+// network when NVLink SHARP across nodes waits on the NICs; LL's cap is not a link.
+func TestExplainBottleneck(t *testing.T) {
+	t.Parallel()
+	if x := explain(t, "pcie-4090x8", 8, nil, "allreduce", 1<<30); x.Bottleneck != "pcie" || x.Capped || x.Chosen.Algo != "Ring" {
+		t.Errorf("pcie-4090x8 1 GiB: %s over %s, capped %v; want Ring over pcie, not capped", pairOf(x.Chosen.Algo, x.Chosen.Proto), x.Bottleneck, x.Capped)
+	}
+	if x := explain(t, "dgx-h100", 8, nil, "broadcast", 8); x.Chosen.Proto != "LL" || !x.Capped || x.Bottleneck != "nvlink" {
+		t.Errorf("dgx-h100 8 B broadcast: %s, capped %v, %s; want LL held by its cap on nvlink", pairOf(x.Chosen.Algo, x.Chosen.Proto), x.Capped, x.Bottleneck)
+	}
+	tp, err := LoadTopology("dgx-b200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tp, err = tp.WithNodes(2); err != nil {
+		t.Fatal(err)
+	}
+	x, err := Explain(tp, ranks(16), nil, "allreduce", 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if x.Chosen.Algo != "NVLSTree" || x.Bottleneck != tp.Network.Kind || x.Nodes != 2 {
+		t.Errorf("two DGX B200, 1 GiB: %s over %s on %d nodes; want NVLSTree bounded by the network (%s)", pairOf(x.Chosen.Algo, x.Chosen.Proto), x.Bottleneck, x.Nodes, tp.Network.Kind)
+	}
+}
+
+// Explain's time is the time the simulator gives the same call.
+func TestExplainMatchesTheSimulator(t *testing.T) {
+	t.Parallel()
+	b := backend(t, "dgx-h100", Options{DataCap: 1})
+	comm, err := b.NewComm(ranks(8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufs := make([]gpu.Buffer, 8)
+	for i := range bufs {
+		if bufs[i], err = b.Alloc(i, 1<<24); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const bytes = 1 << 20
+	for _, c := range []struct {
+		coll string
+		call func() error
+	}{
+		{"allreduce", func() error { return comm.AllReduce(bufs, bufs, bytes/4, gpu.Float, gpu.Sum) }},
+		{"alltoall", func() error { return comm.AllToAll(bufs, bufs, bytes/8/4, gpu.Float) }},
+		{"sendrecv", func() error {
+			var ops []gpu.P2POp
+			for r := range 8 {
+				ops = append(ops, gpu.P2POp{Rank: r, Peer: (r + 1) % 8, Send: true, Buf: bufs[r]}, gpu.P2POp{Rank: r, Peer: (r + 7) % 8, Buf: bufs[r]})
+			}
+			return comm.SendRecv(ops, bytes/4, gpu.Float)
+		}},
+	} {
+		before := b.Now()
+		if err := c.call(); err != nil {
+			t.Fatal(err)
+		}
+		if err := comm.Synchronize(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		got := (b.Now()-before).Seconds()*1e6 - 8*launchUS
+		x := explain(t, "dgx-h100", 8, nil, c.coll, bytes)
+		if math.Abs(got-x.Chosen.TimeUS) > 0.01 {
+			t.Errorf("%s of %d B: the simulator takes %.3f µs, explain says %.3f µs", c.coll, bytes, got, x.Chosen.TimeUS)
+		}
+		if x.PointToPoint != (c.coll != "allreduce") {
+			t.Errorf("%s: point_to_point %v", c.coll, x.PointToPoint)
+		}
+	}
+}
+
+func TestExplainRefuses(t *testing.T) {
+	t.Parallel()
+	tp, _ := LoadTopology("dgx-h100")
+	for _, c := range []struct {
+		coll  string
+		devs  []int
+		env   map[string]string
+		bytes int64
+		want  string
+	}{
+		{"allreduc", ranks(8), nil, 8, `unknown collective "allreduc"`},
+		{"allreduce", ranks(8), nil, 0, "at least 1 byte"},
+		{"allreduce", ranks(9), nil, 8, "GPU 8"},
+		{"allreduce", nil, nil, 8, "no GPUs"},
+		{"allreduce", ranks(8), map[string]string{"NCCL_PROTO": "LL256"}, 8, `NCCL_PROTO="LL256"`},
+		{"alltoall", ranks(8), nil, 64, "at least 128 B"},
+	} {
+		if _, err := Explain(tp, c.devs, c.env, c.coll, c.bytes); !errors.Is(err, ErrExplain) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s %d B on %d GPUs, %v: %v; want an error with %q", c.coll, c.bytes, len(c.devs), c.env, err, c.want)
+		}
+	}
+}
