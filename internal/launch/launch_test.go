@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -557,7 +558,7 @@ func TestRankFailureReachesEveryRank(t *testing.T) {
 func TestEngineAcrossProcesses(t *testing.T) {
 	for _, c := range coll.Collectives {
 		t.Run(c.Name, func(t *testing.T) {
-			sums, errs := runWorld(t, 4, c, nil)
+			sums, errs := runWorld(t, 4, c, nil, worldCap)
 			for rank, err := range errs {
 				if err != nil {
 					t.Fatalf("rank %d: %v", rank, err)
@@ -586,7 +587,7 @@ func TestEngineAcrossProcesses(t *testing.T) {
 
 // A corrupt result on one rank's device is found, and counted on every rank.
 func TestEngineAcrossProcessesFindsWrongData(t *testing.T) {
-	sums, errs := runWorld(t, 3, coll.AllReduce, []sim.Fault{{Kind: "corrupt", Device: 2}})
+	sums, errs := runWorld(t, 3, coll.AllReduce, []sim.Fault{{Kind: "corrupt", Device: 2}}, worldCap)
 	for rank, s := range sums {
 		if errs[rank] != nil || s.OutOfBounds == 0 {
 			t.Errorf("rank %d: %v, %d wrong", rank, errs[rank], s.OutOfBounds)
@@ -595,24 +596,67 @@ func TestEngineAcrossProcessesFindsWrongData(t *testing.T) {
 }
 
 // runWorld runs c on size simulated ranks, each with its own backend, meeting at a rendezvous.
-func runWorld(t *testing.T, size int, c *coll.Collective, faults []sim.Fault) ([]*coll.Summary, []error) {
+// worldCap is a data cap that backs every size runRank runs with data: the cap is the whole
+// world's, and 4 ranks' all-gather buffers at 1 MiB take 4 × (1 + 4) MiB.
+const worldCap = 32 << 20
+
+// The data cap means the same sizes with a launcher as without: a world of processes, one rank
+// each, checks the sizes that one process simulating the same GPUs checks, and times the rest.
+func TestDataCapIsTheWorlds(t *testing.T) {
+	const dataCap = 1 << 20
+	sums, errs := runWorld(t, 4, coll.AllReduce, nil, dataCap)
+	for rank, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", rank, err)
+		}
+	}
+	topo, err := sim.LoadTopology("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sim.New(topo, sim.Options{DataCap: dataCap})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := coll.Run(context.Background(), b, coll.Options{Coll: coll.AllReduce, Sweep: worldSweep, DTypes: []gpu.DType{gpu.Float},
+		Ops: []gpu.RedOp{gpu.Sum}, Iters: 3, Warmup: 1, Check: 1, Average: 1, NGPUs: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	timingOnly := func(s *coll.Summary) (sizes []int64) {
+		for _, r := range s.Results {
+			if r.OutOfPlace.TimingOnly {
+				sizes = append(sizes, r.Size)
+			}
+		}
+		return sizes
+	}
+	got, want := timingOnly(sums[0]), timingOnly(one)
+	if len(want) == 0 || len(want) == len(one.Results) || !slices.Equal(got, want) {
+		t.Errorf("timing-only sizes: %v across processes, %v in one process; want the same, some but not all", got, want)
+	}
+}
+
+var worldSweep = coll.Sweep{Min: 64, Max: 1 << 20, Factor: 8}
+
+func runWorld(t *testing.T, size int, c *coll.Collective, faults []sim.Fault, dataCap int64) ([]*coll.Summary, []error) {
 	ln := listenLoopback(t)
 	sums, errs := make([]*coll.Summary, size), make([]error, size)
 	var wg sync.WaitGroup
 	for rank := range size {
-		wg.Go(func() { sums[rank], errs[rank] = runRank(c, rank, size, ln, faults) })
+		wg.Go(func() { sums[rank], errs[rank] = runRank(c, rank, size, ln, faults, dataCap) })
 	}
 	wg.Wait()
 	return sums, errs
 }
 
 // runRank runs one rank; rank 0 serves the rendezvous on ln.
-func runRank(c *coll.Collective, rank, size int, ln net.Listener, faults []sim.Fault) (*coll.Summary, error) {
+func runRank(c *coll.Collective, rank, size int, ln net.Listener, faults []sim.Fault, dataCap int64) (*coll.Summary, error) {
 	topo, err := sim.LoadTopology("dgx-h100")
 	if err != nil {
 		return nil, err
 	}
-	b, err := sim.New(topo, sim.Options{DataCap: 1 << 20, Faults: faults})
+	b, err := sim.New(topo, sim.Options{DataCap: dataCap, Faults: faults})
 	if err != nil {
 		return nil, err
 	}
@@ -636,7 +680,7 @@ func runRank(c *coll.Collective, rank, size int, ln net.Listener, faults []sim.F
 	for r, m := range g.Members() {
 		devs[r] = m.Device
 	}
-	opt := coll.Options{Coll: c, Sweep: coll.Sweep{Min: 64, Max: 1 << 20, Factor: 8}, DTypes: []gpu.DType{gpu.Float},
+	opt := coll.Options{Coll: c, Sweep: worldSweep, DTypes: []gpu.DType{gpu.Float},
 		Ops: []gpu.RedOp{gpu.Sum}, Iters: 3, Warmup: 1, Check: 1, Average: 1,
 		Comm: comm, Rank: rank, Devices: devs, Group: g}
 	s, err := coll.Run(g.Context(), b, opt)

@@ -200,7 +200,10 @@ const maxCallUS = 86400e6
 
 // exec does one call: host launch cost (unless a graph launch already paid it), clocks, data.
 func (c *comm) exec(us float64, dt gpu.DType, data bool, out []gpu.Buffer, move func(), launchCost bool) {
-	if launchCost {
+	switch {
+	case launchCost && us == 0: // nothing queued (collUS): the host pays NCCL's call alone
+		c.b.hostNoop()
+	case launchCost:
 		c.b.hostLaunch(c.host)
 	}
 	corrupt := c.b.launch(c.devs, us, false)

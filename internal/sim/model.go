@@ -42,6 +42,10 @@ const pcieEfficiency = 1.5 / 1.969
 // launch in parallel (docs/model.md).
 const launchUS = 4.9
 
+// noopUS is the host time of a call that queues no work (one rank in place): 0.8-0.89 µs on the
+// same H200 (docs/validation.md, "In place").
+const noopUS = 0.85
+
 // model is the cost model for one communicator.
 type model struct {
 	topo    *gpu.Topology

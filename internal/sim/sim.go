@@ -56,6 +56,10 @@ type Backend struct {
 	calls  []int           // per device: collectives run
 	peers  map[[2]int]bool // (dev, peer) pairs with peer access enabled
 	hubs   []net.Listener  // exchanges this process serves for communicators spanning processes
+	// world is the most ranks of a communicator across processes this process joined (one rank
+	// each), 0 before any: its share of the data cap is DataCap / world, so that a launcher's run
+	// backs the same sizes with data as one process simulating every GPU does.
+	world int
 
 	// spare is host memory that freed buffers had, by size, kept for the next buffers of that
 	// size (at most DataCap bytes in all): benchmarks and burn-ins allocate the same sizes over
@@ -188,9 +192,18 @@ func (b *Backend) Alloc(dev int, n int64) (gpu.Buffer, error) {
 	return b.back(x), nil
 }
 
+// dataCap is what this process may back: DataCap, or its share of it in a world of processes.
+// Call it with b.mu held.
+func (b *Backend) dataCap() int64 {
+	if b.world > 1 {
+		return b.opt.DataCap / int64(b.world)
+	}
+	return b.opt.DataCap
+}
+
 // back gives a new buffer host memory while the data cap allows. Call it with b.mu held.
 func (b *Backend) back(x *buffer) *buffer {
-	if b.backed+x.n <= b.opt.DataCap {
+	if b.backed+x.n <= b.dataCap() {
 		x.lazy = b
 		b.backed += x.n
 		b.trimSpare(x.n)
@@ -203,7 +216,7 @@ func (b *Backend) back(x *buffer) *buffer {
 // size keep goes last. Call it with b.mu held.
 func (b *Backend) trimSpare(keep int64) {
 	for size, bufs := range b.spare {
-		if b.backed+b.spareBytes <= b.opt.DataCap {
+		if b.backed+b.spareBytes <= b.dataCap() {
 			return
 		}
 		if size != keep {
@@ -211,7 +224,7 @@ func (b *Backend) trimSpare(keep int64) {
 			delete(b.spare, size)
 		}
 	}
-	for s := b.spare[keep]; len(s) > 0 && b.backed+b.spareBytes > b.opt.DataCap; s = s[:len(s)-1] {
+	for s := b.spare[keep]; len(s) > 0 && b.backed+b.spareBytes > b.dataCap(); s = s[:len(s)-1] {
 		b.spare[keep] = s[:len(s)-1]
 		b.spareBytes -= keep
 	}
@@ -367,6 +380,13 @@ func (b *Backend) hostLaunch(devs []int) {
 	}
 	threads := max(b.opt.LaunchThreads, 1)
 	b.hostUS += launchUS * float64((busiest+threads-1)/threads)
+}
+
+// hostNoop advances the host clock by a call that queues no work: NCCL's own bookkeeping.
+func (b *Backend) hostNoop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.hostUS += noopUS
 }
 
 // SetLaunchThreads sets Options.LaunchThreads for the calls from now on.

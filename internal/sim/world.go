@@ -101,6 +101,9 @@ func (b *Backend) JoinComm(ctx context.Context, id []byte, size, rank, dev int) 
 		return nil, context.Cause(ctx)
 	}
 	conn.SetDeadline(time.Time{})
+	b.mu.Lock()
+	b.world = max(b.world, size)
+	b.mu.Unlock()
 	devs := make([]int, size)
 	for i := range devs {
 		devs[i] = i
@@ -109,9 +112,12 @@ func (b *Backend) JoinComm(ctx context.Context, id []byte, size, rank, dev int) 
 	return j, nil
 }
 
-// Wire messages, in gob. A rank says hello once, then sends one wireCall per call and gets back
-// one wireReply holding every rank's parts.
+// Wire messages, in gob. A rank says hello once, then at each synchronization sends the calls it
+// queued since the last one, as one batch, and gets back one wireReply holding every rank's parts
+// of each: a timed loop meets the other ranks once, not once per call.
 type wireHello struct{ Size, Rank int }
+
+type wireBatch struct{ Calls []wireCall }
 
 type wireCall struct {
 	Tag   string // the call and its arguments, which every rank must agree on
@@ -129,7 +135,7 @@ type wirePart struct {
 
 type wireReply struct {
 	Err   string
-	Parts [][]wirePart // by rank
+	Parts [][][]wirePart // by call of the batch, then by rank
 }
 
 // joined is one process's rank of a communicator across processes.
@@ -204,24 +210,32 @@ func (j *joined) Synchronize(ctx context.Context) error {
 	}()
 	calls := j.pending
 	j.pending = nil
+	var batch []*call
+	for _, c := range calls {
+		if c.local == nil {
+			batch = append(batch, c)
+		}
+	}
+	all, err := j.exchange(batch)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = &gpu.HangError{Err: ctx.Err()}
+		}
+		j.broken = err
+		return err
+	}
 	for _, c := range calls {
 		if c.local != nil {
 			c.local()
 			continue
 		}
-		all, err := j.exchange(c)
-		if err != nil {
-			if ctx.Err() != nil {
-				err = &gpu.HangError{Err: ctx.Err()}
-			}
-			j.broken = err
-			return err
-		}
+		parts := all[0]
+		all = all[1:]
 		if c.start {
 			j.c.b.hostLaunch(j.c.host)
 		}
 		j.c.replaying = c.graph
-		err = c.run(all)
+		err = c.run(parts)
 		j.c.replaying = false
 		if err != nil {
 			return err
@@ -230,17 +244,32 @@ func (j *joined) Synchronize(ctx context.Context) error {
 	return j.c.Synchronize(ctx)
 }
 
-// exchange sends this rank's parts of a call and returns every rank's.
-func (j *joined) exchange(c *call) ([][]wirePart, error) {
-	if err := j.enc.Encode(wireCall{Tag: c.tag, Parts: c.parts}); err != nil {
-		return nil, fmt.Errorf("sim: rank %d sending %s to the exchange: %w", j.rank, c.tag, err)
+// exchange sends this rank's parts of a batch of calls and returns every rank's, by call. An
+// empty batch sends nothing.
+func (j *joined) exchange(calls []*call) ([][][]wirePart, error) {
+	if len(calls) == 0 {
+		return nil, nil
+	}
+	b := wireBatch{Calls: make([]wireCall, len(calls))}
+	for i, c := range calls {
+		b.Calls[i] = wireCall{Tag: c.tag, Parts: c.parts}
+	}
+	what := calls[0].tag
+	if len(calls) > 1 {
+		what = fmt.Sprintf("%d calls from %s on", len(calls), what)
+	}
+	if err := j.enc.Encode(b); err != nil {
+		return nil, fmt.Errorf("sim: rank %d sending %s to the exchange: %w", j.rank, what, err)
 	}
 	var r wireReply
 	if err := j.dec.Decode(&r); err != nil {
-		return nil, fmt.Errorf("sim: rank %d waiting at the exchange for %s: %w", j.rank, c.tag, err)
+		return nil, fmt.Errorf("sim: rank %d waiting at the exchange for %s: %w", j.rank, what, err)
 	}
 	if r.Err != "" {
 		return nil, errors.New(r.Err)
+	}
+	if len(r.Parts) != len(calls) {
+		return nil, fmt.Errorf("sim: rank %d sent %d calls to the exchange and got %d back", j.rank, len(calls), len(r.Parts))
 	}
 	return r.Parts, nil
 }
@@ -461,14 +490,14 @@ func serveHub(ln *net.TCPListener) {
 			fail(members, fmt.Sprintf("sim: rank %d left the exchange as it started", m.rank))
 			return
 		}
-		m.calls = make(chan wireCall)
+		m.calls = make(chan wireBatch)
 		go m.read(done)
 	}
 	for {
-		reply := wireReply{Parts: make([][]wirePart, size)}
+		var reply wireReply
 		var tag string
 		for _, m := range members {
-			c, ok := <-m.calls
+			b, ok := <-m.calls
 			if !ok {
 				// Rank 0's process serves the exchange, so it leaves only when it is done.
 				if m.rank != 0 {
@@ -480,13 +509,23 @@ func serveHub(ln *net.TCPListener) {
 				}
 				return
 			}
-			if tag == "" {
-				tag = c.Tag
-			} else if c.Tag != tag {
-				fail(members, fmt.Sprintf("sim: rank %d called %s while rank 0 called %s", m.rank, c.Tag, tag))
+			if reply.Parts == nil {
+				reply.Parts = make([][][]wirePart, len(b.Calls))
+				for i := range reply.Parts {
+					reply.Parts[i] = make([][]wirePart, size)
+				}
+				if len(b.Calls) > 0 {
+					tag = b.Calls[0].Tag
+				}
+			}
+			if why := mismatch(members[0].batch, b, m.rank); why != "" {
+				fail(members, why)
 				return
 			}
-			reply.Parts[m.rank] = c.Parts
+			m.batch = b
+			for i, c := range b.Calls {
+				reply.Parts[i][m.rank] = c.Parts
+			}
 		}
 		// Every rank gets the reply at once; one that cannot be reached ends the run for all,
 		// named, rather than leaving the others waiting on a call it never finishes.
@@ -511,14 +550,31 @@ type member struct {
 	conn  net.Conn
 	enc   *gob.Encoder
 	dec   *gob.Decoder
-	calls chan wireCall
-	err   error // why calls was closed
+	calls chan wireBatch
+	batch wireBatch // the last batch it sent
+	err   error     // why calls was closed
+}
+
+// mismatch says how rank's batch differs from rank 0's, or "" when every call is the same.
+func mismatch(first, b wireBatch, rank int) string {
+	if rank == 0 {
+		return ""
+	}
+	for i := range min(len(first.Calls), len(b.Calls)) {
+		if x, y := b.Calls[i].Tag, first.Calls[i].Tag; x != y {
+			return fmt.Sprintf("sim: rank %d called %s while rank 0 called %s", rank, x, y)
+		}
+	}
+	if len(b.Calls) != len(first.Calls) {
+		return fmt.Sprintf("sim: rank %d made %d calls before synchronizing, rank 0 made %d", rank, len(b.Calls), len(first.Calls))
+	}
+	return ""
 }
 
 func (m *member) read(done <-chan struct{}) {
 	defer close(m.calls)
 	for {
-		var c wireCall
+		var c wireBatch
 		if m.err = m.dec.Decode(&c); m.err != nil {
 			return
 		}
