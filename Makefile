@@ -73,9 +73,11 @@ fuzz:
 	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzFirstHost$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
 	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzAddressFlag$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
 
-# CPU seconds and peak memory of the simulated 8B:8GB all-reduce sweep.
+# CPU seconds and peak memory of simulated 8B:8GB all-reduce and all-to-all sweeps at 8 to 8,192
+# GPUs, loading 1,024 nodes, and 16 one-rank processes against one process (docs/model.md, "Scale").
 bench:
-	$(GO) test ./cmd/gpubench -run '^$$' -bench '^BenchmarkAllReduceSweep$$' -benchtime 3x
+	$(GO) test ./cmd/gpubench -run '^$$' -bench '^(BenchmarkSweep|BenchmarkLoadTopology)$$' -benchtime 1x -timeout 10m
+	scripts/world-cost.sh
 
 # On a machine with a GPU: the real path end to end, every output written under OUT.
 gpu-check:

@@ -188,18 +188,14 @@ func (m *model) searchGraphs() [numAlgos]searchGraph {
 
 // channelCount estimates the channels NCCL's ring search finds, which the per-channel caps
 // multiply: one per ring across nodes; on one NVLink node, as many channels of the search table's
-// top speed (60 GB/s from Hopper on, 40 before) as the ring bandwidth holds, doubled as NCCL
-// duplicates fast channels; one channel over PCIe.
+// top speed (nvlsMaxChannelGBs) as the ring bandwidth holds, doubled as NCCL duplicates fast channels;
+// one channel over PCIe.
 func (m *model) channelCount() int {
 	switch {
 	case m.nodes > 1:
 		return m.rings
 	case m.intraHW == hwNVLink:
-		top := 40.0
-		if m.arch >= 2 {
-			top = 60
-		}
-		return 2 * max(1, int(m.ringBus/top))
+		return 2 * max(1, int(m.ringBus/nvlsMaxChannelGBs[m.arch]))
 	}
 	return 1
 }

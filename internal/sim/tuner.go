@@ -268,8 +268,10 @@ func (m *model) bandwidth(c collKind, a, p int) float64 {
 	return bus * 0.5
 }
 
-// nvlsMaxChannelGBs is the largest entry of NCCL's search speed table per architecture (the
-// ceiling of an NVLS channel's bwInter on one node).
+// nvlsMaxChannelGBs is the largest entry of NCCL's intra-node search speed table per
+// architecture (src/graph/search.cc: speedArrayIntra, sm90SpeedArrayIntra, sm100SpeedArrayIntra):
+// the ceiling of an NVLS channel's bwInter on one node, and the speed of the ring search's first
+// try (channelCount).
 var nvlsMaxChannelGBs = [4]float64{40, 40, 60, 90}
 
 func (m *model) llMax() float64 {
