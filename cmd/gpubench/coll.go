@@ -289,6 +289,15 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 	if err := coll.CheckRanks(opt, n); err != nil {
 		return usageErr("%v", err)
 	}
+	if sb, ok := b.(*sim.Backend); ok {
+		ranks := n
+		if opt.NGPUs > 0 {
+			ranks = opt.NGPUs
+		}
+		if err := sb.CheckCollective(c.Name, ranks); err != nil {
+			return usageErr("%v", err)
+		}
+	}
 	out := e.stdout
 	if proc.Rank != 0 { // rank 0 prints the whole world's results
 		out = io.Discard

@@ -440,6 +440,12 @@ func TestSimulatorHonoursNCCLEnv(t *testing.T) {
 	if code != exitUsage || !strings.Contains(errOut, `NCCL_ALGO="rings": unknown "rings"`) {
 		t.Errorf("NCCL_ALGO=rings: exit %d, %q", code, errOut)
 	}
+	// Variables that leave a collective nothing to run stop it before it starts, as NCCL's
+	// first call would fail, rather than reach the cost model.
+	out, errOut, code := gpubenchProcess(t, []string{"NCCL_ALGO=nvls"}, "broadcast", "--backend", "sim", "-b", "1K", "-e", "1K")
+	if code != exitUsage || out != "" || errOut != "gpubench: NCCL_ALGO=nvls leaves no algorithm and protocol for broadcast here: enable one that serves it (broadcast runs Ring (LL, LL128, Simple))\n" {
+		t.Errorf("NCCL_ALGO=nvls broadcast: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
 }
 
 // rowTime is the out-of-place time of the first result row of a table.

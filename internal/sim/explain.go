@@ -111,6 +111,9 @@ func Explain(t *gpu.Topology, devs []int, env map[string]string, coll string, by
 	if err := CheckEnv(env); err != nil {
 		return Explanation{}, fmt.Errorf("%w: %v", ErrExplain, err)
 	}
+	if err := routeEnv(t, env); err != nil {
+		return Explanation{}, fmt.Errorf("%w: %v", ErrExplain, err)
+	}
 	m := newModel(t, devs, env)
 	x := Explanation{Collective: coll, Topology: t.Name, Bytes: bytes, Ranks: m.n, Nodes: m.nodes,
 		LinksBusGBs: m.ringBus, LinksLimit: m.limit, ScanMinBytes: ScanMinBytes, ScanMaxBytes: ScanMaxBytes}
@@ -122,17 +125,7 @@ func Explain(t *gpu.Topology, devs []int, env map[string]string, coll string, by
 	} else {
 		d := m.decide(kind, bytes)
 		if d.Chosen().Algo == "none" {
-			var set []string
-			for _, v := range []string{"NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE"} {
-				if s, ok := env[v]; ok {
-					set = append(set, v+"="+s)
-				}
-			}
-			if set == nil {
-				set = []string{"the NCCL_* variables"}
-			}
-			return Explanation{}, fmt.Errorf("%w: %s leaves no algorithm and protocol for %s here: enable one that serves it (%s runs %s)",
-				ErrExplain, strings.Join(set, " "), coll, coll, served(newModel(t, devs, nil).decide(kind, bytes)))
+			return Explanation{}, fmt.Errorf("%w: %v", ErrExplain, noAlgorithm(t, devs, env, coll, kind, bytes))
 		}
 		for _, c := range d.Candidates {
 			x.Candidates = append(x.Candidates, m.explained(c, bytes, busFactor(coll, m.n)))
@@ -157,6 +150,21 @@ func Explain(t *gpu.Topology, devs []int, env map[string]string, coll string, by
 }
 
 // served lists the algorithms a decision weighed, in NCCL's order, each with its protocols.
+// noAlgorithm says which variables leave coll nothing to run, and what it runs without them.
+func noAlgorithm(t *gpu.Topology, devs []int, env map[string]string, coll string, kind collKind, bytes int64) error {
+	var set []string
+	for _, v := range []string{"NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE"} {
+		if s, ok := env[v]; ok {
+			set = append(set, v+"="+s)
+		}
+	}
+	if set == nil {
+		set = []string{"the NCCL_* variables"}
+	}
+	return fmt.Errorf("%s leaves no algorithm and protocol for %s here: enable one that serves it (%s runs %s)",
+		strings.Join(set, " "), coll, coll, served(newModel(t, devs, nil).decide(kind, bytes)))
+}
+
 func served(d Decision) string {
 	protos := map[string][]string{}
 	for _, c := range d.Candidates {

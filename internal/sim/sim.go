@@ -88,14 +88,8 @@ func New(t *gpu.Topology, opt Options) (*Backend, error) {
 	if err := CheckEnv(opt.Env); err != nil {
 		return nil, err
 	}
-	if env := parseTunerEnv(opt.Env); env.p2pDisable || env.noPXN {
-		t.NoPXN = env.noPXN
-		if env.p2pDisable && t.P2P != "none" { // every GPU-to-GPU byte through host memory
-			t.P2P = "none"
-			if err := t.Validate(); err != nil {
-				return nil, fmt.Errorf("NCCL_P2P_DISABLE=1: %v", err)
-			}
-		}
+	if err := routeEnv(t, opt.Env); err != nil {
+		return nil, err
 	}
 	b := &Backend{topo: t, opt: opt, rng: rand.New(rand.NewPCG(opt.Seed, 0x9e3779b97f4a7c15))}
 	for i := 0; i < t.NumGPUs(); i++ {
@@ -380,6 +374,40 @@ func (b *Backend) hostLaunch(devs []int) {
 	}
 	threads := max(b.opt.LaunchThreads, 1)
 	b.hostUS += launchUS * float64((busiest+threads-1)/threads)
+}
+
+// routeEnv applies the NCCL_* variables that change routes to t: NCCL_PXN_DISABLE, and
+// NCCL_P2P_DISABLE, which sends every GPU-to-GPU byte through host memory.
+func routeEnv(t *gpu.Topology, env map[string]string) error {
+	e := parseTunerEnv(env)
+	if !e.p2pDisable && !e.noPXN {
+		return nil
+	}
+	t.NoPXN = e.noPXN
+	if e.p2pDisable && t.P2P != "none" {
+		t.P2P = "none"
+		if err := t.Validate(); err != nil {
+			return fmt.Errorf("NCCL_P2P_DISABLE=1: %v", err)
+		}
+	}
+	return nil
+}
+
+// CheckCollective refuses NCCL_* variables that leave a collective (its command's name) on the
+// first n GPUs no algorithm and protocol, as NCCL fails its first call, before a run starts.
+func (b *Backend) CheckCollective(coll string, n int) error {
+	kind, ok := collKinds[coll]
+	if !ok || n < 2 || n > len(b.devices) {
+		return nil
+	}
+	devs := make([]int, n)
+	for i := range devs {
+		devs[i] = i
+	}
+	if newModel(b.topo, devs, b.opt.Env).decide(kind, 1<<20).Chosen().Algo != "none" {
+		return nil
+	}
+	return noAlgorithm(b.topo, devs, b.opt.Env, coll, kind, 1<<20)
 }
 
 // hostNoop advances the host clock by a call that queues no work: NCCL's own bookkeeping.
