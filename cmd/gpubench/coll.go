@@ -34,6 +34,7 @@ type collFlags struct {
 	perIter              bool
 	out                  string
 	launch               launchFlags
+	expect               expectFlags
 	// nccl-tests' flags beyond gpubench's own
 	nthreads, cycles, cpuTime, perIterTiming, perIterSkip int
 	unsupported                                           map[string]*string
@@ -92,6 +93,7 @@ func newCollCmdWith(e *env, g *globals, c *coll.Collective, runF func(*cobra.Com
 	fl.IntVarP(&f.blocking, "blocking", "z", 0, "0: queue the timed calls; 1, 2: wait after each call; 3: wait after each iteration")
 	fl.BoolVar(&f.perIter, "per-iter", false, "time every iteration on the GPUs' streams: p50, p95, p99, max, cv and the slowest rank per size")
 	fl.StringVar(&f.out, "out", "", "also stream the results to FILE as JSON lines, a line per size as it is measured")
+	f.expect.register(cmd)
 	fl.IntVarP(&f.nthreads, "nthreads", "t", 1, "nccl-tests: threads per process, each driving -g GPUs (-t T -g G uses T x G GPUs); the simulator launches from T threads, real GPUs are driven from one")
 	fl.IntVarP(&f.cycles, "run_cycles", "N", 1, "nccl-tests: run the whole sweep this many times (0: until interrupted)")
 	fl.IntVarP(&f.cpuTime, "report_cputime", "C", 0, "nccl-tests: 1 shows the host's launch time in the time column (bandwidths still from completion)")
@@ -335,6 +337,22 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 	if d, ok := b.(describer); ok {
 		r.Runtime = d.Describe()
 	}
+	if proc.Rank == 0 {
+		ranks := n
+		if opt.NGPUs > 0 {
+			ranks = opt.NGPUs
+		}
+		if proc.Multi() { // a process per rank: every rank launches at once
+			threads = ranks
+		}
+		if err := setExpect(cmd, e, g, &f.expect, b, &opt, r, ranks, threads); err != nil {
+			if wd != nil {
+				wd.close(err)
+			}
+			return err
+		}
+		r.Opt = opt
+	}
 	return f.measure(ctx, e, g, b, opt, r, w, wd, proc.Rank == 0)
 }
 
@@ -347,6 +365,9 @@ func (f *collFlags) prepare(cmd *cobra.Command, e *env, g *globals, c *coll.Coll
 	}
 	opt, err := f.options(cmd, c, g.seed)
 	if err != nil {
+		return opt, proc, "", err
+	}
+	if err := f.expect.check(cmd); err != nil {
 		return opt, proc, "", err
 	}
 	if !c.Rooted && f.root != 0 {

@@ -35,23 +35,36 @@ func standinEnv(t *testing.T, extra ...string) (env, args []string) {
 	return env, []string{"--backend", "cuda", "--cuda-lib", rt, "--nccl-lib", lib}
 }
 
-// Every collective through the real CUDA and NCCL bindings, on the stand-ins, with the check on.
+// Every collective through the real CUDA and NCCL bindings, on the stand-ins, with the check on,
+// set beside what a DGX H100's first four GPUs would do (--topology on real GPUs names the
+// machine expectations come from).
 func TestCollectivesOnStandins(t *testing.T) {
 	env, backend := standinEnv(t)
 	for _, c := range []string{"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "sendrecv"} {
 		t.Run(c, func(t *testing.T) {
-			out, errOut, code := gpubenchProcess(t, env, append([]string{c, "--sizes", "8B:64K:x8", "-n", "3", "-d", "all", "-T", "60"}, backend...)...)
+			out, errOut, code := gpubenchProcess(t, env, append([]string{c, "--sizes", "8B:64K:x8", "-n", "3", "-d", "all", "-T", "60", "--topology", "dgx-h100"}, backend...)...)
 			if code != 0 || errOut != "" {
 				t.Fatalf("exit %d, stderr %q", code, errOut)
 			}
 			if !strings.Contains(out, "backend cuda\n# CUDA driver 12.4, runtime 12.4, ") || !strings.Contains(out, "NCCL 2.30.7") ||
-				!strings.Contains(out, "# Out of bounds values : 0 OK") || strings.Contains(out, "Timing only") {
+				!strings.Contains(out, "# Out of bounds values : 0 OK") || strings.Contains(out, "Timing only") ||
+				!strings.Contains(out, "# Expected             : from the simulator on topology dgx-h100;") {
 				t.Errorf("output:\n%s", out)
 			}
 			if strings.Count(out, "  bfloat16 ") != 5 { // 8B:64K:x8 is five sizes
 				t.Errorf("want five bfloat16 rows:\n%s", out)
 			}
 		})
+	}
+}
+
+// On real GPUs expectations are on by default; where the machine cannot be read (no NVML here)
+// the run goes on without them and says why, once.
+func TestExpectWithoutTheMachine(t *testing.T) {
+	env, backend := standinEnv(t)
+	out, errOut, code := gpubenchProcess(t, env, append([]string{"allreduce", "--sizes", "8B", "-n", "1"}, backend...)...)
+	if code != 0 || strings.Contains(out, "Expected") || !strings.HasPrefix(errOut, "gpubench: no expected figures: gpubench topo cannot read this machine (") || strings.Count(errOut, "\n") != 1 {
+		t.Errorf("exit %d, stderr %q\n%s", code, errOut, out)
 	}
 }
 

@@ -48,6 +48,9 @@ type Options struct {
 	OnStart func(*Summary)
 	// OnResult, when set, gets every row as soon as it is measured.
 	OnResult func(Result)
+	// Expect, when set, gives a row's placements their Expected figures once it is measured,
+	// before OnResult and the summary see it.
+	Expect func(*Result)
 
 	// Comm, when set, is a communicator that spans processes (gpu.Joiner), made and closed by
 	// the caller; this process drives its rank Rank. Devices lists every rank's device, and Group
@@ -108,6 +111,15 @@ type Placement struct {
 	SlowestRank *int
 	// PerIter is the per-iteration statistics, with Options.PerIter.
 	PerIter *IterStats
+	// Expected is what the machine should do here, with Options.Expect; nil without.
+	Expected *Expected
+}
+
+// Expected is the figure a placement is set beside: the time and busbw the simulator gives for
+// the same machine, size and settings, and Ratio = expected time / measured time (the measured
+// busbw over the expected one, also where busbw is 0 by definition).
+type Expected struct {
+	TimeUS, BusBW, Ratio float64
 }
 
 // IterStats describe the times of one placement's timed iterations, each measured on the
@@ -441,6 +453,9 @@ func (r *runner) row(s *Summary, cycle int, size int64, a Args) error {
 		} else {
 			res.OutOfPlace = p
 		}
+	}
+	if r.opt.Expect != nil {
+		r.opt.Expect(&res)
 	}
 	s.Results = append(s.Results, res)
 	s.AvgBusBW = r.busSum / float64(r.cells)

@@ -37,6 +37,8 @@ type CollRun struct {
 	DataCap int64 // the simulator's data cap, bytes; 0 for a real backend
 	// Threads is how many host threads launch a process's GPUs (nccl-tests' nThread); 0 means 1.
 	Threads int
+	// Expect, with --expect, says where the rows' Expected figures come from; nil without.
+	Expect  *Expectation
 	Summary *coll.Summary
 }
 
@@ -213,9 +215,71 @@ func WrongRanksText(s *coll.Summary) string {
 	return strings.Join(parts, ", ")
 }
 
+// Expectation is where a run's expected figures come from, and the fraction of them under which
+// a placement is named (--expect-floor).
+type Expectation struct {
+	Source string
+	Floor  float64
+}
+
+// below lists the placements whose measured figure is under the floor of the expected one.
+func below(r *CollRun) []results.Below {
+	out := []results.Below{}
+	for _, res := range r.Summary.Results {
+		for _, pl := range []struct {
+			name string
+			p    coll.Placement
+		}{{"out_of_place", res.OutOfPlace}, {"in_place", res.InPlace}} {
+			if e := pl.p.Expected; e != nil && e.Ratio < r.Expect.Floor {
+				b := results.Below{Size: res.Size, Type: res.Type, Placement: pl.name, Ratio: e.Ratio}
+				if r.Coll.Reduces {
+					b.Op = results.NullString(res.Op)
+				}
+				if r.Coll.Rooted {
+					b.Root = &res.Root
+				}
+				out = append(out, b)
+			}
+		}
+	}
+	return out
+}
+
+// expectNote is the footer's line on expectations.
+func expectNote(r *CollRun) string {
+	if r.Expect == nil {
+		return ""
+	}
+	n := 0
+	for _, res := range r.Summary.Results {
+		for _, p := range []coll.Placement{res.OutOfPlace, res.InPlace} {
+			if p.Expected != nil {
+				n++
+			}
+		}
+	}
+	head := fmt.Sprintf("Expected             : from %s; ", r.Expect.Source)
+	low := below(r)
+	if len(low) == 0 {
+		return head + fmt.Sprintf("all %d placements at %.0f%% of it or more (--expect-floor %g)", n, 100*r.Expect.Floor, r.Expect.Floor)
+	}
+	var parts []string
+	for i, b := range low {
+		if i == 8 {
+			parts = append(parts, fmt.Sprintf("and %d more", len(low)-i))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%d B %s %.0f%%", b.Size, strings.ReplaceAll(b.Placement, "_", "-"), 100*b.Ratio))
+	}
+	return head + fmt.Sprintf("%d of %d placements under %.0f%% of it (--expect-floor %g): %s", len(low), n, 100*r.Expect.Floor, r.Expect.Floor, strings.Join(parts, ", "))
+}
+
 func footerNotes(r *CollRun) []string {
 	s := r.Summary
 	var notes []string
+	if line := expectNote(r); line != "" {
+		notes = append(notes, line)
+	}
 	if line := slowest(s); line != "" {
 		notes = append(notes, line)
 	}
@@ -280,6 +344,11 @@ func (t *tableWriter) Start(r *CollRun) error {
 			fmt.Sprintf("  %7s  %7s  %7s  %7s  %5s  %4s", "(us)", "(us)", "(us)", "(us)", "(%)", "rank") + fmt.Sprintf("  %7s  %7s  %7s  %7s  %5s  %4s", "(us)", "(us)", "(us)", "(us)", "(%)", "rank"),
 		}
 	}
+	if r.Expect != nil {
+		iterHead[0] += fmt.Sprintf("  %8s  %6s  %6s", "expected", "out", "in")
+		iterHead[1] += fmt.Sprintf("  %8s  %6s  %6s", "busbw", "vs exp", "vs exp")
+		iterHead[2] += fmt.Sprintf("  %8s  %6s  %6s", "(GB/s)", "(%)", "(%)")
+	}
 	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          %s\n", "", "", "", "", "", iterHead[0])
 	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %s\n",
 		"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong", iterHead[1])
@@ -300,6 +369,21 @@ func iterCells(p coll.Placement) string {
 	}
 	return fmt.Sprintf("  %7s  %7s  %7s  %7s  %5s  %4s", floatStr(s.P50US, 7), floatStr(s.P95US, 7), floatStr(s.P99US, 7),
 		floatStr(s.MaxUS, 7), floatStr(100*s.CV, 5), slow)
+}
+
+// expectCells are the expected busbw and each placement's measured figure as a percentage of the
+// expected one (--expect).
+func expectCells(res coll.Result) string {
+	bw, pct := "N/A", [2]string{"N/A", "N/A"}
+	for i, p := range []coll.Placement{res.OutOfPlace, res.InPlace} {
+		if e := p.Expected; e != nil {
+			if i == 0 || bw == "N/A" {
+				bw = floatStr(e.BusBW, 8)
+			}
+			pct[i] = strconv.FormatFloat(100*e.Ratio, 'f', 0, 64)
+		}
+	}
+	return fmt.Sprintf("  %8s  %6s  %6s", bw, pct[0], pct[1])
 }
 
 // busID is the domain:bus:device part of a PCI bus id, as nccl-tests prints it.
@@ -330,6 +414,9 @@ func (t *tableWriter) Row(r *CollRun, res coll.Result) error {
 	}
 	if r.Opt.PerIter {
 		line += iterCells(res.OutOfPlace) + iterCells(res.InPlace)
+	}
+	if r.Expect != nil {
+		line += expectCells(res)
 	}
 	_, err := fmt.Fprintln(t.w, line)
 	return err
@@ -440,6 +527,9 @@ func CollJSON(r *CollRun) *results.Coll {
 	if s.Err != nil {
 		doc.Error = results.NullString(s.Err.Error())
 	}
+	if r.Expect != nil {
+		doc.Expect = &results.Expect{Source: r.Expect.Source, Floor: r.Expect.Floor, Below: below(r)}
+	}
 	return doc
 }
 
@@ -469,6 +559,9 @@ func jsonPlace(r *CollRun, p coll.Placement) results.Placement {
 		j.PerIter = &results.PerIter{N: len(s.TimesUS), MeanUS: s.MeanUS, P50US: s.P50US, P95US: s.P95US, P99US: s.P99US,
 			MaxUS: s.MaxUS, CV: s.CV, TimesUS: s.TimesUS}
 	}
+	if e := p.Expected; e != nil {
+		j.Expected = &results.Expected{TimeUS: e.TimeUS, BusBW: e.BusBW, Ratio: e.Ratio}
+	}
 	return j
 }
 
@@ -495,6 +588,9 @@ func (c *csvWriter) Start(r *CollRun) error {
 	}
 	if r.Opt.Cycles != 0 && r.Opt.Cycles != 1 {
 		head = append(head, "cycle")
+	}
+	if r.Expect != nil {
+		head = append(head, "oop_expected_time_us", "oop_expected_busbw_gbs", "oop_vs_expected", "ip_expected_time_us", "ip_expected_busbw_gbs", "ip_vs_expected")
 	}
 	c.w.Write(head)
 	c.w.Flush()
@@ -530,6 +626,15 @@ func (c *csvWriter) Row(r *CollRun, res coll.Result) error {
 	if r.Opt.Cycles != 0 && r.Opt.Cycles != 1 {
 		rec = append(rec, strconv.Itoa(res.Cycle+1))
 	}
+	if r.Expect != nil {
+		for _, p := range []coll.Placement{res.OutOfPlace, res.InPlace} {
+			if e := p.Expected; e != nil {
+				rec = append(rec, num(e.TimeUS), num(e.BusBW), num(e.Ratio))
+			} else {
+				rec = append(rec, "", "", "")
+			}
+		}
+	}
 	c.w.Write(rec)
 	c.w.Flush()
 	return c.w.Error()
@@ -557,6 +662,10 @@ func (m *markdownWriter) Start(r *CollRun) error {
 		head += " p50 (us) | p95 (us) | p99 (us) | max (us) | cv (%) | slowest rank | in-place p50 (us) | p95 (us) | p99 (us) | max (us) | cv (%) | slowest rank |"
 		rule += "---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 	}
+	if r.Expect != nil {
+		head += " expected busbw (GB/s) | vs expected (%) | in-place vs expected (%) |"
+		rule += "---:|---:|---:|"
+	}
 	fmt.Fprintln(m.w, head)
 	_, err := fmt.Fprintln(m.w, rule)
 	return err
@@ -575,6 +684,9 @@ func (m *markdownWriter) Row(r *CollRun, res coll.Result) error {
 		for _, p := range []coll.Placement{res.OutOfPlace, res.InPlace} {
 			line += " " + strings.Join(strings.Fields(iterCells(p)), " | ") + " |"
 		}
+	}
+	if r.Expect != nil {
+		line += " " + strings.Join(strings.Fields(expectCells(res)), " | ") + " |"
 	}
 	_, err := fmt.Fprintln(m.w, line)
 	return err

@@ -32,7 +32,8 @@ func sampleColl() *CollRun {
 	}
 	row := func(cycle int, size int64, timingOnly bool) coll.Result {
 		p := coll.Placement{TimeUS: 10.25, AlgBW: 0.1, BusBW: 0.1, CPUTimeUS: 3.5, TimingOnly: timingOnly,
-			RankTimesUS: []float64{10.25, 10, 9.5, 9.75}, SlowestRank: ptr(0), PerIter: iter(14, 10, 12, 13)}
+			RankTimesUS: []float64{10.25, 10, 9.5, 9.75}, SlowestRank: ptr(0), PerIter: iter(14, 10, 12, 13),
+			Expected: &coll.Expected{TimeUS: 6.5, BusBW: 0.16, Ratio: 6.5 / 10.25}}
 		ip := p
 		ip.SlowestRank, ip.RankTimesUS = nil, []float64{11, 11, 11, 11} // every rank took the same time
 		if !timingOnly {
@@ -47,7 +48,7 @@ func sampleColl() *CollRun {
 			Root: 2, Iters: 4, Warmup: 2, Check: 1, Average: 3, Seed: 7, Graph: 1, Blocking: 1,
 			PerIter: true, PerIterSkip: 1, CPUTime: true, Cycles: 2},
 		PID: 4242, PIDs: []int{4242, 4243, 5150, 5151}, Launch: "mpirun, 4 processes, rendezvous node-a:29500",
-		Start: start, DataCap: 8 << 20,
+		Start: start, DataCap: 8 << 20, Expect: &Expectation{Source: "the simulator on topology dgx-h100x2", Floor: 0.75},
 		Summary: &coll.Summary{
 			Devices: devs, Sweep: coll.Sweep{Min: 1024, Max: 1 << 20, Factor: 1024}, ClampedFrom: 1 << 30,
 			Results:     []coll.Result{row(0, 1024, false), row(0, 1<<20, true), row(1, 1024, false)},

@@ -14,7 +14,7 @@ import (
 
 // endFields are the document's fields that the end record carries.
 var endFields = []string{"out_of_bounds", "avg_busbw_gbs", "best", "bus_peak", "timing_only_from_bytes",
-	"interrupted", "error", "notes", "wrong_ranks"}
+	"interrupted", "error", "notes", "wrong_ranks", "expect"}
 
 // StartRecord is the first line of a streamed run: c without its results and end fields.
 func StartRecord(c *Coll) ([]byte, error) {

@@ -35,6 +35,7 @@ type Coll struct {
 	Interrupted    bool        `json:"interrupted"`              // stopped by Ctrl-C
 	Error          NullString  `json:"error"`                    // why the run stopped early
 	WrongRanks     []WrongRank `json:"wrong_ranks,omitempty"`
+	Expect         *Expect     `json:"expect,omitempty"` // with --expect
 }
 
 // Config is how a collective run was set up.
@@ -104,7 +105,34 @@ type Placement struct {
 	RankTimesUS []float64 `json:"rank_time_us,omitempty"`
 	SlowestRank *int      `json:"slowest_rank,omitempty"`
 	PerIter     *PerIter  `json:"per_iter,omitempty"` // with --per-iter
+	Expected    *Expected `json:"expected,omitempty"` // with --expect
 	absent      string
+}
+
+// Expected is what the machine should do for a placement (--expect): the simulator's time and
+// busbw for the same machine, size and settings, and ratio = expected time / measured time.
+type Expected struct {
+	TimeUS float64 `json:"time_us"`
+	BusBW  float64 `json:"busbw_gbs"`
+	Ratio  float64 `json:"ratio"`
+}
+
+// Expect says where a run's expected figures came from (--expect), and which placements fell
+// below the floor.
+type Expect struct {
+	Source string  `json:"source"`
+	Floor  float64 `json:"floor"`
+	Below  []Below `json:"below"`
+}
+
+// Below is a placement under the --expect-floor.
+type Below struct {
+	Size      int64      `json:"size_bytes"`
+	Type      string     `json:"type"`
+	Op        NullString `json:"redop"`
+	Root      *int       `json:"root"`
+	Placement string     `json:"placement"` // out_of_place or in_place
+	Ratio     float64    `json:"ratio"`
 }
 
 // PerIter is a placement's per-iteration statistics (--per-iter), times in microseconds.

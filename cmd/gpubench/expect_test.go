@@ -1,0 +1,114 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+type expectDoc struct {
+	Results []struct {
+		Size       int64 `json:"size_bytes"`
+		OutOfPlace struct {
+			BusBW    float64 `json:"busbw_gbs"`
+			Expected *struct {
+				TimeUS float64 `json:"time_us"`
+				BusBW  float64 `json:"busbw_gbs"`
+				Ratio  float64 `json:"ratio"`
+			} `json:"expected"`
+		} `json:"out_of_place"`
+	} `json:"results"`
+	Expect *struct {
+		Source string  `json:"source"`
+		Floor  float64 `json:"floor"`
+		Below  []struct {
+			Size      int64   `json:"size_bytes"`
+			Placement string  `json:"placement"`
+			Ratio     float64 `json:"ratio"`
+		} `json:"below"`
+	} `json:"expect"`
+}
+
+func expectRun(t *testing.T, args ...string) expectDoc {
+	t.Helper()
+	out, errOut, code := gpubench(t, append([]string{"allreduce", "--backend", "sim", "-b", "8", "-e", "1G", "-f", "32", "-n", "2", "-c", "0", "--output", "json"}, args...)...)
+	if code != 0 {
+		t.Fatalf("%v: exit %d, %s", args, code, errOut)
+	}
+	var doc expectDoc
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, out)
+	}
+	return doc
+}
+
+// A healthy simulated machine is at its expectation; one with a link at half speed falls below
+// it where the link sets the pace (large sizes), and not where the host's launches do (small).
+func TestExpectFlagsWhatFallsBelow(t *testing.T) {
+	doc := expectRun(t, "--expect")
+	if doc.Expect == nil || !strings.Contains(doc.Expect.Source, "dgx-h100") || doc.Expect.Floor != 0.75 || len(doc.Expect.Below) != 0 {
+		t.Fatalf("healthy: %+v", doc.Expect)
+	}
+	for _, r := range doc.Results {
+		e := r.OutOfPlace.Expected
+		if e == nil || e.Ratio != 1 || e.BusBW != r.OutOfPlace.BusBW {
+			t.Errorf("healthy %d B: %+v against busbw %v; want the same figures, ratio 1", r.Size, e, r.OutOfPlace.BusBW)
+		}
+	}
+
+	slow := expectRun(t, "--expect", "--sim-fault", "slow-link=gpu0,nvswitch,0.5")
+	below := map[int64]float64{}
+	for _, b := range slow.Expect.Below {
+		if b.Placement == "out_of_place" {
+			below[b.Size] = b.Ratio
+		}
+	}
+	if r, ok := below[256<<20]; !ok || r > 0.6 {
+		t.Errorf("256 MiB over a half-speed link: below %v; want it named, under 0.6 of expected", below)
+	}
+	if _, ok := below[8]; ok {
+		t.Errorf("8 B is set by the host's launches, not the link, yet named below: %v", below)
+	}
+	for _, r := range slow.Results {
+		if e := r.OutOfPlace.Expected; e == nil || e.Ratio > 1+1e-9 || e.Ratio <= 0 {
+			t.Errorf("slow %d B: %+v; want a ratio in (0, 1]", r.Size, e)
+		}
+	}
+}
+
+// On the simulator expectations are asked for; every output form carries them, and the table's
+// footer names what fell below.
+func TestExpectInEveryForm(t *testing.T) {
+	if doc := expectRun(t); doc.Expect != nil || doc.Results[0].OutOfPlace.Expected != nil {
+		t.Errorf("the simulator without --expect: %+v", doc.Expect)
+	}
+	base := []string{"allreduce", "--backend", "sim", "-b", "1G", "-e", "1G", "-n", "1", "-c", "0", "--expect", "--sim-fault", "slow-link=gpu0,nvswitch,0.5"}
+	for format, want := range map[string][]string{
+		"table":    {"vs exp", "# Expected             : from the simulator on topology dgx-h100 without --sim-fault or --sim-jitter; 2 of 2 placements under 75% of it (--expect-floor 0.75): 1073741824 B out-of-place 51%"},
+		"csv":      {"oop_expected_busbw_gbs,oop_vs_expected"},
+		"markdown": {"| expected busbw (GB/s) | vs expected (%) |", " | 51 | 51 |"},
+	} {
+		out, errOut, code := gpubench(t, append(base, "--output", format)...)
+		for _, w := range want {
+			if code != 0 || !strings.Contains(out, w) {
+				t.Errorf("%s: exit %d, %s; want %q in\n%s", format, code, errOut, w, out)
+			}
+		}
+	}
+}
+
+func TestExpectBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--expect-floor", "0"}, "gpubench: invalid --expect-floor 0: give a fraction of the expected busbw above 0 (0.75 names rows under 75% of it)\n"},
+		{[]string{"--expect-floor", "NaN"}, "gpubench: invalid --expect-floor NaN: give a fraction of the expected busbw above 0 (0.75 names rows under 75% of it)\n"},
+		{[]string{"--expect=false", "--expect-floor", "0.5"}, "gpubench: --expect-floor needs --expect: drop --expect=false, or drop --expect-floor\n"},
+	} {
+		out, errOut, code := gpubench(t, append([]string{"allreduce", "--backend", "sim", "-b", "8", "-e", "8"}, tc.args...)...)
+		if code != exitUsage || out != "" || errOut != tc.want {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+}
