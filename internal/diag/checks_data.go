@@ -10,6 +10,7 @@ import (
 	"github.com/gpubench/gpubench/internal/coll"
 	"github.com/gpubench/gpubench/internal/gpu"
 	"github.com/gpubench/gpubench/internal/p2p"
+	"github.com/gpubench/gpubench/internal/sim"
 	"github.com/gpubench/gpubench/internal/topo"
 )
 
@@ -156,9 +157,37 @@ func dataFail(err error, tool string) Result {
 	return fail("run "+tool+" for the whole error", err.Error())
 }
 
-// checkAllReduce: a 256 MiB float sum all-reduce over every GPU reaches 0.75 of the topology's
-// nominal bus bandwidth (busbw, nccl-tests' figure; the nominal bus peak is the one gpubench
-// allreduce prints).
+// allReduceOptions are the all-reduce check's: one size, checked.
+func allReduceOptions() coll.Options {
+	return coll.Options{Coll: coll.AllReduce, Sweep: coll.Sweep{Min: allReduceBytes, Max: allReduceBytes, Factor: 2},
+		DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum}, Iters: 5, Warmup: 1, Check: 1, Average: 1, Timeout: dataTimeout}
+}
+
+// expectedAllReduce is the busbw the simulator gives for the check's all-reduce on the nominal
+// topology's first n GPUs, or 0 when the ranks are not those GPUs or the simulator cannot say.
+func expectedAllReduce(f *Facts, idx []int) float64 {
+	for i, k := range idx {
+		if k != i {
+			return 0
+		}
+	}
+	b, err := sim.New(f.opt.Nominal, sim.Options{})
+	if err != nil {
+		return 0
+	}
+	defer b.Close()
+	o := allReduceOptions()
+	o.NGPUs, o.Check, o.Timeout = len(idx), 0, 0
+	s, err := coll.Run(f.opt.Context, b, o)
+	if err != nil {
+		return 0
+	}
+	return s.BestBusBW
+}
+
+// checkAllReduce: a 256 MiB float sum all-reduce over every GPU reaches 0.75 of what the simulator
+// expects of the nominal topology (gpubench allreduce --expect's figure), or where it cannot say,
+// 0.75 of the topology's nominal bus bandwidth (the nominal bus peak gpubench allreduce prints).
 func checkAllReduce(f *Facts) Result {
 	if r, ok := f.dataSkip(); ok {
 		return r
@@ -173,10 +202,7 @@ func checkAllReduce(f *Facts) Result {
 			return skip(fmt.Sprintf("device %d has %s of memory, too little for nccl-tests' reserve and buffers", d.Ordinal, bytesText(d.MemoryBytes)), "")
 		}
 	}
-	s, err := coll.Run(f.opt.Context, b, coll.Options{Coll: coll.AllReduce,
-		Sweep:  coll.Sweep{Min: allReduceBytes, Max: allReduceBytes, Factor: 2},
-		DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum},
-		Iters: 5, Warmup: 1, Check: 1, Average: 1, Timeout: dataTimeout})
+	s, err := coll.Run(f.opt.Context, b, allReduceOptions())
 	if errors.Is(err, gpu.ErrNoCollectives) {
 		return skip("this backend has no collectives", "")
 	}
@@ -188,7 +214,8 @@ func checkAllReduce(f *Facts) Result {
 			fmt.Sprintf("all-reduce delivered wrong data in %d placements", s.OutOfBounds))
 	}
 	peak, limit := s.BusPeak, s.PeakLimit
-	if peak == 0 && f.opt.Nominal != nil {
+	expected := 0.0
+	if f.opt.Nominal != nil {
 		var idx []int
 		for _, d := range s.Devices {
 			if k := f.nominalIndex(d); k >= 0 {
@@ -196,16 +223,30 @@ func checkAllReduce(f *Facts) Result {
 			}
 		}
 		if len(idx) == len(s.Devices) {
-			peak, limit = f.opt.Nominal.BusPeak(idx)
+			if peak == 0 {
+				peak, limit = f.opt.Nominal.BusPeak(idx)
+			}
+			expected = expectedAllReduce(f, idx)
 		}
 	}
 	got := s.BestBusBW
 	r := Result{}.with("busbw_gbs", got).with("size_bytes", s.BestSize)
+	if expected > 0 {
+		r = r.with("expected_gbs", expected).with("floor_from", "expected").with("nominal_gbs", peak).with("limit", limit)
+		r.Finding = fmt.Sprintf("busbw %.1f GB/s over %d GPUs, %.0f%% of the %.1f GB/s the simulator expects of %s (floor %.0f%%; nominal bus peak %.1f GB/s, %s)",
+			got, len(s.Devices), got/expected*100, expected, f.opt.Nominal.Name, minFraction*100, peak, limit)
+		if got < minFraction*expected {
+			r.Status, r.Remedy = Fail, "check the p2p-bandwidth, nvlink and nccl checks above; NCCL_DEBUG=INFO gpubench allreduce shows the transports NCCL picked"
+			return r
+		}
+		r.Status = Pass
+		return r
+	}
 	if peak <= 0 {
 		r.Status, r.Finding = Skip, fmt.Sprintf("busbw %.1f GB/s over %d GPUs; the topology gives no nominal bus bandwidth to compare with", got, len(s.Devices))
 		return r
 	}
-	r = r.with("nominal_gbs", peak).with("limit", limit)
+	r = r.with("nominal_gbs", peak).with("limit", limit).with("floor_from", "nominal")
 	r.Finding = fmt.Sprintf("busbw %.1f GB/s over %d GPUs, %.0f%% of the %.1f GB/s nominal bus peak (%s)", got, len(s.Devices), got/peak*100, peak, limit)
 	if got < minFraction*peak {
 		r.Status, r.Remedy = Fail, "check the p2p-bandwidth, nvlink and nccl checks above; NCCL_DEBUG=INFO gpubench allreduce shows the transports NCCL picked"
