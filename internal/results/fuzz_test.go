@@ -9,9 +9,10 @@ import (
 
 // FuzzRead: the reader never panics, and what it accepts is consistent: exactly one kind of run,
 // rows with sizes and figures that are not negative, square matrices, and every error names the
-// file.
+// file. Seeds include nccl-tests' output (its logs and -J JSON) and a gpubench table.
 func FuzzRead(f *testing.F) {
-	for _, pattern := range []string{"testdata/*.json", "testdata/*.jsonl", "../../cmd/gpubench/testdata/*.json"} {
+	for _, pattern := range []string{"testdata/*.json", "testdata/*.jsonl", "../../cmd/gpubench/testdata/*.json",
+		"testdata/nccl-tests/*.log", "testdata/nccl-tests/*.json", "../../cmd/gpubench/testdata/allreduce.golden"} {
 		paths, _ := filepath.Glob(pattern)
 		for _, p := range paths {
 			if b, err := os.ReadFile(p); err == nil {

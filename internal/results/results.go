@@ -1,6 +1,7 @@
 // Package results owns the JSON schema of gpubench's result files (schema.go), which
 // internal/report writes; it reads those files, collective runs (one JSON document, or JSON lines
-// streamed with --out) and p2p runs, and compares collective runs (docs/results.md).
+// streamed with --out) and p2p runs, and nccl-tests' own output (its text and its -J JSON, read
+// as collective runs: nccltests.go), and compares collective runs (docs/results.md).
 package results
 
 import (
@@ -19,7 +20,7 @@ import (
 	"github.com/gpubench/gpubench/internal/input"
 )
 
-// Forms of a result file.
+// Forms of a result file; FormNCCLTests and FormNCCLTestsJSON are nccl-tests' (nccltests.go).
 const (
 	FormDocument = "json"  // one JSON document (--output json)
 	FormLines    = "jsonl" // JSON lines streamed as the run went (--out FILE)
@@ -28,8 +29,8 @@ const (
 // File is one result file as read.
 type File struct {
 	Name     string // as given on the command line
-	Form     string // FormDocument or FormLines
-	Complete bool   // the run finished writing: always for a document; an end record for lines
+	Form     string // FormDocument, FormLines, FormNCCLTests or FormNCCLTestsJSON
+	Complete bool   // the run finished writing: always for a document; an end record for lines, a footer for nccl-tests' text
 	Notices  []string
 	Coll     *Coll // a collective run, or
 	P2P      *P2P  // a p2p run
@@ -45,8 +46,9 @@ func ReadFile(path string) (*File, error) {
 }
 
 // Read parses the contents of a result file named name. The form is told by content: a first
-// object with a "record" field starts JSON lines; anything else must be one JSON document from a
-// collective command or p2p. Errors name the file and, for JSON lines, the line.
+// object with a "record" field starts JSON lines; another JSON object must be one document from a
+// collective command or p2p, or nccl-tests -J's file; text must be nccl-tests' output, its table
+// (nccltests.go). Errors name the file and, for JSON lines and text, the line.
 func Read(name string, data []byte) (*File, error) {
 	name = input.Safe(name) // printed in tables and errors
 	f, err := read(name, data)
@@ -58,15 +60,15 @@ func Read(name string, data []byte) (*File, error) {
 
 func read(name string, data []byte) (*File, error) {
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
-	if at, r, bad := jsonControl(data); bad {
-		return nil, fmt.Errorf("a string at byte %d holds the control character %q: gpubench never writes one, and it would be printed raw", at, r)
-	}
 	trimmed := bytes.TrimSpace(data)
 	if len(trimmed) == 0 {
-		return nil, errors.New("empty file: expected gpubench JSON results (--output json or --out FILE)")
+		return nil, errors.New("empty file: expected gpubench JSON results (--output json or --out FILE) or nccl-tests output")
 	}
 	if trimmed[0] != '{' {
-		return nil, errors.New("not gpubench JSON results (--output json or --out FILE): the file does not start with a JSON object")
+		return readNCCLTests(name, data) // text: nccl-tests' table, or nothing this package reads
+	}
+	if at, r, bad := jsonControl(data); bad {
+		return nil, fmt.Errorf("a string at byte %d holds the control character %q: gpubench never writes one, and it would be printed raw", at, r)
 	}
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	var first json.RawMessage
@@ -118,6 +120,8 @@ func read(name string, data []byte) (*File, error) {
 			return nil, err
 		}
 		f.Coll = &c
+	case kind.Command == nil && isNCCLTestsJSON(first):
+		return readNCCLTestsJSON(name, first)
 	case kind.Command != nil && *kind.Command == "p2p":
 		var p P2P
 		if err := decode(first, &p); err != nil {
@@ -128,7 +132,7 @@ func read(name string, data []byte) (*File, error) {
 		}
 		f.P2P = &p
 	default:
-		return nil, errors.New("not gpubench results: no \"collective\" field, and \"command\" is not \"p2p\"")
+		return nil, errors.New("not gpubench results: no \"collective\" field, \"command\" is not \"p2p\", and it is not nccl-tests -J JSON")
 	}
 	return f, nil
 }

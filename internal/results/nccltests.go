@@ -1,0 +1,766 @@
+package results
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/input"
+)
+
+// nccl-tests' own output read as a collective run (docs/results.md, "nccl-tests output"): the
+// text its *_perf programs print, as a log keeps it with whatever else the log holds, and the
+// file its -J flag writes. Reference: nccl-tests 2.19.6, src/util.cu.
+
+// Forms of nccl-tests' output.
+const (
+	FormNCCLTests     = "nccl-tests"      // the text a *_perf program prints (or a gpubench table, in the same layout)
+	FormNCCLTestsJSON = "nccl-tests-json" // the file -J writes (JSON_FILE_VERSION 3)
+)
+
+// BackendNCCLTests is the backend of a run read from nccl-tests' output.
+const BackendNCCLTests = "nccl-tests"
+
+// ntEltSize is the element size of each type nccl-tests prints ("char" and "int" are 1.x's).
+var ntEltSize = map[string]int64{"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8,
+	"half": 2, "float": 4, "double": 8, "bfloat16": 2, "f8e4m3": 1, "f8e5m2": 1, "char": 1, "int": 4}
+
+// ntOps are the redop column's values: "none" for collectives that do not reduce, and empty
+// where nccl-tests prints nothing (hypercube, and all-to-all before 2.10).
+var ntOps = []string{"sum", "prod", "max", "min", "avg", "mulsum", "none", ""}
+
+// ntProgram finds an nccl-tests program's name, with a path or a NAME_SUFFIX around it
+// (./build/all_reduce_perf_mpi).
+var ntProgram = regexp.MustCompile(`\b(all_reduce|all_gather|reduce_scatter|alltoallv?|broadcast|reduce|sendrecv|gather|scatter|hypercube)_perf`)
+
+// collectiveOf is the gpubench collective the nccl-tests program measures.
+func collectiveOf(program string) (*coll.Collective, error) {
+	perf := ntProgram.FindString(program)
+	if perf == "" {
+		return nil, fmt.Errorf("%q is not an nccl-tests program (NAME_perf)", input.Safe(program))
+	}
+	for _, c := range coll.Collectives {
+		if c.Perf == perf {
+			return c, nil
+		}
+	}
+	var known []string
+	for _, c := range coll.Collectives {
+		known = append(known, c.Perf)
+	}
+	return nil, fmt.Errorf("%s measures a collective gpubench does not run (it reads %s)", perf, strings.Join(known, ", "))
+}
+
+// ntRun is one run of a *_perf program found in a log.
+type ntRun struct {
+	line      int      // where the run starts
+	program   string   // from "# Collective test starting:" or "concluded:"
+	mentions  []string // nccl-tests programs named on other lines before its table: a command line
+	runtime   []string // nccl-tests and NCCL versions
+	gpubench  []string // a gpubench table's own backend, topology and version
+	devices   []Device
+	layout    *ntLayout
+	tableLine int
+	rows      []Row
+	rowLines  []int
+	bounds    *Bounds
+	avg       *float64
+}
+
+func (r *ntRun) ended() bool { return r.bounds != nil || r.avg != nil }
+
+// addRuntime notes nccl-tests' version, or NCCL's once (NCCL INFO prints it on every rank).
+func (r *ntRun) addRuntime(s string) {
+	if !slices.ContainsFunc(r.runtime, func(v string) bool { return v[:5] == s[:5] }) {
+		r.runtime = append(r.runtime, s)
+	}
+}
+
+var (
+	ntTag      = regexp.MustCompile(`^(\[\d+,\d+\]<std(out|err)>:|\d+: )`) // mpirun --tag-output, srun -l
+	ntRank     = regexp.MustCompile(`^Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*)$`)
+	ntNCCL     = regexp.MustCompile(`NCCL version (\S+)`)
+	ntGpubench = regexp.MustCompile(`^gpubench (\S+): \S+ \(nccl-tests (\S+) layout\), backend (\S+?)(?:, topology (\S+))?$`)
+)
+
+// readNCCLTests reads the text nccl-tests prints. A log may hold several runs: they are read as
+// one when they are of one collective on as many ranks and measure different rows (one run per
+// data type, say); otherwise the file is refused, naming the line.
+func readNCCLTests(name string, data []byte) (*File, error) {
+	runs, err := scanNCCLTests(string(data))
+	if err != nil {
+		return nil, err
+	}
+	if len(runs) == 0 {
+		return nil, errors.New(`not gpubench JSON results (--output json or --out FILE): the file does not start with a JSON object, and it is not nccl-tests output either (no table header "#  size  count  type ... time  algbw  busbw ...")`)
+	}
+	c, notices, err := mergeRuns(runs)
+	if err != nil {
+		return nil, err
+	}
+	f := &File{Name: name, Form: FormNCCLTests, Complete: true, Coll: c, Notices: notices}
+	for _, r := range runs {
+		if !r.ended() {
+			f.Complete = false
+			f.Notices = append(f.Notices, fmt.Sprintf("the run at line %d has no footer (# Out of bounds values, # Avg bus bandwidth): it stopped, or the log was cut; its %d rows are read", r.line, len(r.rows)))
+		}
+	}
+	more, err := checkRows(c)
+	if err != nil {
+		return nil, err
+	}
+	f.Notices = append(f.Notices, more...)
+	return f, nil
+}
+
+// scanNCCLTests finds the runs in a log and their rows; lines that are not nccl-tests' own
+// (mpirun's, NCCL INFO, a shell prompt) are skipped. Runs without rows are left out.
+func scanNCCLTests(text string) ([]*ntRun, error) {
+	var runs []*ntRun
+	run := &ntRun{}
+	var mentions []string
+	// begin starts a new run at line n if the current one already has its table.
+	begin := func(n int) {
+		if run.layout != nil {
+			if len(run.rows) > 0 {
+				runs = append(runs, run)
+			}
+			run = &ntRun{}
+		}
+		if run.line == 0 {
+			run.line = n
+		}
+	}
+	program := func(n int, p string) error {
+		p = strings.TrimSpace(p)
+		if run.program != "" && run.program != p {
+			return fmt.Errorf("line %d: the run of %s (line %d) ends as %s", n, run.program, run.line, input.Safe(p))
+		}
+		run.program = p
+		return nil
+	}
+	for i, line := range strings.Split(text, "\n") {
+		n := i + 1
+		line = strings.TrimSpace(ntTag.ReplaceAllString(strings.TrimRight(line, "\r"), ""))
+		if line == "" {
+			continue
+		}
+		if !strings.HasPrefix(line, "#") {
+			f := strings.Fields(line)
+			if run.layout != nil && !run.ended() && isCount(f[0]) {
+				r, err := run.layout.row(f)
+				if err != nil {
+					return nil, fmt.Errorf("line %d: %v", n, err)
+				}
+				run.rows, run.rowLines = append(run.rows, r), append(run.rowLines, n)
+				continue
+			}
+			mentions = append(mentions, ntProgram.FindAllString(line, -1)...)
+			if m := ntNCCL.FindStringSubmatch(line); m != nil && run.layout == nil {
+				run.addRuntime("NCCL " + input.Safe(m[1]))
+			}
+			continue
+		}
+		text := strings.TrimSpace(strings.TrimLeft(line, "#"))
+		key, value, _ := strings.Cut(text, ":")
+		switch {
+		case strings.HasPrefix(text, "nccl-tests version "):
+			begin(n)
+			f := strings.Fields(text)
+			run.addRuntime("nccl-tests " + input.Safe(f[2]))
+			for _, kv := range f[3:] {
+				if code, ok := strings.CutPrefix(kv, "nccl-library="); ok {
+					run.addRuntime("NCCL " + ncclVersion(code))
+				}
+			}
+		case ntGpubench.MatchString(text):
+			begin(n)
+			m := ntGpubench.FindStringSubmatch(text)
+			if err := program(n, m[2]); err != nil {
+				return nil, err
+			}
+			run.gpubench = []string{input.Safe(m[3]), input.Safe(m[4]), input.Safe(m[1])} // backend, topology, version
+		case key == "Collective test starting":
+			begin(n)
+			if err := program(n, value); err != nil {
+				return nil, err
+			}
+		case strings.HasPrefix(text, "nThread "):
+			begin(n)
+		case strings.HasPrefix(text, "Rank "):
+			if run.layout != nil {
+				begin(n)
+			}
+			if m := ntRank.FindStringSubmatch(text); m != nil {
+				rank, _ := strconv.Atoi(m[1])
+				pid, _ := strconv.Atoi(m[2])
+				dev, _ := strconv.Atoi(m[4])
+				run.devices = append(run.devices, Device{Rank: rank, PID: pid, Host: input.Safe(m[3]), Device: dev,
+					PCIBusID: input.Safe(m[5]), Name: input.Safe(m[6])})
+			}
+		case key == "Collective test concluded":
+			if err := program(n, value); err != nil {
+				return nil, err
+			}
+		case strings.TrimSpace(key) == "Out of bounds values" && run.layout != nil:
+			f := strings.Fields(value)
+			count, err := strconv.Atoi(f0(f))
+			if err != nil || count < 0 {
+				return nil, fmt.Errorf("line %d: out of bounds values %q is not a count", n, input.Safe(strings.TrimSpace(value)))
+			}
+			run.bounds = &Bounds{Count: count, OK: count == 0}
+		case strings.TrimSpace(key) == "Avg bus bandwidth" && run.layout != nil:
+			avg, err := strconv.ParseFloat(f0(strings.Fields(value)), 64)
+			if err != nil || !valid(avg) {
+				return nil, fmt.Errorf("line %d: avg bus bandwidth %q is not a bandwidth", n, input.Safe(strings.TrimSpace(value)))
+			}
+			run.avg = &avg
+		case isTableHeader(strings.Fields(text)):
+			begin(n)
+			var err error
+			if run.layout, err = parseLayout(strings.Fields(text)); err != nil {
+				return nil, fmt.Errorf("line %d: %v", n, err)
+			}
+			run.tableLine, run.mentions, mentions = n, mentions, nil
+		}
+	}
+	if run.layout != nil && len(run.rows) > 0 {
+		runs = append(runs, run)
+	}
+	return runs, nil
+}
+
+func f0(f []string) string {
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
+}
+
+// isCount says whether s is a row's first field, a size in bytes.
+func isCount(s string) bool {
+	_, err := strconv.ParseUint(s, 10, 63)
+	return err == nil
+}
+
+// ncclVersion writes NCCL_VERSION_CODE as a version: 22902 is 2.29.2 (1000s before 2.9).
+func ncclVersion(code string) string {
+	v, err := strconv.Atoi(code)
+	switch {
+	case err != nil || v <= 0:
+		return input.Safe(code)
+	case v >= 10000:
+		return fmt.Sprintf("%d.%d.%d", v/10000, v/100%100, v%100)
+	}
+	return fmt.Sprintf("%d.%d.%d", v/1000, v/100%10, v%100)
+}
+
+// isTableHeader says whether the words of a comment line are the table's column names.
+func isTableHeader(f []string) bool {
+	return slices.Contains(f, "size") && slices.Contains(f, "count") && slices.Contains(f, "type") &&
+		(slices.Contains(f, "time") || slices.Contains(f, "cputime")) && slices.Contains(f, "busbw")
+}
+
+// ntLayout is where a table's figures are: column indexes, -1 for a column the table lacks.
+type ntLayout struct {
+	columns                       int
+	size, count, typ, redop, root int
+	place                         [2]ntPlace // out-of-place, in-place
+}
+
+type ntPlace struct {
+	time, algbw, busbw, wrong int
+	counts                    bool // wrong counts wrong elements (#wrong); before 2.10 it was "error", the largest error
+}
+
+// parseLayout reads the table header: size, count, type, then redop and root where the test
+// has them (before 2.10 only the tests that use them), then out-of-place and in-place columns,
+// each starting with time; columns after those it needs (-I 1's i_min ...) are skipped.
+func parseLayout(cols []string) (*ntLayout, error) {
+	switch {
+	case slices.Contains(cols, "cputime"):
+		return nil, errors.New("the table reports host CPU times (nccl-tests -C 1), which gpubench does not set against GPU times: rerun without -C")
+	case slices.Contains(cols, "timestamp"):
+		return nil, errors.New("the table has a timestamp column (nccl-tests -S 1), which is not read: rerun without -S")
+	}
+	var starts []int
+	for i, c := range cols {
+		if c == "time" {
+			starts = append(starts, i)
+		}
+	}
+	if len(starts) != 2 {
+		return nil, fmt.Errorf("a table header with %d time columns: expected an out-of-place and an in-place one", len(starts))
+	}
+	pre := cols[:starts[0]]
+	l := &ntLayout{columns: len(cols), size: slices.Index(pre, "size"), count: slices.Index(pre, "count"),
+		typ: slices.Index(pre, "type"), redop: slices.Index(pre, "redop"), root: slices.Index(pre, "root")}
+	if l.size < 0 || l.count < 0 || l.typ < 0 {
+		return nil, errors.New("a table header without size, count and type before its time columns")
+	}
+	for k, s := range starts {
+		end := len(cols)
+		if k == 0 {
+			end = starts[1]
+		}
+		g := cols[s:end]
+		at := func(name string) int {
+			if i := slices.Index(g, name); i >= 0 {
+				return s + i
+			}
+			return -1
+		}
+		p := ntPlace{time: s, algbw: at("algbw"), busbw: at("busbw"), wrong: at("#wrong"), counts: true}
+		if p.wrong < 0 {
+			p.wrong, p.counts = at("error"), false
+		}
+		if p.algbw < 0 || p.busbw < 0 {
+			return nil, errors.New("a table header without algbw and busbw after each time column")
+		}
+		l.place[k] = p
+	}
+	return l, nil
+}
+
+// row reads a table row's fields. A row one field short, in a table with a redop column, has
+// an empty redop (nccl-tests prints "" there for hypercube, and did for all-to-all before 2.10).
+func (l *ntLayout) row(f []string) (Row, error) {
+	if len(f) == l.columns-1 && l.redop >= 0 {
+		f = slices.Insert(slices.Clone(f), l.redop, "")
+	}
+	if len(f) != l.columns {
+		return Row{}, fmt.Errorf("a table row with %d fields, where the table header has %d columns", len(f), l.columns)
+	}
+	var r Row
+	var err error
+	if r.Size, err = ntCount("size", f[l.size]); err != nil {
+		return Row{}, err
+	}
+	if r.Count, err = ntCount("count", f[l.count]); err != nil {
+		return Row{}, err
+	}
+	if r.Type = f[l.typ]; ntEltSize[r.Type] == 0 {
+		return Row{}, fmt.Errorf("type %q is not one nccl-tests prints", input.Safe(r.Type))
+	}
+	if l.redop >= 0 {
+		if !slices.Contains(ntOps, f[l.redop]) {
+			return Row{}, fmt.Errorf("redop %q is not one nccl-tests prints", input.Safe(f[l.redop]))
+		}
+		r.Op = NullString(f[l.redop])
+	}
+	if l.root >= 0 {
+		root, err := strconv.Atoi(f[l.root])
+		if err != nil || root < -1 {
+			return Row{}, fmt.Errorf("root %q is not a rank (or -1)", input.Safe(f[l.root]))
+		}
+		r.Root = &root
+	}
+	for k, p := range []*Placement{&r.OutOfPlace, &r.InPlace} {
+		if *p, err = l.place[k].read(f); err != nil {
+			return Row{}, fmt.Errorf("%s %v", []string{"out-of-place", "in-place"}[k], err)
+		}
+	}
+	return r, nil
+}
+
+func (p ntPlace) read(f []string) (Placement, error) {
+	var pl Placement
+	for _, v := range []struct {
+		name string
+		at   int
+		to   *float64
+	}{{"time", p.time, &pl.TimeUS}, {"algbw", p.algbw, &pl.AlgBW}, {"busbw", p.busbw, &pl.BusBW}} {
+		x, err := strconv.ParseFloat(f[v.at], 64)
+		if err != nil || !valid(x) {
+			return pl, fmt.Errorf("%s %q is not a non-negative number", v.name, input.Safe(f[v.at]))
+		}
+		*v.to = x
+	}
+	if p.wrong < 0 || f[p.wrong] == "N/A" {
+		return pl, nil // not checked
+	}
+	w, err := strconv.ParseFloat(f[p.wrong], 64)
+	if p.counts && (err != nil || w < 0 || w != math.Trunc(w) || w > 1<<53) {
+		return pl, fmt.Errorf("#wrong %q is not a count", input.Safe(f[p.wrong]))
+	}
+	if !p.counts && (err != nil || !valid(w)) {
+		return pl, fmt.Errorf("error %q is not a number", input.Safe(f[p.wrong]))
+	}
+	if p.counts { // the old error column is the largest error, not a count: wrong stays unknown
+		n := int64(w)
+		pl.Wrong = &n
+	}
+	return pl, nil
+}
+
+func ntCount(name, s string) (int64, error) {
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("%s %q is not a count", name, input.Safe(s))
+	}
+	return v, nil
+}
+
+// ranks is the run's rank count: its highest device line's rank + 1 (nccl-tests elides the
+// middle of long lists), or 0 when it has none.
+func (r *ntRun) ranks() int {
+	n := 0
+	for _, d := range r.devices {
+		n = max(n, d.Rank+1)
+	}
+	return n
+}
+
+// collective is the collective the run measured: named by nccl-tests' "Collective test
+// starting/concluded" line, else by the command line before the table, else told from the
+// table itself where only one collective fits.
+func (r *ntRun) collective() (*coll.Collective, error) {
+	if r.program != "" {
+		c, err := collectiveOf(r.program)
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %v", r.line, err)
+		}
+		return c, nil
+	}
+	named := slices.Compact(slices.Sorted(slices.Values(r.mentions)))
+	if len(named) == 1 {
+		c, err := collectiveOf(named[0])
+		if err != nil {
+			return nil, fmt.Errorf("line %d: %v", r.tableLine, err)
+		}
+		return c, nil
+	}
+	if c := inferCollective(r.rows, r.ranks()); c != nil {
+		return c, nil
+	}
+	why := "no line before it names a *_perf program"
+	if len(named) > 1 {
+		why = "the lines before it name " + strings.Join(named, " and ")
+	}
+	return nil, fmt.Errorf(`line %d: which nccl-tests program printed this table? It has no "# Collective test concluded:" line, %s, and its columns fit several collectives: add the line "# Collective test concluded: NAME_perf" (all_gather_perf, alltoall_perf, ...) after the table`, r.tableLine, why)
+}
+
+// inferCollective tells the collective from a table alone, or returns nil: whether rows reduce
+// (redop) and have a root, and size / (count x element size), which is 1 for all-reduce,
+// reduce, broadcast and send/recv, and the rank count for reduce-scatter, all-gather and
+// all-to-all. All-gather and all-to-all print alike, as do gather and scatter; on one rank
+// every ratio is 1.
+func inferCollective(rows []Row, ranks int) *coll.Collective {
+	var found *coll.Collective
+	for _, r := range rows {
+		per := r.Count * ntEltSize[r.Type]
+		if per == 0 {
+			continue // a 0 B row says nothing
+		}
+		ratio := r.Size / per
+		if r.Size%per != 0 || ratio < 1 || ranks == 1 || (ranks > 1 && ratio > 1 && ratio != int64(ranks)) {
+			return nil
+		}
+		reduces := r.Op != "" && r.Op != "none"
+		rooted := r.Root != nil && *r.Root >= 0
+		var c *coll.Collective
+		switch {
+		case reduces && rooted && ratio == 1:
+			c = coll.Reduce
+		case reduces && !rooted && ratio == 1:
+			c = coll.AllReduce
+		case reduces && !rooted:
+			c = coll.ReduceScatter
+		case !reduces && rooted && ratio == 1:
+			c = coll.Broadcast
+		case r.Op == "none" && !rooted && ratio == 1:
+			c = coll.SendRecv
+		default:
+			return nil
+		}
+		if found != nil && c != found {
+			return nil
+		}
+		found = c
+	}
+	return found
+}
+
+// mergeRuns makes one collective run of a log's runs, and refuses runs that cannot be one.
+func mergeRuns(runs []*ntRun) (*Coll, []string, error) {
+	first := runs[0]
+	c0, err := first.collective()
+	if err != nil {
+		return nil, nil, err
+	}
+	c := &Coll{Collective: c0.Name, NCCLTests: c0.Perf, Backend: BackendNCCLTests, Config: Config{Ranks: first.ranks()},
+		Devices: first.devices, Runtime: NullString(strings.Join(first.runtime, ", ")), OutOfBounds: Bounds{OK: true}}
+	if g := first.gpubench; g != nil {
+		c.Backend, c.Topology, c.Version = g[0], NullString(g[1]), g[2]
+	}
+	seen := map[RowKey]int{} // the line of each row
+	var lines []string
+	cells, sum := 0, 0.0
+	for _, r := range runs {
+		rc, err := r.collective()
+		switch {
+		case err != nil:
+			return nil, nil, err
+		case rc != c0:
+			return nil, nil, fmt.Errorf("line %d: a run of %s follows the run of %s at line %d: a file holds one collective; split the log", r.line, rc.Perf, c0.Perf, first.line)
+		case r.ranks() > 0 && c.Config.Ranks > 0 && r.ranks() != c.Config.Ranks:
+			return nil, nil, fmt.Errorf("line %d: this run has %d ranks and the run at line %d has %d: split the log", r.line, r.ranks(), first.line, c.Config.Ranks)
+		}
+		c.Config.Ranks = max(c.Config.Ranks, r.ranks())
+		var prev *RowKey
+		for i, row := range r.rows {
+			if !c0.Reduces {
+				row.Op = ""
+			}
+			if !c0.Rooted {
+				row.Root = nil
+			}
+			k := row.Key(c0.Name)
+			if at, ok := seen[k]; ok && (prev == nil || k != *prev) {
+				if at >= r.line {
+					return nil, nil, fmt.Errorf("line %d: the row %s appears twice (first at line %d)", r.rowLines[i], k, at)
+				}
+				return nil, nil, fmt.Errorf("line %d: the run from line %d measures %s again (first at line %d): a file holds one run; split the log", r.rowLines[i], r.line, k, at)
+			}
+			if _, ok := seen[k]; !ok {
+				seen[k] = r.rowLines[i]
+			}
+			prev = &k
+			c.Results = append(c.Results, row)
+			sum += row.OutOfPlace.BusBW + row.InPlace.BusBW
+			cells += 2
+		}
+		if r.bounds != nil {
+			c.OutOfBounds.Count += r.bounds.Count
+			c.OutOfBounds.OK = c.OutOfBounds.OK && r.bounds.OK
+		} else {
+			c.OutOfBounds.OK = false
+		}
+		lines = append(lines, strconv.Itoa(r.line))
+	}
+	var notices []string
+	switch {
+	case len(runs) > 1:
+		c.AvgBusBW = sum / float64(cells) // as nccl-tests averages: every cell printed
+		notices = append(notices, fmt.Sprintf("%d runs of %s (from lines %s) are read as one: their rows differ", len(runs), c0.Perf, strings.Join(lines, ", ")))
+	case first.avg != nil:
+		c.AvgBusBW = *first.avg
+	}
+	if err := c.checkRun(); err != nil {
+		return nil, nil, err
+	}
+	for i := range c.Results {
+		if err := c.Results[i].check(); err != nil {
+			return nil, nil, err
+		}
+	}
+	return c, notices, nil
+}
+
+// The JSON nccl-tests -J writes (JSON_FILE_VERSION 3). Booleans are the strings "true" and
+// "false", root is a padded string ("    -1"), nwrong is null when not checked, and a figure
+// that is not a number is the string "nan".
+type ntJSON struct {
+	Version     json.RawMessage `json:"version"`
+	Args        []string        `json:"args"`
+	NCCLVersion int             `json:"nccl_version"`
+	Config      struct {
+		NThreads int `json:"nthreads"`
+		NGPUs    int `json:"ngpus"`
+		Devices  []struct {
+			Rank       int    `json:"rank"`
+			PID        int    `json:"pid"`
+			Hostname   string `json:"hostname"`
+			Device     int    `json:"device"`
+			DeviceHex  string `json:"device_hex"`
+			DeviceInfo string `json:"device_info"`
+		} `json:"devices"`
+	} `json:"config"`
+	Results []struct {
+		Size       *int64          `json:"size"`
+		Count      int64           `json:"count"`
+		Type       string          `json:"type"`
+		Redop      string          `json:"redop"`
+		Root       json.RawMessage `json:"root"`
+		OutOfPlace *ntJSONPlace    `json:"out_of_place"`
+		InPlace    *ntJSONPlace    `json:"in_place"`
+	} `json:"results"`
+	OutOfBounds *struct {
+		Count int             `json:"count"`
+		Okay  json.RawMessage `json:"okay"`
+	} `json:"out_of_bounds"`
+	AverageBusBandwidth *struct {
+		Bandwidth json.RawMessage `json:"bandwidth"`
+	} `json:"average_bus_bandwidth"`
+	Errors []string `json:"errors"`
+}
+
+type ntJSONPlace struct {
+	Time    json.RawMessage `json:"time"`
+	CPUTime json.RawMessage `json:"cpu_time"`
+	AlgBW   json.RawMessage `json:"alg_bw"`
+	BusBW   json.RawMessage `json:"bus_bw"`
+	NWrong  json.RawMessage `json:"nwrong"`
+}
+
+// isNCCLTestsJSON says whether a JSON object is nccl-tests -J's: a version, results and args.
+func isNCCLTestsJSON(doc []byte) bool {
+	var probe struct {
+		Version, Results, Args json.RawMessage
+	}
+	return json.Unmarshal(doc, &probe) == nil && probe.Version != nil && probe.Results != nil && probe.Args != nil
+}
+
+// readNCCLTestsJSON reads the file nccl-tests -J writes.
+func readNCCLTestsJSON(name string, doc []byte) (*File, error) {
+	var j ntJSON
+	if err := json.Unmarshal(doc, &j); err != nil {
+		return nil, fmt.Errorf("not nccl-tests -J JSON: %v", jsonErr(err))
+	}
+	if v := string(j.Version); v != "3" {
+		return nil, fmt.Errorf("nccl-tests JSON version %s: only version 3 (JSON_FILE_VERSION in nccl-tests' src/util.cu) is read", input.Safe(v))
+	}
+	c := &Coll{Backend: BackendNCCLTests, OutOfBounds: Bounds{OK: true}}
+	if j.NCCLVersion > 0 {
+		c.Runtime = NullString("NCCL " + ncclVersion(strconv.Itoa(j.NCCLVersion)))
+	}
+	for _, d := range j.Config.Devices {
+		c.Devices = append(c.Devices, Device{Rank: d.Rank, PID: d.PID, Host: input.Safe(d.Hostname), Device: d.Device,
+			PCIBusID: input.Safe(d.DeviceHex), Name: input.Safe(d.DeviceInfo)})
+	}
+	// One device entry per process (nccl-tests' parseRankInfo reads a process's first line).
+	if j.Config.NThreads > 0 && j.Config.NGPUs > 0 {
+		c.Config.Ranks = len(c.Devices) * j.Config.NThreads * j.Config.NGPUs
+	}
+	for i, jr := range j.Results {
+		at := fmt.Sprintf("results[%d]", i)
+		if jr.Size == nil || *jr.Size < 0 || jr.Count < 0 {
+			return nil, fmt.Errorf("%s: no size, or a negative size or count", at)
+		}
+		r := Row{Size: *jr.Size, Count: jr.Count, Type: jr.Type, Op: NullString(jr.Redop)}
+		if ntEltSize[r.Type] == 0 {
+			return nil, fmt.Errorf("%s: type %q is not one nccl-tests prints", at, input.Safe(r.Type))
+		}
+		if !slices.Contains(ntOps, jr.Redop) {
+			return nil, fmt.Errorf("%s: redop %q is not one nccl-tests prints", at, input.Safe(jr.Redop))
+		}
+		if jr.Root != nil {
+			var s string
+			if json.Unmarshal(jr.Root, &s) != nil {
+				s = string(jr.Root)
+			}
+			root, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || root < -1 {
+				return nil, fmt.Errorf("%s: root %s is not a rank (or -1)", at, input.Safe(string(jr.Root)))
+			}
+			r.Root = &root
+		}
+		var err error
+		if r.OutOfPlace, err = jr.OutOfPlace.placement(); err != nil {
+			return nil, fmt.Errorf("%s.out_of_place%v", at, err)
+		}
+		if r.InPlace, err = jr.InPlace.placement(); err != nil {
+			return nil, fmt.Errorf("%s.in_place%v", at, err)
+		}
+		c.Results = append(c.Results, r)
+	}
+	if j.OutOfBounds != nil {
+		c.OutOfBounds = Bounds{Count: j.OutOfBounds.Count, OK: strings.Trim(string(j.OutOfBounds.Okay), `"`) == "true"}
+	}
+	if a := j.AverageBusBandwidth; a != nil {
+		if v, err := jsonFigure(a.Bandwidth); err == nil {
+			c.AvgBusBW = v
+		}
+	}
+	var program string
+	if len(j.Args) > 0 {
+		program = j.Args[0]
+	}
+	var co *coll.Collective
+	if ntProgram.FindString(program) != "" {
+		var err error
+		if co, err = collectiveOf(program); err != nil {
+			return nil, fmt.Errorf("args[0]: %v", err)
+		}
+	} else if co = inferCollective(c.Results, c.Config.Ranks); co == nil {
+		return nil, fmt.Errorf(`args[0] %q names no nccl-tests program, and the results fit several collectives: write the program's path (e.g. "./build/all_gather_perf") as args[0]`, input.Safe(program))
+	}
+	c.Collective, c.NCCLTests = co.Name, co.Perf
+	for i := range c.Results {
+		if !co.Reduces {
+			c.Results[i].Op = ""
+		}
+		if !co.Rooted {
+			c.Results[i].Root = nil
+		}
+	}
+	if err := c.checkRun(); err != nil {
+		return nil, err
+	}
+	for i := range c.Results {
+		if err := c.Results[i].check(); err != nil {
+			return nil, fmt.Errorf("results[%d]: %v", i, err)
+		}
+	}
+	f := &File{Name: name, Form: FormNCCLTestsJSON, Complete: true, Coll: c}
+	for _, e := range j.Errors {
+		if e = strings.TrimSpace(e); e != "" {
+			f.Notices = append(f.Notices, "nccl-tests reported an error: "+input.Safe(e))
+		}
+	}
+	more, err := checkRows(c)
+	if err != nil {
+		return nil, err
+	}
+	f.Notices = append(f.Notices, more...)
+	return f, nil
+}
+
+// placement reads one placement's figures; errors start with the field's name after a dot.
+func (p *ntJSONPlace) placement() (Placement, error) {
+	var pl Placement
+	if p == nil {
+		return pl, errors.New(": missing")
+	}
+	if p.Time == nil && p.CPUTime != nil {
+		return pl, errors.New(".cpu_time: host CPU times (nccl-tests -C 1) are not set against GPU times: rerun without -C")
+	}
+	for _, v := range []struct {
+		name string
+		raw  json.RawMessage
+		to   *float64
+	}{{"time", p.Time, &pl.TimeUS}, {"alg_bw", p.AlgBW, &pl.AlgBW}, {"bus_bw", p.BusBW, &pl.BusBW}} {
+		x, err := jsonFigure(v.raw)
+		if err != nil {
+			return pl, fmt.Errorf(".%s: %v", v.name, err)
+		}
+		*v.to = x
+	}
+	if p.NWrong != nil && string(p.NWrong) != "null" {
+		w, err := jsonFigure(p.NWrong)
+		if err != nil || w != math.Trunc(w) || w > 1<<53 {
+			return pl, fmt.Errorf(".nwrong: %s is not a count", input.Safe(string(p.NWrong)))
+		}
+		n := int64(w)
+		pl.Wrong = &n
+	}
+	return pl, nil
+}
+
+// jsonFigure reads a figure nccl-tests wrote: a number not below 0 ("nan", a string, is not).
+func jsonFigure(raw json.RawMessage) (float64, error) {
+	var v float64
+	if raw == nil || string(raw) == "null" {
+		return 0, errors.New("missing")
+	}
+	if err := json.Unmarshal(raw, &v); err != nil || !valid(v) {
+		return 0, fmt.Errorf("%s is not a non-negative number", input.Safe(string(raw)))
+	}
+	return v, nil
+}

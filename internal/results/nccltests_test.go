@@ -1,0 +1,293 @@
+package results
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+// The logs in testdata/nccl-tests are nccl-tests output as people published it (README.md there
+// says where each is from); the -J file is built to the format, as none was found published.
+const ntDir = "testdata/nccl-tests/"
+
+// ntRow is what a test expects of one row: its size, type, op, root (-1 for none) and, for each
+// placement, time, algbw, busbw and #wrong (-1 for not checked).
+type ntRow struct {
+	size                    int64
+	count                   int64
+	typ, op                 string
+	root                    int
+	oopTime, oopAlg, oopBus float64
+	oopWrong                int64
+	ipTime, ipAlg, ipBus    float64
+	ipWrong                 int64
+}
+
+func (w ntRow) check(t *testing.T, r Row) {
+	t.Helper()
+	root := -1
+	if r.Root != nil {
+		root = *r.Root
+	}
+	wrong := func(p *int64) int64 {
+		if p == nil {
+			return -1
+		}
+		return *p
+	}
+	got := ntRow{r.Size, r.Count, r.Type, string(r.Op), root,
+		r.OutOfPlace.TimeUS, r.OutOfPlace.AlgBW, r.OutOfPlace.BusBW, wrong(r.OutOfPlace.Wrong),
+		r.InPlace.TimeUS, r.InPlace.AlgBW, r.InPlace.BusBW, wrong(r.InPlace.Wrong)}
+	if got != w {
+		t.Errorf("row %+v\nwant %+v", got, w)
+	}
+}
+
+// Each published log reads into exactly the rows its table shows, whatever the nccl-tests
+// version's layout: with or without the redop and root columns, "error" (before 2.10) or
+// #wrong, N/A, counts of wrong elements, a footer or none.
+func TestReadNCCLTests(t *testing.T) {
+	cases := []struct {
+		file       string
+		prefix     string // lines put before the log, where it names no program
+		form       string
+		complete   bool
+		collective string
+		ranks      int
+		runtime    string
+		rows       int
+		avg        float64
+		first      ntRow
+		picks      map[int]ntRow // more rows, by index
+		notices    []string
+	}{{
+		// 2.x with redop and root, #wrong; named by the mpirun command line above the table.
+		file: "a3mega-allreduce.log", form: FormNCCLTests, complete: true, collective: "allreduce", ranks: 16, rows: 31, avg: 70.742,
+		first: ntRow{8, 2, "float", "sum", -1, 135.8, 0, 0, 0, 123.5, 0, 0, 0},
+		picks: map[int]ntRow{30: {8589934592, 2147483648, "float", "sum", -1, 47535, 180.71, 338.82, 0, 47743, 179.92, 337.35, 0},
+			22: {33554432, 8388608, "float", "sum", -1, 1059.9, 31.66, 59.36, 0, 1054.0, 31.84, 59.69, 0}},
+	}, {
+		// 2.17.9: a version line and wrong elements, and no footer: the log was cut.
+		file: "olivia-allreduce-2.17.9.log", form: FormNCCLTests, complete: false, collective: "allreduce", ranks: 16,
+		runtime: "nccl-tests 2.17.9, NCCL 2.29.2", rows: 28,
+		first: ntRow{1, 1, "int8", "sum", -1, 24.41, 0, 0, 0, 21.26, 0, 0, 0},
+		picks: map[int]ntRow{21: {2097152, 2097152, "int8", "sum", -1, 6249.20, 0.34, 0.63, 18134, 6142.32, 0.34, 0.64, 9609},
+			22: {4194304, 4194304, "int8", "sum", -1, 9489.31, 0.44, 0.83, 96817, 10542.7, 0.40, 0.75, 124342},
+			27: {134217728, 134217728, "int8", "sum", -1, 2800.93, 47.92, 89.85, 0, 3023.61, 44.39, 83.23, 0}},
+		notices: []string{"the run at line 1 has no footer"},
+	}, {
+		// Before 2.10: no redop column for broadcast, "error" N/A (-c 0), an NCCL INFO line in the
+		// table; the collective told from the columns (a root, no op, size = count x 4). The
+		// two 0 B rows are one size measured twice.
+		file: "superbench-broadcast.log", form: FormNCCLTests, complete: true, collective: "broadcast", ranks: 8, rows: 33, avg: 64.8653,
+		first: ntRow{0, 0, "float", "", 0, 34.61, 0, 0, -1, 34.33, 0, 0, -1},
+		picks: map[int]ntRow{21: {4194304, 1048576, "float", "", 0, 81.06, 51.74, 51.74, -1, 80.39, 52.17, 52.17, -1},
+			32: {8589934592, 2147483648, "float", "", 0, 36896, 232.81, 232.81, -1, 36599, 234.70, 234.70, -1}},
+	}, {
+		// Before 2.10, all-to-all printed an empty redop; all-gather prints the same columns, so
+		// the log needs its program named (here by a command line).
+		file: "superbench-alltoall.log", prefix: "$ ./build/alltoall_perf -b 1 -e 8G -f 2 -g 8\n",
+		form: FormNCCLTests, complete: true, collective: "alltoall", ranks: 8, rows: 30, avg: 58.6481,
+		first: ntRow{0, 0, "float", "", -1, 1.63, 0, 0, -1, 1.38, 0, 0, -1},
+		picks: map[int]ntRow{1: {32, 1, "float", "", -1, 89.00, 0, 0, -1, 85.13, 0, 0, -1},
+			29: {8589934592, 268435456, "float", "", -1, 33508, 256.36, 224.31, -1, 33234, 258.47, 226.16, -1}},
+	}, {
+		// 2.x with "Collective test starting/concluded", an NCCL version line, and the device
+		// list cut short with "...": 8 ranks from the last rank listed.
+		file: "oci-gb300-allreduce-2nodes.log", form: FormNCCLTests, complete: true, collective: "allreduce", ranks: 8,
+		runtime: "NCCL 2.28.7+cuda13.0", rows: 16, avg: 474.234,
+		first: ntRow{524288, 131072, "float", "sum", -1, 30.31, 17.30, 30.27, 0, 29.57, 17.73, 31.02, 0},
+		picks: map[int]ntRow{15: {17179869184, 4294967296, "float", "sum", -1, 35722, 480.93, 841.63, 0, 35702, 481.21, 842.11, 0}},
+	}, {
+		// All-to-all's in-place result is not checked: N/A.
+		file: "oci-gb300-alltoall.log", form: FormNCCLTests, complete: true, collective: "alltoall", ranks: 4,
+		runtime: "NCCL 2.28.7+cuda13.0", rows: 16, avg: 381.478,
+		first: ntRow{524288, 32768, "float", "", -1, 14.50, 36.15, 27.11, 0, 13.74, 38.15, 28.61, -1},
+		picks: map[int]ntRow{14: {8589934592, 536870912, "float", "", -1, 10308, 833.31, 624.98, 0, 9568.2, 897.76, 673.32, -1}},
+	}, {
+		// -J's JSON (version 3): stringly booleans, a padded root, one device per process.
+		file: "constructed-allreduce-v3.json", form: FormNCCLTestsJSON, complete: true, collective: "allreduce", ranks: 8,
+		runtime: "NCCL 2.28.7", rows: 4, avg: 82.095,
+		first: ntRow{524288, 131072, "float", "sum", -1, 30.31, 17.30, 30.27, 0, 29.57, 17.73, 31.02, 0},
+		picks: map[int]ntRow{3: {4194304, 1048576, "float", "sum", -1, 56.01, 74.89, 131.05, 0, 55.91, 75.02, 131.28, 0}},
+	}}
+	for _, c := range cases {
+		t.Run(c.file, func(t *testing.T) {
+			f, err := Read(c.file, append([]byte(c.prefix), readFixture(t, ntDir+c.file)...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := f.Coll
+			if f.Form != c.form || f.Complete != c.complete || r == nil || r.Collective != c.collective || r.Backend != BackendNCCLTests ||
+				r.Topology != "" || r.Config.Ranks != c.ranks || string(r.Runtime) != c.runtime || len(r.Results) != c.rows || r.AvgBusBW != c.avg {
+				t.Fatalf("form %s, complete %v, %s on %s/%s, %d ranks, runtime %q, %d rows, avg %v; want %s, %v, %s on nccl-tests, %d ranks, %q, %d rows, avg %v",
+					f.Form, f.Complete, r.Collective, r.Backend, r.Topology, r.Config.Ranks, r.Runtime, len(r.Results), r.AvgBusBW,
+					c.form, c.complete, c.collective, c.ranks, c.runtime, c.rows, c.avg)
+			}
+			c.first.check(t, r.Results[0])
+			for i, w := range c.picks {
+				w.check(t, r.Results[i])
+			}
+			if len(f.Notices) != len(c.notices) {
+				t.Fatalf("notices %q; want %q", f.Notices, c.notices)
+			}
+			for i, n := range c.notices {
+				if !strings.Contains(f.Notices[i], n) {
+					t.Errorf("notice %q; want one containing %q", f.Notices[i], n)
+				}
+			}
+		})
+	}
+}
+
+// A log whose table names no program, and fits several collectives, is refused with what to add.
+func TestReadNCCLTestsUnnamed(t *testing.T) {
+	_, err := ReadFile(ntDir + "superbench-alltoall.log")
+	want := `testdata/nccl-tests/superbench-alltoall.log: line 14: which nccl-tests program printed this table? ` +
+		`It has no "# Collective test concluded:" line, no line before it names a *_perf program, and its columns fit several collectives: ` +
+		`add the line "# Collective test concluded: NAME_perf" (all_gather_perf, alltoall_perf, ...) after the table`
+	if err == nil || err.Error() != want {
+		t.Fatalf("error %v\nwant %s", err, want)
+	}
+	// The line it asks for is enough.
+	f, err := Read("a.log", append(readFixture(t, ntDir+"superbench-alltoall.log"), "# Collective test concluded: alltoall_perf\n"...))
+	if err != nil || f.Coll.Collective != "alltoall" {
+		t.Fatalf("with the line added: %v", err)
+	}
+}
+
+// A log holding several runs: of one collective and different rows they are read as one run;
+// otherwise the file is refused at the line where the second run starts or repeats a row.
+func TestReadNCCLTestsRuns(t *testing.T) {
+	allreduce := string(readFixture(t, ntDir+"oci-gb300-allreduce-2nodes.log"))
+	alltoall := string(readFixture(t, ntDir+"oci-gb300-alltoall.log"))
+	a3mega := string(readFixture(t, ntDir+"a3mega-allreduce.log"))
+	azure := string(readFixture(t, ntDir+"azureml-allreduce-two-runs.log"))
+
+	// The same run again with another type (made here from the log, as a -d run would print).
+	half := allreduce + strings.ReplaceAll(allreduce, "float", " half")
+	f, err := Read("two.log", []byte(half))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := f.Coll; len(c.Results) != 32 || c.Results[16].Type != "half" || c.Results[16].Size != 524288 || len(f.Notices) != 1 ||
+		!strings.Contains(f.Notices[0], "2 runs of all_reduce_perf (from lines 1, 35) are read as one") {
+		t.Errorf("%d rows, row 16 %+v, notices %q", len(c.Results), c.Results[16], f.Notices)
+	}
+
+	for _, c := range []struct {
+		name, log, want string
+	}{
+		{"two collectives", allreduce + alltoall, "two.log: line 35: a run of alltoall_perf follows the run of all_reduce_perf at line 1: a file holds one collective; split the log"},
+		{"two rank counts", a3mega + allreduce, "two.log: line 65: this run has 8 ranks and the run at line 9 has 16: split the log"},
+		{"the same rows twice", allreduce + allreduce, "two.log: line 49: the run from line 35 measures allreduce 524288 B float sum again (first at line 15): a file holds one run; split the log"},
+		// Azure's two example runs, on two machines, in one README: both all-reduce over the same sizes.
+		{"published runs", azure, "two.log: line 28: the run from line 25 measures allreduce 33554432 B float sum again (first at line 10): a file holds one run; split the log"},
+	} {
+		if _, err := Read("two.log", []byte(c.log)); err == nil || err.Error() != c.want {
+			t.Errorf("%s: error %v\nwant %s", c.name, err, c.want)
+		}
+	}
+
+	// Azure's first run alone: the old "error" column (the largest error, not a count) leaves
+	// wrong unknown; there is no footer.
+	first, _, _ := strings.Cut(azure, "### Standard_ND96amsr_A100_v4")
+	f, err = Read("azure.log", []byte(first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.Coll
+	if c.Collective != "allreduce" || c.Config.Ranks != 0 || len(c.Results) != 9 || f.Complete {
+		t.Fatalf("%s, %d ranks, %d rows, complete %v", c.Collective, c.Config.Ranks, len(c.Results), f.Complete)
+	}
+	ntRow{33554432, 8388608, "float", "sum", -1, 4393.9, 7.64, 14.32, -1, 4384.4, 7.65, 14.35, -1}.check(t, c.Results[0])
+	ntRow{8589934592, 2147483648, "float", "sum", -1, 987274, 8.70, 16.31, -1, 986984, 8.70, 16.32, -1}.check(t, c.Results[8])
+}
+
+// gpubench's own table has nccl-tests' layout and reads the same way, with its backend and
+// topology from its first line.
+func TestReadGpubenchTable(t *testing.T) {
+	f, err := ReadFile("../../cmd/gpubench/testdata/allreduce.golden")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := f.Coll; f.Form != FormNCCLTests || c.Backend != "sim" || c.Topology != "dgx-h100" || c.Collective != "allreduce" ||
+		c.Config.Ranks != 8 || len(c.Results) != 10 || c.Results[9].OutOfPlace.BusBW != 89.88 {
+		t.Errorf("%s: %s on %s/%s, %d ranks, %d rows", f.Form, c.Collective, c.Backend, c.Topology, c.Config.Ranks, len(c.Results))
+	}
+}
+
+const ntHeader = "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+
+// Bad or foreign input is one line naming the file and the line (or the JSON field).
+func TestReadNCCLTestsBad(t *testing.T) {
+	row := "          8             2     float     sum      -1    135.8    0.00    0.00      0    123.5    0.00    0.00      0\n"
+	jsonDoc := string(readFixture(t, ntDir+"constructed-allreduce-v3.json"))
+	cases := []struct {
+		name, data, want string
+	}{
+		{"not a number", ntHeader + strings.Replace(row, "135.8", "13x.8", 1), `x.log: line 2: out-of-place time "13x.8" is not a non-negative number`},
+		{"negative", ntHeader + strings.Replace(row, "123.5", "-23.5", 1), `x.log: line 2: in-place time "-23.5" is not a non-negative number`},
+		{"nan", ntHeader + strings.Replace(row, "0.00    0.00      0    123.5", "nan    0.00      0    123.5", 1), `x.log: line 2: out-of-place algbw "nan" is not a non-negative number`},
+		{"short row", ntHeader + "   8  2  float  sum  -1  135.8\n", "x.log: line 2: a table row with 6 fields, where the table header has 13 columns"},
+		{"wrong count", ntHeader + strings.Replace(row, "  0\n", "0.5\n", 1), `x.log: line 2: in-place #wrong "0.5" is not a count`},
+		{"type", ntHeader + strings.Replace(row, "float", "flaot", 1), `x.log: line 2: type "flaot" is not one nccl-tests prints`},
+		{"redop", ntHeader + strings.Replace(row, "sum", "xor", 1), `x.log: line 2: redop "xor" is not one nccl-tests prints`},
+		{"cpu time", strings.Replace(ntHeader, "time", "cputime", 2) + row, "x.log: line 1: the table reports host CPU times (nccl-tests -C 1), which gpubench does not set against GPU times: rerun without -C"},
+		{"one placement", "#  size  count  type  time  algbw  busbw  #wrong\n", "x.log: line 1: a table header with 1 time columns: expected an out-of-place and an in-place one"},
+		{"gather", "# Collective test starting: gather_perf\n" + ntHeader + row,
+			"x.log: line 1: gather_perf measures a collective gpubench does not run (it reads all_reduce_perf, all_gather_perf, reduce_scatter_perf, broadcast_perf, reduce_perf, alltoall_perf, sendrecv_perf)"},
+		{"ends otherwise", "# Collective test starting: all_reduce_perf\n" + ntHeader + row + "# Collective test concluded: reduce_perf\n", "x.log: line 4: the run of all_reduce_perf (line 1) ends as reduce_perf"},
+		{"bounds", ntHeader + row + "# Out of bounds values : many FAILED\n", `x.log: line 3: out of bounds values "many FAILED" is not a count`},
+		{"twice", "# Collective test concluded: all_reduce_perf\n" + ntHeader + row + row + strings.Replace(row, "   8    ", "  16    ", 1) + row,
+			"x.log: line 6: the row allreduce 8 B float sum appears twice (first at line 3)"},
+		{"text", "hello\nworld\n", `x.log: not gpubench JSON results (--output json or --out FILE): the file does not start with a JSON object, and it is not nccl-tests output either (no table header "#  size  count  type ... time  algbw  busbw ...")`},
+		{"json version", strings.Replace(jsonDoc, `"version": 3`, `"version": 2`, 1), "x.log: nccl-tests JSON version 2: only version 3 (JSON_FILE_VERSION in nccl-tests' src/util.cu) is read"},
+		{"json nan", strings.Replace(jsonDoc, `"time": 30.310000`, `"time": "nan"`, 1), `x.log: results[0].out_of_place.time: "nan" is not a non-negative number`},
+		{"json cpu time", strings.Replace(jsonDoc, `"time": 30.310000`, `"cpu_time": 30.310000`, 1), "x.log: results[0].out_of_place.cpu_time: host CPU times (nccl-tests -C 1) are not set against GPU times: rerun without -C"},
+		{"json program", strings.Replace(jsonDoc, "./build/all_reduce_perf", "./build/hypercube_perf", 1), "x.log: args[0]: hypercube_perf measures a collective gpubench does not run (it reads all_reduce_perf, all_gather_perf, reduce_scatter_perf, broadcast_perf, reduce_perf, alltoall_perf, sendrecv_perf)"},
+		{"json nwrong", strings.Replace(jsonDoc, `"nwrong": 0.000000`, `"nwrong": -1.000000`, 1), "x.log: results[0].out_of_place.nwrong: -1.000000 is not a count"},
+	}
+	for _, c := range cases {
+		f, err := Read("x.log", []byte(c.data))
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%s: file %v, error %v\nwant %s", c.name, f, err, c.want)
+		}
+	}
+}
+
+// -J's JSON from one process with 8 GPUs (-g 8) lists one device, and the run has 8 ranks;
+// without a program in args the collective is told from the results; unchecked placements
+// write nwrong null; errors nccl-tests reported are noticed.
+func TestReadNCCLTestsJSONQuirks(t *testing.T) {
+	doc := `{"version": 3, "args": ["nccl-tests"], "nccl_version": 22703,
+ "config": {"nthreads": 1, "ngpus": 8, "devices": [{"rank": 0, "group": 0, "pid": 7, "hostname": "node01", "device": 0, "device_hex": "0000:18:00", "device_info": "NVIDIA H100 80GB HBM3"}]},
+ "results": [{"size": 1048576, "count": 32768, "type": "float", "redop": "sum", "root": "    -1",
+   "out_of_place": {"time": 25.5, "alg_bw": 41.12, "bus_bw": 35.98, "nwrong": null},
+   "in_place": {"time": 25.1, "alg_bw": 41.78, "bus_bw": 36.56, "nwrong": null}}],
+ "out_of_bounds": {"count": 0, "okay": "true"}, "average_bus_bandwidth": {"bandwidth": 36.27, "okay": "unchecked"},
+ "errors": ["unhandled cuda error"]}`
+	f, err := Read("q.json", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.Coll
+	if c.Collective != "reducescatter" || c.Config.Ranks != 8 || c.Runtime != "NCCL 2.27.3" || !c.OutOfBounds.OK ||
+		len(f.Notices) != 1 || f.Notices[0] != "nccl-tests reported an error: unhandled cuda error" {
+		t.Fatalf("%s, %d ranks, %q, bounds %+v, notices %q", c.Collective, c.Config.Ranks, c.Runtime, c.OutOfBounds, f.Notices)
+	}
+	ntRow{1048576, 32768, "float", "sum", -1, 25.5, 41.12, 35.98, -1, 25.1, 41.78, 36.56, -1}.check(t, c.Results[0])
+}
+
+// The fuzz seeds include the logs; their files are small.
+func TestNCCLTestsFixturesSmall(t *testing.T) {
+	entries, err := os.ReadDir(ntDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if info, _ := e.Info(); info.Size() > 16<<10 {
+			t.Errorf("%s is %d bytes", e.Name(), info.Size())
+		}
+	}
+}
