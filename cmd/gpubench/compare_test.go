@@ -187,3 +187,86 @@ func TestCompareBadInput(t *testing.T) {
 		}
 	}
 }
+
+// ncclTestsLogs copies logs of nccl-tests output (internal/results/testdata/nccl-tests, where
+// they are cited) into dir, under the names given.
+func ncclTestsLogs(t *testing.T, dir string, names map[string]string) {
+	t.Helper()
+	for from, to := range names {
+		data, err := os.ReadFile(filepath.Join("../../internal/results/testdata/nccl-tests", from))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, to), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// nccl-tests' own output compares with gpubench's: a log published from 8 GB300s against the
+// simulated DGX H100 (the six sizes both swept match row for row), the log against the -J JSON
+// made from its figures (every matched row the same), and a log of two runs is refused.
+func TestCompareNCCLTests(t *testing.T) {
+	dir := simRuns(t)
+	ncclTestsLogs(t, dir, map[string]string{"oci-gb300-allreduce-2nodes.log": "gb300.log",
+		"constructed-allreduce-v3.json": "gb300.json", "azureml-allreduce-two-runs.log": "two.log"})
+
+	out, errOut, code := inDir(t, dir, "compare", "base.json", "gb300.log", "--output", "json")
+	if code == exitUsage || strings.Contains(errOut, "gb300.log") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	var doc struct {
+		Comparisons []struct {
+			New struct {
+				File, Form, Collective, Backend string
+				Topology                        *string
+				Complete                        bool
+				Ranks, Rows                     int
+			} `json:"new"`
+			Notes  []string       `json:"notes"`
+			Counts map[string]int `json:"counts"`
+			Rows   []struct {
+				Size      int64  `json:"size_bytes"`
+				Placement string `json:"placement"`
+				Old, New  *struct {
+					BusBW float64 `json:"busbw_gbs"`
+					Time  float64 `json:"time_us"`
+				}
+			} `json:"rows"`
+		} `json:"comparisons"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	c := doc.Comparisons[0]
+	if n := c.New; n.Form != "nccl-tests" || n.Collective != "allreduce" || n.Backend != "nccl-tests" || n.Topology != nil || !n.Complete || n.Ranks != 8 || n.Rows != 16 {
+		t.Errorf("NEW %+v; want the log's 16 all-reduce rows on 8 ranks, form nccl-tests", n)
+	}
+	if len(c.Notes) != 1 || c.Notes[0] != "OLD ran on backend sim, topology dgx-h100 and NEW on backend nccl-tests" {
+		t.Errorf("notes %q; want the backends' difference alone", c.Notes)
+	}
+	matched := 0
+	for _, r := range c.Rows {
+		if r.Old != nil && r.New != nil {
+			matched++
+			if r.Size == 1048576 && r.Placement == "out_of_place" && (r.New.BusBW != 61.09 || r.New.Time != 30.04) {
+				t.Errorf("1 MiB out-of-place NEW %+v; want the log's 61.09 GB/s in 30.04 us", *r.New)
+			}
+		}
+	}
+	if matched != 12 || c.Counts["only_new"] != 20 || c.Counts["only_old"] != 0 {
+		t.Errorf("%d matched lines, counts %v; want 6 sizes x 2 placements matched, the log's other 10 sizes only in NEW", matched, c.Counts)
+	}
+
+	out, errOut, code = inDir(t, dir, "compare", "gb300.log", "gb300.json")
+	if code != 0 || errOut != "" || !strings.Contains(out, "# OLD gb300.log: allreduce, backend nccl-tests, 8 ranks\n") ||
+		!strings.Contains(out, "# NEW gb300.json: allreduce, backend nccl-tests, 8 ranks\n") ||
+		!strings.Contains(out, "# 0 regressions, 0 noisy, 0 improved, 8 same, 0 n/a; 24 only in OLD, 0 only in NEW") {
+		t.Errorf("log against its JSON: exit %d, stderr %q\n%s", code, errOut, out)
+	}
+
+	out, errOut, code = inDir(t, dir, "compare", "base.json", "two.log")
+	if code != exitUsage || out != "" || errOut != "gpubench: two.log: line 28: the run from line 25 measures allreduce 33554432 B float sum again (first at line 10): a file holds one run; split the log\n" {
+		t.Errorf("two runs: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}

@@ -180,3 +180,38 @@ func TestPlotBadInput(t *testing.T) {
 		}
 	}
 }
+
+// nccl-tests' own output plots beside gpubench's: a published log's line has a vertex per size
+// of its table; a log cut before its footer is drawn with a notice.
+func TestPlotNCCLTests(t *testing.T) {
+	dir := simRuns(t)
+	ncclTestsLogs(t, dir, map[string]string{"oci-gb300-allreduce-2nodes.log": "gb300.log", "olivia-allreduce-2.17.9.log": "olivia.log"})
+	_, errOut, code := inDir(t, dir, "plot", "base.json", "gb300.log", "--out", "mixed.svg")
+	if code != 0 || errOut != "gpubench: plot: wrote mixed.svg (960x600 SVG) from base.json, gb300.log\n" {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	svg := parseSVG(t, filepath.Join(dir, "mixed.svg"))
+	for i, segments := range []int{5, 15} { // base: 6 sizes; the log: 16, 512K to 16G
+		stroke := "stroke:#" + hexColor(plotutil.Color(i))
+		lines := 0
+		for _, p := range svg.Paths {
+			if strings.Contains(p.Style, stroke) && strings.Contains(p.Style, "stroke-width:1.5") && strings.Count(p.D, "L") == segments {
+				lines++
+			}
+		}
+		if lines != 1 {
+			t.Errorf("series %d: %d data lines of %d segments in %s; want 1", i, lines, segments, stroke)
+		}
+	}
+	if !slices.Contains(svg.Texts, "gb300") || !slices.Contains(svg.Texts, "base") {
+		t.Errorf("texts %q; want the legend to name base and gb300", svg.Texts)
+	}
+
+	_, errOut, code = inDir(t, dir, "plot", "olivia.log", "--out", "olivia.png")
+	if code != 0 || !strings.Contains(errOut, "gpubench: olivia.log: the run at line 1 has no footer") || !strings.Contains(errOut, "wrote olivia.png") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	if img := decodePNG(t, filepath.Join(dir, "olivia.png")); countColor(img, plotutil.Color(0)) < 50 {
+		t.Error("olivia.png: its line is not drawn")
+	}
+}
