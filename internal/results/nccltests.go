@@ -32,7 +32,7 @@ var ntEltSize = map[string]int64{"int8": 1, "uint8": 1, "int32": 4, "uint32": 4,
 	"half": 2, "float": 4, "double": 8, "bfloat16": 2, "f8e4m3": 1, "f8e5m2": 1, "char": 1, "int": 4}
 
 // ntOps are the redop column's values: "none" for collectives that do not reduce, and empty
-// where nccl-tests prints nothing (hypercube, and all-to-all before 2.10).
+// where nccl-tests prints nothing (hypercube, and all-to-all in older 2.x).
 var ntOps = []string{"sum", "prod", "max", "min", "avg", "mulsum", "none", ""}
 
 // ntProgram finds an nccl-tests program's name, with a path or a NAME_SUFFIX around it
@@ -276,11 +276,11 @@ type ntLayout struct {
 
 type ntPlace struct {
 	time, algbw, busbw, wrong int
-	counts                    bool // wrong counts wrong elements (#wrong); before 2.10 it was "error", the largest error
+	counts                    bool // wrong counts wrong elements (#wrong); older 2.x (2.10 at least) printed "error", the largest error
 }
 
 // parseLayout reads the table header: size, count, type, then redop and root where the test
-// has them (before 2.10 only the tests that use them), then out-of-place and in-place columns,
+// has them (older 2.x: only the tests that use them), then out-of-place and in-place columns,
 // each starting with time; columns after those it needs (-I 1's i_min ...) are skipped.
 func parseLayout(cols []string) (*ntLayout, error) {
 	switch {
@@ -329,7 +329,7 @@ func parseLayout(cols []string) (*ntLayout, error) {
 }
 
 // row reads a table row's fields. A row one field short, in a table with a redop column, has
-// an empty redop (nccl-tests prints "" there for hypercube, and did for all-to-all before 2.10).
+// an empty redop (nccl-tests prints "" there for hypercube, and did for all-to-all in older 2.x).
 func (l *ntLayout) row(f []string) (Row, error) {
 	if len(f) == l.columns-1 && l.redop >= 0 {
 		f = slices.Insert(slices.Clone(f), l.redop, "")

@@ -44,7 +44,7 @@ func (w ntRow) check(t *testing.T, r Row) {
 }
 
 // Each published log reads into exactly the rows its table shows, whatever the nccl-tests
-// version's layout: with or without the redop and root columns, "error" (before 2.10) or
+// version's layout: with or without the redop and root columns, "error" (older 2.x) or
 // #wrong, N/A, counts of wrong elements, a footer or none.
 func TestReadNCCLTests(t *testing.T) {
 	cases := []struct {
@@ -76,7 +76,7 @@ func TestReadNCCLTests(t *testing.T) {
 			27: {134217728, 134217728, "int8", "sum", -1, 2800.93, 47.92, 89.85, 0, 3023.61, 44.39, 83.23, 0}},
 		notices: []string{"the run at line 1 has no footer"},
 	}, {
-		// Before 2.10: no redop column for broadcast, "error" N/A (-c 0), an NCCL INFO line in the
+		// Older 2.x: no redop column for broadcast, "error" N/A (-c 0), an NCCL INFO line in the
 		// table; the collective told from the columns (a root, no op, size = count x 4). The
 		// two 0 B rows are one size measured twice.
 		file: "superbench-broadcast.log", form: FormNCCLTests, complete: true, collective: "broadcast", ranks: 8, rows: 33, avg: 64.8653,
@@ -84,7 +84,7 @@ func TestReadNCCLTests(t *testing.T) {
 		picks: map[int]ntRow{21: {4194304, 1048576, "float", "", 0, 81.06, 51.74, 51.74, -1, 80.39, 52.17, 52.17, -1},
 			32: {8589934592, 2147483648, "float", "", 0, 36896, 232.81, 232.81, -1, 36599, 234.70, 234.70, -1}},
 	}, {
-		// Before 2.10, all-to-all printed an empty redop; all-gather prints the same columns, so
+		// Older 2.x: all-to-all printed an empty redop; all-gather prints the same columns, so
 		// the log needs its program named (here by a command line).
 		file: "superbench-alltoall.log", prefix: "$ ./build/alltoall_perf -b 1 -e 8G -f 2 -g 8\n",
 		form: FormNCCLTests, complete: true, collective: "alltoall", ranks: 8, rows: 30, avg: 58.6481,
@@ -290,4 +290,22 @@ func TestNCCLTestsFixturesSmall(t *testing.T) {
 			t.Errorf("%s is %d bytes", e.Name(), info.Size())
 		}
 	}
+}
+
+// -I 1's per-iteration columns after each placement's are skipped, and the prefixes mpirun
+// --tag-output and srun -l put on each line are taken off. (Made here: the header is laid out
+// as nccl-tests 2.19.6's writeResultHeader prints it with -I 1; no published log was found.)
+func TestReadNCCLTestsPerIterColumns(t *testing.T) {
+	log := "[1,0]<stdout>:# Collective test starting: all_reduce_perf\n" +
+		"[1,0]<stdout>:#       size         count      type   redop    root     time   algbw   busbw  #wrong    i_min    i_max    i_p99   i_cv%     time   algbw   busbw  #wrong    i_min    i_max    i_p99   i_cv%\n" +
+		"[1,0]<stdout>:     1048576        262144     float     sum      -1    30.04   34.91   61.09       0    29.10    33.90    33.10    3.20    29.88   35.10   61.42       0    29.00    32.80    32.20    2.90\n" +
+		"0: # Out of bounds values : 0 OK\n"
+	f, err := Read("i.log", []byte(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := f.Coll; c.Collective != "allreduce" || len(c.Results) != 1 || c.OutOfBounds != (Bounds{Count: 0, OK: true}) {
+		t.Fatalf("%s, %d rows, bounds %+v", c.Collective, len(c.Results), c.OutOfBounds)
+	}
+	ntRow{1048576, 262144, "float", "sum", -1, 30.04, 34.91, 61.09, 0, 29.88, 35.10, 61.42, 0}.check(t, f.Coll.Results[0])
 }
