@@ -93,9 +93,12 @@ var (
 // one when they are of one collective on as many ranks and measure different rows (one run per
 // data type, say); otherwise the file is refused, naming the line.
 func readNCCLTests(name string, data []byte) (*File, error) {
-	runs, err := scanNCCLTests(string(data))
+	runs, empty, err := scanNCCLTests(string(data))
 	if err != nil {
 		return nil, err
+	}
+	if len(runs) == 0 && empty > 0 {
+		return nil, fmt.Errorf("line %d: nccl-tests' table header, but no row under it: the run stopped before its first size", empty)
 	}
 	if len(runs) == 0 {
 		return nil, errors.New(`not gpubench JSON results (--output json or --out FILE): the file does not start with a JSON object, and it is not nccl-tests output either (no table header "#  size  count  type ... time  algbw  busbw ...")`)
@@ -120,9 +123,9 @@ func readNCCLTests(name string, data []byte) (*File, error) {
 }
 
 // scanNCCLTests finds the runs in a log and their rows; lines that are not nccl-tests' own
-// (mpirun's, NCCL INFO, a shell prompt) are skipped. Runs without rows are left out.
-func scanNCCLTests(text string) ([]*ntRun, error) {
-	var runs []*ntRun
+// (mpirun's, NCCL INFO, a shell prompt) are skipped. Runs without rows are left out: empty is
+// the line of the first such run's table header.
+func scanNCCLTests(text string) (runs []*ntRun, empty int, err error) {
 	run := &ntRun{}
 	var mentions []string
 	// begin starts a new run at line n if the current one already has its table.
@@ -130,6 +133,8 @@ func scanNCCLTests(text string) ([]*ntRun, error) {
 		if run.layout != nil {
 			if len(run.rows) > 0 {
 				runs = append(runs, run)
+			} else if empty == 0 {
+				empty = run.tableLine
 			}
 			run = &ntRun{}
 		}
@@ -137,10 +142,18 @@ func scanNCCLTests(text string) ([]*ntRun, error) {
 			run.line = n
 		}
 	}
+	// restart begins a run at a line that only opens one: a run named before it that never
+	// printed its table (it was killed) is dropped.
+	restart := func(n int) {
+		if run.layout == nil && run.program != "" {
+			run = &ntRun{}
+		}
+		begin(n)
+	}
 	program := func(n int, p string) error {
-		p = strings.TrimSpace(p)
+		p = input.Safe(strings.TrimSpace(p))
 		if run.program != "" && run.program != p {
-			return fmt.Errorf("line %d: the run of %s (line %d) ends as %s", n, run.program, run.line, input.Safe(p))
+			return fmt.Errorf("line %d: the run of %s (line %d) ends as %s", n, run.program, run.line, p)
 		}
 		run.program = p
 		return nil
@@ -156,7 +169,7 @@ func scanNCCLTests(text string) ([]*ntRun, error) {
 			if run.layout != nil && !run.ended() && isCount(f[0]) {
 				r, err := run.layout.row(f)
 				if err != nil {
-					return nil, fmt.Errorf("line %d: %v", n, err)
+					return nil, 0, fmt.Errorf("line %d: %v", n, err)
 				}
 				run.rows, run.rowLines = append(run.rows, r), append(run.rowLines, n)
 				continue
@@ -171,7 +184,7 @@ func scanNCCLTests(text string) ([]*ntRun, error) {
 		key, value, _ := strings.Cut(text, ":")
 		switch {
 		case strings.HasPrefix(text, "nccl-tests version "):
-			begin(n)
+			restart(n)
 			f := strings.Fields(text)
 			run.addRuntime("nccl-tests " + input.Safe(f[2]))
 			for _, kv := range f[3:] {
@@ -180,16 +193,16 @@ func scanNCCLTests(text string) ([]*ntRun, error) {
 				}
 			}
 		case ntGpubench.MatchString(text):
-			begin(n)
+			restart(n)
 			m := ntGpubench.FindStringSubmatch(text)
 			if err := program(n, m[2]); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 			run.gpubench = []string{input.Safe(m[3]), input.Safe(m[4]), input.Safe(m[1])} // backend, topology, version
 		case key == "Collective test starting":
-			begin(n)
+			restart(n)
 			if err := program(n, value); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 		case strings.HasPrefix(text, "nThread "):
 			begin(n)
@@ -206,34 +219,32 @@ func scanNCCLTests(text string) ([]*ntRun, error) {
 			}
 		case key == "Collective test concluded":
 			if err := program(n, value); err != nil {
-				return nil, err
+				return nil, 0, err
 			}
 		case strings.TrimSpace(key) == "Out of bounds values" && run.layout != nil:
 			f := strings.Fields(value)
 			count, err := strconv.Atoi(f0(f))
 			if err != nil || count < 0 {
-				return nil, fmt.Errorf("line %d: out of bounds values %q is not a count", n, input.Safe(strings.TrimSpace(value)))
+				return nil, 0, fmt.Errorf("line %d: out of bounds values %q is not a count", n, input.Safe(strings.TrimSpace(value)))
 			}
 			run.bounds = &Bounds{Count: count, OK: count == 0}
 		case strings.TrimSpace(key) == "Avg bus bandwidth" && run.layout != nil:
 			avg, err := strconv.ParseFloat(f0(strings.Fields(value)), 64)
 			if err != nil || !valid(avg) {
-				return nil, fmt.Errorf("line %d: avg bus bandwidth %q is not a bandwidth", n, input.Safe(strings.TrimSpace(value)))
+				return nil, 0, fmt.Errorf("line %d: avg bus bandwidth %q is not a bandwidth", n, input.Safe(strings.TrimSpace(value)))
 			}
 			run.avg = &avg
 		case isTableHeader(strings.Fields(text)):
 			begin(n)
 			var err error
 			if run.layout, err = parseLayout(strings.Fields(text)); err != nil {
-				return nil, fmt.Errorf("line %d: %v", n, err)
+				return nil, 0, fmt.Errorf("line %d: %v", n, err)
 			}
 			run.tableLine, run.mentions, mentions = n, mentions, nil
 		}
 	}
-	if run.layout != nil && len(run.rows) > 0 {
-		runs = append(runs, run)
-	}
-	return runs, nil
+	begin(len(text)) // ends the last run
+	return runs, empty, nil
 }
 
 func f0(f []string) string {

@@ -175,6 +175,12 @@ func TestReadNCCLTestsRuns(t *testing.T) {
 		t.Errorf("%d rows, row 16 %+v, notices %q", len(c.Results), c.Results[16], f.Notices)
 	}
 
+	// A run killed before its table is left out.
+	f, err = Read("killed.log", []byte("# Collective test starting: all_gather_perf\n# nThread 1 nGpus 8\n"+allreduce))
+	if err != nil || f.Coll.Collective != "allreduce" || len(f.Coll.Results) != 16 {
+		t.Errorf("a killed run before the log: %v", err)
+	}
+
 	for _, c := range []struct {
 		name, log, want string
 	}{
@@ -241,6 +247,7 @@ func TestReadNCCLTestsBad(t *testing.T) {
 		{"bounds", ntHeader + row + "# Out of bounds values : many FAILED\n", `x.log: line 3: out of bounds values "many FAILED" is not a count`},
 		{"twice", "# Collective test concluded: all_reduce_perf\n" + ntHeader + row + row + strings.Replace(row, "   8    ", "  16    ", 1) + row,
 			"x.log: line 6: the row allreduce 8 B float sum appears twice (first at line 3)"},
+		{"no rows", "# Collective test starting: all_reduce_perf\n" + ntHeader + "# Out of bounds values : 0 OK\n", "x.log: line 2: nccl-tests' table header, but no row under it: the run stopped before its first size"},
 		{"text", "hello\nworld\n", `x.log: not gpubench JSON results (--output json or --out FILE): the file does not start with a JSON object, and it is not nccl-tests output either (no table header "#  size  count  type ... time  algbw  busbw ...")`},
 		{"json version", strings.Replace(jsonDoc, `"version": 3`, `"version": 2`, 1), "x.log: nccl-tests JSON version 2: only version 3 (JSON_FILE_VERSION in nccl-tests' src/util.cu) is read"},
 		{"json nan", strings.Replace(jsonDoc, `"time": 30.310000`, `"time": "nan"`, 1), `x.log: results[0].out_of_place.time: "nan" is not a non-negative number`},
