@@ -397,13 +397,14 @@ func (p ntPlace) read(f []string) (Placement, error) {
 		return pl, nil // not checked
 	}
 	w, err := strconv.ParseFloat(f[p.wrong], 64)
-	if p.counts && (err != nil || w < 0 || w != math.Trunc(w) || w > 1<<53) {
+	switch {
+	case !p.counts: // the old error column: the largest error, not a count; wrong stays unknown
+		if err != nil || !valid(w) {
+			return pl, fmt.Errorf("error %q is not a number", input.Safe(f[p.wrong]))
+		}
+	case err != nil || w < 0 || w != math.Trunc(w) || w > 1<<53:
 		return pl, fmt.Errorf("#wrong %q is not a count", input.Safe(f[p.wrong]))
-	}
-	if !p.counts && (err != nil || !valid(w)) {
-		return pl, fmt.Errorf("error %q is not a number", input.Safe(f[p.wrong]))
-	}
-	if p.counts { // the old error column is the largest error, not a count: wrong stays unknown
+	default:
 		n := int64(w)
 		pl.Wrong = &n
 	}
