@@ -299,6 +299,9 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 		if err := sb.CheckCollective(c.Name, ranks); err != nil {
 			return usageErr("%v", err)
 		}
+		if cal := sb.Topology().Calibration; cal != nil {
+			calibratedRange(e, cal, opt.Sweep, ranks)
+		}
 	}
 	out := e.stdout
 	if proc.Rank != 0 { // rank 0 prints the whole world's results

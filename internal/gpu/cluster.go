@@ -90,7 +90,7 @@ func (t *Topology) WithNodes(count int) (*Topology, error) {
 		host = strings.TrimSuffix(host, "-0")
 	}
 	c := &Topology{Format: TopologyFormat2, Name: fmt.Sprintf("%s x%d", t.Name, count), Description: t.Description,
-		P2P: t.P2P, Network: t.Network, NVLinkDomainNodes: t.NVLinkDomainNodes,
+		P2P: t.P2P, Network: t.Network, NVLinkDomainNodes: t.NVLinkDomainNodes, Calibration: t.Calibration,
 		Templates: map[string]Node{"node": {CPUs: first.CPUs, GPUs: first.GPUs, Switches: first.Switches, NICs: first.NICs, Links: first.Links}},
 		Nodes:     []Node{{Hostname: host + "-{i}", Template: "node", Count: count}}}
 	if count == 1 {

@@ -72,6 +72,8 @@ type Topology struct {
 	// one NVLink domain: their NVSwitches are one fabric (GB200 NVL72: 18 nodes of 4 GPUs).
 	NVLinkDomainNodes int    `json:"nvlink_domain_nodes,omitempty"`
 	Nodes             []Node `json:"nodes"`
+	// Calibration (version 2) is what gpubench calibrate fitted from runs of this machine.
+	Calibration *Calibration `json:"calibration,omitempty"`
 	// NoPXN routes traffic between nodes out of the sending GPU's own NIC, never over NVLink to
 	// the GPU next to the receiver's rail first (NCCL_PXN_DISABLE=1). Not part of the file.
 	NoPXN bool `json:"-"`
@@ -280,6 +282,14 @@ func (t *Topology) checkHeader() error {
 	case "all", "none":
 	default:
 		return fmt.Errorf("topology p2p is %q; want \"all\" or \"none\"", t.P2P)
+	}
+	if t.Calibration != nil {
+		if t.Format != TopologyFormat2 {
+			return fmt.Errorf("calibration needs format %q", TopologyFormat2)
+		}
+		if err := t.Calibration.check(); err != nil {
+			return err
+		}
 	}
 	if err := t.expand(); err != nil {
 		return err

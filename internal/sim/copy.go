@@ -152,7 +152,11 @@ func (b *Backend) TimedCopies(ctx context.Context, copies []gpu.Copy) ([]time.Du
 			r := resource{mem: src.dev + 1}
 			g, _ := b.topo.GPU(src.dev)
 			p.uses, p.latUS = append(p.uses, r), localCopyUS
-			capacity[r] = g.MemoryGBs * localCopyEfficiency / 2 // every byte is read and written
+			eff := localCopyEfficiency
+			if cal := b.topo.Calibration; cal != nil && cal.LocalCopyEfficiency > 0 {
+				eff = cal.LocalCopyEfficiency
+			}
+			capacity[r] = g.MemoryGBs * eff / 2 // every byte is read and written
 		case b.direct(src.dev, dst.dev):
 			addPath(b.route(routeDirect, src.dev, dst.dev), 1)
 		default:

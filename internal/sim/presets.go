@@ -28,24 +28,33 @@ func Presets() []string {
 // LoadTopology returns a built-in topology by name, or reads a topology file (any argument that
 // names an existing file, or contains a slash or ends in .json).
 func LoadTopology(nameOrPath string) (*gpu.Topology, error) {
-	if data, err := presetFiles.ReadFile("presets/" + nameOrPath + ".json"); err == nil && !strings.ContainsAny(nameOrPath, "/\\") {
-		t, err := gpu.ParseTopology(data)
-		if err != nil {
-			return nil, fmt.Errorf("built-in topology %s: %w", nameOrPath, err)
-		}
-		return t, nil
-	}
-	_, statErr := os.Stat(nameOrPath)
-	if statErr != nil && !strings.ContainsAny(nameOrPath, "/\\") && !strings.HasSuffix(nameOrPath, ".json") {
-		return nil, fmt.Errorf("unknown topology %q: use a preset (%s) or a topology file's path", nameOrPath, strings.Join(Presets(), ", "))
-	}
-	data, err := input.ReadFile(nameOrPath, input.TopologyLimit)
+	data, preset, err := TopologyData(nameOrPath)
 	if err != nil {
-		return nil, fmt.Errorf("cannot read topology file %v", err)
+		return nil, err
 	}
 	t, err := gpu.ParseTopology(data)
-	if err != nil {
+	switch {
+	case err != nil && preset:
+		return nil, fmt.Errorf("built-in topology %s: %w", nameOrPath, err)
+	case err != nil:
 		return nil, fmt.Errorf("topology file %s: %w", nameOrPath, err)
 	}
 	return t, nil
+}
+
+// TopologyData returns the text of a built-in topology or a topology file, as LoadTopology finds
+// it, and whether it is a built-in one.
+func TopologyData(nameOrPath string) (data []byte, preset bool, err error) {
+	if data, err := presetFiles.ReadFile("presets/" + nameOrPath + ".json"); err == nil && !strings.ContainsAny(nameOrPath, "/\\") {
+		return data, true, nil
+	}
+	_, statErr := os.Stat(nameOrPath)
+	if statErr != nil && !strings.ContainsAny(nameOrPath, "/\\") && !strings.HasSuffix(nameOrPath, ".json") {
+		return nil, false, fmt.Errorf("unknown topology %q: use a preset (%s) or a topology file's path", nameOrPath, strings.Join(Presets(), ", "))
+	}
+	data, err = input.ReadFile(nameOrPath, input.TopologyLimit)
+	if err != nil {
+		return nil, false, fmt.Errorf("cannot read topology file %v", err)
+	}
+	return data, false, nil
 }

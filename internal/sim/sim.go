@@ -373,7 +373,7 @@ func (b *Backend) hostLaunch(devs []int) {
 		busiest = max(busiest, perNode[b.topo.NodeOf(d)])
 	}
 	threads := max(b.opt.LaunchThreads, 1)
-	b.hostUS += launchUS * float64((busiest+threads-1)/threads)
+	b.hostUS += b.launchUS() * float64((busiest+threads-1)/threads)
 }
 
 // routeEnv applies the NCCL_* variables that change routes to t: NCCL_PXN_DISABLE, and
@@ -408,6 +408,15 @@ func (b *Backend) CheckCollective(coll string, n int) error {
 		return nil
 	}
 	return noAlgorithm(b.topo, devs, b.opt.Env, coll, kind, 1<<20)
+}
+
+// launchUS is the host's time to launch a collective on one GPU: the topology's calibrated
+// figure, else the model's.
+func (b *Backend) launchUS() float64 {
+	if cal := b.topo.Calibration; cal != nil && cal.LaunchUS > 0 {
+		return cal.LaunchUS
+	}
+	return launchUS
 }
 
 // hostNoop advances the host clock by a call that queues no work: NCCL's own bookkeeping.

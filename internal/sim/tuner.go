@@ -139,8 +139,14 @@ func (m *model) candidate(c collKind, a, p int, nBytes int64) (Candidate, bool) 
 		lat, simLat = lat*plateau, simLat*plateau
 	}
 	bwUS := float64(nBytes) / (1000 * bw)
+	simBwUS := bwUS
+	if cal := m.topo.Calibration; cal != nil { // the machine's own figures, which NCCL does not know
+		if x, ok := cal.Algorithms[algoNames[a]+"/"+protoNames[p]]; ok {
+			simLat, simBwUS = max(0, simLat+x.LatencyUS), bwUS/x.Bandwidth
+		}
+	}
 	return Candidate{Algo: algoNames[a], Proto: protoNames[p], Channels: m.graphs[a].nChannels,
-		LatencyUS: lat, AlgGBs: bw, TimeUS: lat + bwUS, SimLatencyUS: simLat, SimUS: simLat + bwUS}, true
+		LatencyUS: lat, AlgGBs: bw, TimeUS: lat + bwUS, SimLatencyUS: simLat, SimUS: simLat + simBwUS}, true
 }
 
 // algoOK applies NCCL's rules for which algorithms serve which collectives on this machine.

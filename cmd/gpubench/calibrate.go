@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/input"
+	"github.com/gpubench/gpubench/internal/results"
+	"github.com/gpubench/gpubench/internal/sim"
+)
+
+func newCalibrateCmd(e *env, g *globals) *cobra.Command {
+	var out string
+	cmd := &cobra.Command{
+		Use:   "calibrate RESULT... --topology PRESET|FILE -o CALIBRATED.json",
+		Short: "Fit the simulator to measured runs of a machine, and write its calibrated topology",
+		Long: "calibrate reads runs measured on one kind of machine (gpubench --output json or --out files,\n" +
+			"gpubench p2p --output json, nccl-tests' output) and fits the simulator's figures to them: the\n" +
+			"host's launch cost, each algorithm and protocol's latency and bandwidth, the copy inside a GPU.\n" +
+			"It writes --topology with those figures and a record of what was fitted, from which files, what\n" +
+			"the runs did not constrain, and the error per size band before and after. Simulating the\n" +
+			"calibrated file (--topology CALIBRATED.json, --nodes N for a larger machine of the same nodes)\n" +
+			"predicts what that machine does (docs/calibrate.md).",
+		Example: "  gpubench calibrate --topology dgx-h100 all_reduce_perf.log -o calibrated.json\n" +
+			"  gpubench allreduce --backend sim --topology calibrated.json --nodes 64",
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runCalibrate(e, g, args, out)
+		},
+	}
+	cmd.Flags().StringVarP(&out, "out", "o", "", "the calibrated topology file to write (required)")
+	return cmd
+}
+
+func runCalibrate(e *env, g *globals, files []string, out string) error {
+	if g.output != "table" && g.output != "json" {
+		return usageErr("unknown --output %q for calibrate: use table or json", g.output)
+	}
+	if out == "" {
+		return usageErr("calibrate needs the file to write: -o CALIBRATED.json")
+	}
+	t, err := g.loadTopology()
+	if err != nil {
+		return err
+	}
+	if t.Calibration != nil {
+		return usageErr("topology %s is already calibrated: give the machine's own topology (a preset, or gpubench topo --output json), not a calibrated one", input.Safe(g.topology))
+	}
+	var colls []sim.CollRun
+	var copies []sim.LocalCopy
+	for _, name := range files {
+		f, err := results.ReadFile(name)
+		if err != nil {
+			return usageErr("%v", err)
+		}
+		name = input.Safe(name)
+		if f.Coll != nil {
+			run, err := collRun(t, name, f.Coll)
+			if err != nil {
+				return usageErr("%v", err)
+			}
+			colls = append(colls, run)
+			continue
+		}
+		c, err := localCopies(t, name, f.P2P)
+		if err != nil {
+			return usageErr("%v", err)
+		}
+		copies = append(copies, c...)
+	}
+	cal, err := sim.Calibrate(t, colls, copies)
+	if errors.Is(err, sim.ErrCalibrate) {
+		return usageErr("%v", strings.TrimPrefix(err.Error(), sim.ErrCalibrate.Error()+": "))
+	}
+	if err != nil {
+		return err
+	}
+	data, err := calibratedFile(g.topology, cal)
+	if err != nil {
+		return err
+	}
+	if err := writeAtomic(out, data); err != nil {
+		return usageErr("cannot write -o %s: %v", input.Safe(out), err)
+	}
+	if g.output == "json" {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(struct {
+			Topology    string           `json:"topology"`
+			Out         string           `json:"out"`
+			Calibration *gpu.Calibration `json:"calibration"`
+		}{t.Name, out, cal})
+	}
+	return writeCalibration(e.stdout, t.Name, out, cal)
+}
+
+// collRun is a collective result file as a run to calibrate from, refused when it was measured on
+// other GPUs than the topology's.
+func collRun(t *gpu.Topology, name string, c *results.Coll) (sim.CollRun, error) {
+	ranks := c.Config.Ranks
+	if ranks == 0 {
+		ranks = len(c.Devices)
+	}
+	if err := sameGPUs(t, name, c.Devices); err != nil {
+		return sim.CollRun{}, err
+	}
+	// Launches per host thread: the most ranks one process drives (a process per GPU: 1).
+	perProcess := map[string]int{}
+	most := 1
+	for _, d := range c.Devices {
+		k := fmt.Sprintf("%s/%d", d.Host, d.PID)
+		perProcess[k]++
+		most = max(most, perProcess[k])
+	}
+	run := sim.CollRun{File: name, Coll: c.Collective, Ranks: ranks, PerThread: most, Iters: c.Config.Iters}
+	for _, r := range c.Results {
+		run.Rows = append(run.Rows, sim.MeasuredRow{Bytes: r.Size, TimeUS: r.OutOfPlace.TimeUS})
+	}
+	return run, nil
+}
+
+// localCopies are a p2p result's copies inside each GPU.
+func localCopies(t *gpu.Topology, name string, p *results.P2P) ([]sim.LocalCopy, error) {
+	if err := sameGPUs(t, name, p.Devices); err != nil {
+		return nil, err
+	}
+	var out []sim.LocalCopy
+	for i, h := range p.Host {
+		if h.Local != nil && i < len(p.Devices) {
+			out = append(out, sim.LocalCopy{File: name, Device: i, Bytes: p.Config.Size, GBs: *h.Local})
+		}
+	}
+	return out, nil
+}
+
+// sameGPUs refuses a file whose GPUs the topology does not have, rank by rank; a file that does
+// not name its GPUs is taken as it is.
+func sameGPUs(t *gpu.Topology, name string, devs []results.Device) error {
+	if len(devs) > t.NumGPUs() {
+		return fmt.Errorf("%s ran on %d GPUs; topology %s has %d: give the topology of the machine it ran on (--nodes N for N of its nodes)", name, len(devs), t.Name, t.NumGPUs())
+	}
+	for i, d := range devs {
+		g, _ := t.GPU(i)
+		if d.Name != "" && g.Name != "" && !strings.EqualFold(strings.TrimSpace(d.Name), strings.TrimSpace(g.Name)) {
+			return fmt.Errorf("%s was measured on %s (rank %d); topology %s has %s there: give the topology of the machine it ran on (gpubench topo --output json on it)",
+				name, input.Safe(d.Name), i, t.Name, g.Name)
+		}
+	}
+	return nil
+}
+
+// calibratedFile is the topology's own text (a preset's, or the file's, as written) with format 2
+// and the calibration, checked by reading it back.
+func calibratedFile(nameOrPath string, cal *gpu.Calibration) ([]byte, error) {
+	data, _, err := sim.TopologyData(nameOrPath)
+	if err != nil {
+		return nil, usageErr("invalid --topology: %v", err)
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return nil, usageErr("invalid --topology: %v", err)
+	}
+	doc["format"], _ = json.Marshal(gpu.TopologyFormat2)
+	doc["calibration"], _ = json.Marshal(cal)
+	// The keys in the order docs/topology.md gives them, the rest after.
+	order := []string{"format", "name", "description", "p2p", "network", "nvlink_domain_nodes", "calibration", "templates", "nodes"}
+	keys := make([]string, 0, len(doc))
+	for k := range doc {
+		keys = append(keys, k)
+	}
+	rank := func(k string) int {
+		for i, o := range order {
+			if o == k {
+				return i
+			}
+		}
+		return len(order)
+	}
+	sort.SliceStable(keys, func(i, j int) bool {
+		return rank(keys[i]) < rank(keys[j]) || rank(keys[i]) == rank(keys[j]) && keys[i] < keys[j]
+	})
+	var buf bytes.Buffer
+	buf.WriteString("{\n")
+	for i, k := range keys {
+		var v bytes.Buffer
+		if err := json.Indent(&v, doc[k], " ", " "); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&buf, " %q: %s", k, v.Bytes())
+		if i < len(keys)-1 {
+			buf.WriteString(",")
+		}
+		buf.WriteString("\n")
+	}
+	buf.WriteString("}\n")
+	if _, err := gpu.ParseTopology(buf.Bytes()); err != nil {
+		return nil, fmt.Errorf("the calibrated topology does not read back: %v", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// writeCalibration prints what was fitted.
+func writeCalibration(w io.Writer, topology, out string, cal *gpu.Calibration) error {
+	fmt.Fprintf(w, "# gpubench calibrate: topology %s, from %s\n", topology, strings.Join(cal.From, ", "))
+	fmt.Fprintf(w, "# measured: %s to %s, up to %d ranks\n#\n", coll.FormatSize(cal.Measured.MinBytes), coll.FormatSize(cal.Measured.MaxBytes), cal.Measured.MaxRanks)
+	fmt.Fprintf(w, "%-22s  %12s  %12s\n", "fitted", "latency (us)", "bandwidth")
+	if cal.LaunchUS > 0 {
+		fmt.Fprintf(w, "%-22s  %12.3g  %12s\n", "launch per GPU", cal.LaunchUS, "")
+	}
+	keys := make([]string, 0, len(cal.Algorithms))
+	for k := range cal.Algorithms {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		a := cal.Algorithms[k]
+		fmt.Fprintf(w, "%-22s  %+12.3g  %11.3gx\n", k, a.LatencyUS, a.Bandwidth)
+	}
+	if cal.LocalCopyEfficiency > 0 {
+		fmt.Fprintf(w, "%-22s  %12s  %11.3gx\n", "local copy (of memory)", "", cal.LocalCopyEfficiency)
+	}
+	for _, d := range cal.Defaults {
+		fmt.Fprintf(w, "# not constrained: %s\n", d)
+	}
+	fmt.Fprintf(w, "#\n%-16s  %5s  %12s  %12s\n", "sizes", "rows", "before (%)", "after (%)")
+	for _, b := range cal.Error {
+		fmt.Fprintf(w, "%-16s  %5d  %12.3g  %12.3g\n", b.Band, b.Rows, b.Before, b.After)
+	}
+	_, err := fmt.Fprintf(w, "# wrote %s\n", input.Safe(out))
+	return err
+}
+
+// calibratedRange says on stderr when a run on a calibrated topology goes past the sizes or the
+// ranks the calibration was measured at: its figures are then extrapolated.
+func calibratedRange(e *env, cal *gpu.Calibration, w coll.Sweep, ranks int) {
+	m := cal.Measured
+	var past []string
+	if w.Min < m.MinBytes || w.Max > m.MaxBytes {
+		past = append(past, fmt.Sprintf("sizes %s to %s (measured %s to %s)", coll.FormatSize(w.Min), coll.FormatSize(w.Max), coll.FormatSize(m.MinBytes), coll.FormatSize(m.MaxBytes)))
+	}
+	if ranks > m.MaxRanks {
+		past = append(past, fmt.Sprintf("%d ranks (measured up to %d)", ranks, m.MaxRanks))
+	}
+	if past != nil {
+		fmt.Fprintf(e.stderr, "gpubench: this run goes past what the topology was calibrated on: %s; those figures are extrapolated\n", strings.Join(past, " and "))
+	}
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// sweepTimes runs a collective and returns each size's out-of-place time, writing the JSON to
+// path when it is not empty.
+func sweepTimes(t *testing.T, path string, args ...string) map[int64]float64 {
+	t.Helper()
+	out, errOut, code := gpubench(t, append([]string{"--backend", "sim", "--output", "json", "-c", "0"}, args...)...)
+	if code != 0 {
+		t.Fatalf("%v: exit %d, %s", args, code, errOut)
+	}
+	if path != "" {
+		if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var doc struct {
+		Results []struct {
+			Size       int64 `json:"size_bytes"`
+			OutOfPlace struct {
+				TimeUS float64 `json:"time_us"`
+			} `json:"out_of_place"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	times := map[int64]float64{}
+	for _, r := range doc.Results {
+		times[r.Size] = r.OutOfPlace.TimeUS
+	}
+	return times
+}
+
+// A machine slower than the model (one GPU's NVLink at 70%), measured; calibrating from the
+// measurement gives a topology whose simulation reproduces it within 3% above 1 MiB, and a larger
+// machine of the same nodes is predicted, with a notice that it is past what was measured.
+func TestCalibrateCommand(t *testing.T) {
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run.json")
+	measured := sweepTimes(t, run, "allreduce", "--sizes", "8B:4GB", "--sim-fault", "slow-link=gpu0,nvswitch,0.7")
+	cal := filepath.Join(dir, "cal.json")
+	out, errOut, code := gpubench(t, "calibrate", "--topology", "dgx-h100", run, "-o", cal)
+	if code != 0 || errOut != "" || !strings.Contains(out, "NVLS/Simple") || !strings.Contains(out, "# wrote "+cal) ||
+		!strings.Contains(out, "# not constrained: local_copy_efficiency") {
+		t.Fatalf("exit %d, stderr %q\n%s", code, errOut, out)
+	}
+	again := sweepTimes(t, "", "allreduce", "--sizes", "8B:4GB", "--topology", cal)
+	for size, want := range measured {
+		if got := again[size]; size > 1<<20 && math.Abs(got/want-1) > 0.03 {
+			t.Errorf("%d B: calibrated %.2f µs, measured %.2f", size, got, want)
+		}
+	}
+	_, errOut, code = gpubench(t, "--backend", "sim", "--topology", cal, "--nodes", "2", "allreduce", "-b", "1M", "-e", "1M")
+	if code != 0 || !strings.Contains(errOut, "gpubench: this run goes past what the topology was calibrated on: 16 ranks (measured up to 8); those figures are extrapolated") {
+		t.Errorf("16 ranks on a calibration of 8: exit %d, %q", code, errOut)
+	}
+	out, _, code = gpubench(t, "calibrate", "--topology", "dgx-h100", run, "-o", filepath.Join(dir, "cal2.json"), "--output", "json")
+	var doc struct {
+		Calibration struct {
+			From  []string
+			Error []struct {
+				Band  string
+				After float64 `json:"after_percent"`
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil || len(doc.Calibration.From) != 1 || len(doc.Calibration.Error) != 5 || doc.Calibration.Error[4].After > 3 {
+		t.Errorf("json: exit %d, %v\n%s", code, err, out)
+	}
+}
+
+// Bad input is one line, exit 2, and nothing written.
+func TestCalibrateRefuses(t *testing.T) {
+	dir := t.TempDir()
+	a100 := filepath.Join(dir, "a100.json")
+	sweepTimes(t, a100, "allreduce", "--topology", "dgx-a100", "-b", "1M", "-e", "1M")
+	notResults := filepath.Join(dir, "notes.txt")
+	os.WriteFile(notResults, []byte("hello\n"), 0o644)
+	calibrated := filepath.Join(dir, "cal.json")
+	if _, errOut, code := gpubench(t, "calibrate", "--topology", "dgx-a100", a100, "-o", calibrated); code != 0 {
+		t.Fatalf("calibrating an A100 run on dgx-a100: exit %d, %s", code, errOut)
+	}
+	out := filepath.Join(dir, "out.json")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--topology", "dgx-h100", a100}, "gpubench: calibrate needs the file to write: -o CALIBRATED.json\n"},
+		{[]string{"--topology", "dgx-h100", a100, "-o", out}, "gpubench: " + a100 + " was measured on NVIDIA A100-SXM4-80GB (rank 0); topology dgx-h100 has NVIDIA H100 80GB HBM3 there: give the topology of the machine it ran on (gpubench topo --output json on it)\n"},
+		{[]string{"--topology", calibrated, a100, "-o", out}, "gpubench: topology " + calibrated + " is already calibrated: give the machine's own topology (a preset, or gpubench topo --output json), not a calibrated one\n"},
+		{[]string{"--topology", "dgx-a100", notResults, "-o", out}, "gpubench: " + notResults + ": not gpubench JSON results"},
+		{[]string{"--topology", "dgx-a100", a100, "-o", filepath.Join(dir, "no", "such", "dir.json")}, "gpubench: cannot write -o " + filepath.Join(dir, "no", "such", "dir.json")},
+		{[]string{"--topology", "dgx-a100", a100, "-o", out, "--output", "csv"}, "gpubench: unknown --output \"csv\" for calibrate: use table or json\n"},
+	} {
+		stdout, errOut, code := gpubench(t, append([]string{"calibrate"}, tc.args...)...)
+		if code != exitUsage || stdout != "" || !strings.HasPrefix(errOut, tc.want) || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and %q", tc.args, code, stdout, errOut, tc.want)
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Fatalf("%v: wrote %s", tc.args, out)
+		}
+	}
+}

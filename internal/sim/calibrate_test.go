@@ -1,0 +1,148 @@
+package sim_test
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/sim"
+)
+
+// measure runs an all-reduce sweep on t, timing only, launched from threads host threads, and
+// returns it as a run to calibrate from.
+func measure(t *testing.T, topo *gpu.Topology, threads int, sizes string) sim.CollRun {
+	t.Helper()
+	b, err := sim.New(topo, sim.Options{LaunchThreads: threads})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := coll.ParseSizes(sizes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := coll.Run(context.Background(), b, coll.Options{Coll: coll.AllReduce, Sweep: w, DTypes: []gpu.DType{gpu.Float},
+		Ops: []gpu.RedOp{gpu.Sum}, Iters: 20, Warmup: 1, Average: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := sim.CollRun{File: "run", Coll: "allreduce", Ranks: len(s.Devices), PerThread: len(s.Devices) / threads, Iters: 20}
+	for _, r := range s.Results {
+		run.Rows = append(run.Rows, sim.MeasuredRow{Bytes: r.Size, TimeUS: r.OutOfPlace.TimeUS})
+	}
+	return run
+}
+
+func load(t *testing.T, name string) *gpu.Topology {
+	t.Helper()
+	topo, err := sim.LoadTopology(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return topo
+}
+
+// Runs of a machine whose figures differ from the model's (a slower launch, a Ring/LL with more
+// start-up and less bandwidth, an NVLS that reaches less): calibrating from them recovers each
+// figure within 2%, says what the runs could not constrain, and brings every size band within 3%.
+func TestCalibrateRecoversPerturbedFigures(t *testing.T) {
+	truth := &gpu.Calibration{LaunchUS: 6.5, Algorithms: map[string]gpu.AlgoCalibration{
+		"Ring/LL":     {LatencyUS: 4, Bandwidth: 0.8},
+		"NVLS/Simple": {LatencyUS: 12, Bandwidth: 0.85},
+	}}
+	real := load(t, "dgx-h100")
+	real.Calibration = truth
+	runs := []sim.CollRun{measure(t, real, 1, "8B:8GB"), measure(t, real, 8, "8B:8GB")}
+	cal, err := sim.Calibrate(load(t, "dgx-h100"), runs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	near := func(what string, got, want, tol float64) {
+		if math.Abs(got-want) > tol*math.Abs(want) {
+			t.Errorf("%s: fitted %v, truth %v (tolerance %.0f%%)", what, got, want, 100*tol)
+		}
+	}
+	near("launch_us", cal.LaunchUS, truth.LaunchUS, 0.02)
+	for k, want := range truth.Algorithms {
+		got, ok := cal.Algorithms[k]
+		if !ok {
+			t.Errorf("%s not fitted: %+v", k, cal.Algorithms)
+			continue
+		}
+		near(k+" bandwidth", got.Bandwidth, want.Bandwidth, 0.02)
+		near(k+" latency_us", got.LatencyUS, want.LatencyUS, 0.1)
+	}
+	if len(cal.Defaults) == 0 || !strings.Contains(strings.Join(cal.Defaults, "\n"), "local_copy_efficiency: no local copy was measured") {
+		t.Errorf("defaults %q; want the local copy named as not constrained", cal.Defaults)
+	}
+	for _, e := range cal.Error {
+		if e.After > 3 {
+			t.Errorf("band %s: %.2f%% off after calibration (%.2f%% before)", e.Band, e.After, e.Before)
+		}
+	}
+	if cal.Measured != (gpu.MeasuredRange{MinBytes: 8, MaxBytes: 8 << 30, MaxRanks: 8}) {
+		t.Errorf("measured range %+v", cal.Measured)
+	}
+
+	// The calibrated topology reproduces the runs.
+	fitted := load(t, "dgx-h100")
+	fitted.Calibration = cal
+	again := measure(t, fitted, 1, "8B:8GB")
+	for i, r := range again.Rows {
+		if want := runs[0].Rows[i].TimeUS; r.Bytes > 1<<20 && math.Abs(r.TimeUS/want-1) > 0.03 {
+			t.Errorf("%d B: calibrated %.2f µs, measured %.2f", r.Bytes, r.TimeUS, want)
+		}
+	}
+}
+
+// A measured local copy sets the local copy's efficiency: the H200 of docs/validation.md copied
+// 512 MiB inside the GPU at 2101.19 GB/s, where the model's hgx-h200 gives about 1788.
+func TestCalibrateLocalCopy(t *testing.T) {
+	h200 := load(t, "hgx-h200")
+	cal, err := sim.Calibrate(h200, nil, []sim.LocalCopy{{File: "p2p.json", Device: 0, Bytes: 512 << 20, GBs: 2101.19}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h200.Calibration = cal
+	b, err := sim.New(h200, sim.Options{}) // timing only: the copy times, not its bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := b.Alloc(0, 512<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := b.Alloc(0, 512<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	times, err := b.TimedCopies(context.Background(), []gpu.Copy{{Dst: y, Src: x, Repeat: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gbs := float64(512<<20) / (times[0].Seconds() * 1e9)
+	if math.Abs(gbs/2101.19-1) > 0.03 {
+		t.Errorf("calibrated local copy %.1f GB/s; want within 3%% of the measured 2101.19", gbs)
+	}
+}
+
+func TestCalibrateRefuses(t *testing.T) {
+	topo := load(t, "dgx-h100")
+	for _, tc := range []struct {
+		runs []sim.CollRun
+		want string
+	}{
+		{[]sim.CollRun{{File: "big.json", Coll: "allreduce", Ranks: 16}}, "big.json ran on 16 ranks; topology dgx-h100 has 8 GPUs"},
+		{[]sim.CollRun{{File: "h.log", Coll: "hypercube", Ranks: 8}}, "h.log is a hypercube run, which the simulator does not model"},
+	} {
+		if _, err := sim.Calibrate(topo, tc.runs, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("got %v; want %q", err, tc.want)
+		}
+	}
+	topo.Calibration = &gpu.Calibration{LaunchUS: 3}
+	if _, err := sim.Calibrate(topo, nil, nil); err == nil || !strings.Contains(err.Error(), "already calibrated") {
+		t.Errorf("a calibrated topology: %v", err)
+	}
+}
