@@ -31,8 +31,9 @@ func newPlotCmd(e *env, g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "plot RESULT.json [RESULT.json...] --out FILE.svg|png",
 		Short: "Draw results: busbw or time against size, runs overlaid; p2p matrices as heat maps",
-		Long: "plot draws collective results (--output json documents or JSON lines written with --out) as\n" +
-			"busbw, algbw or time against size on a log axis, one line per run with a legend, and each\n" +
+		Long: "plot draws collective results (--output json documents, JSON lines written with --out, or\n" +
+			"nccl-tests' output) as busbw, algbw or time against size on a log axis, one line per run with a\n" +
+			"legend, what the run was expected to do where it carries --expect figures (dotted), and each\n" +
 			"topology's nominal bus peak as a dashed line. p2p results (gpubench p2p --output json) become\n" +
 			"heat maps of the matrices asked for, the unidirectional P2P write bandwidth by default. The\n" +
 			"image is SVG or PNG, by the extension of --out.",

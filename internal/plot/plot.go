@@ -113,9 +113,10 @@ func Label(f *results.File) string {
 
 // series is one line of a sweep plot.
 type series struct {
-	label string
-	xys   plotter.XYs
-	dash  bool
+	label    string
+	xys      plotter.XYs
+	dash     bool
+	expected bool // what the run was set beside (--expect): dotted, without points
 }
 
 // sweep draws the collective runs: the measure against size on a log2 axis, one line per file,
@@ -183,8 +184,14 @@ func sweep(files []*results.File, opt Options) (*plot.Plot, error) {
 		if s.dash {
 			line.Dashes = []vg.Length{vg.Points(6), vg.Points(3)}
 		}
-		p.Add(line, points)
-		p.Legend.Add(s.label, line, points)
+		if s.expected {
+			line.Dashes, line.Width = []vg.Length{vg.Points(1.5), vg.Points(2.5)}, vg.Points(1.2)
+			p.Add(line)
+			p.Legend.Add(s.label, line)
+		} else {
+			p.Add(line, points)
+			p.Legend.Add(s.label, line, points)
+		}
 		for _, xy := range s.xys {
 			xmin, xmax = math.Min(xmin, xy.X), math.Max(xmax, xy.X)
 		}
@@ -264,6 +271,7 @@ func fileSeries(f *results.File, opt Options, nameColl bool) []series {
 				label += map[string]string{"out": " out-of-place", "in": " in-place"}[pl]
 			}
 			s := series{label: label, dash: pl == "in" && opt.Placement == "both"}
+			exp := series{label: label + " expected", expected: true}
 			for _, r := range rows[g] {
 				pm := r.OutOfPlace
 				if pl == "in" {
@@ -279,13 +287,23 @@ func fileSeries(f *results.File, opt Options, nameColl bool) []series {
 						continue // a log axis has no place for 0
 					}
 				}
-				if r.Size > 0 {
-					s.xys = append(s.xys, plotter.XY{X: float64(r.Size), Y: y})
+				if r.Size <= 0 {
+					continue
+				}
+				s.xys = append(s.xys, plotter.XY{X: float64(r.Size), Y: y})
+				if e := pm.Expected; e != nil && e.Ratio > 0 {
+					ey := y / e.Ratio // the ratio is measured over expected bandwidth
+					if opt.Measure == "time" {
+						ey = e.TimeUS
+					}
+					exp.xys = append(exp.xys, plotter.XY{X: float64(r.Size), Y: ey})
 				}
 			}
-			slices.SortStableFunc(s.xys, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
-			if len(s.xys) > 0 {
-				out = append(out, s)
+			for _, x := range []series{s, exp} {
+				slices.SortStableFunc(x.xys, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
+				if len(x.xys) > 0 {
+					out = append(out, x)
+				}
 			}
 		}
 	}

@@ -93,6 +93,36 @@ func TestDrawSweep(t *testing.T) {
 	}
 }
 
+// A run set beside expectations (--expect) draws its expected curve too, dotted, in the legend
+// as "... expected", at the measured figure over the ratio.
+func TestDrawExpected(t *testing.T) {
+	f := collFile("run", 1)
+	for i := range f.Coll.Results {
+		r := &f.Coll.Results[i]
+		if r.Size > 0 {
+			r.OutOfPlace.Expected = &results.Expected{TimeUS: r.OutOfPlace.TimeUS / 2, BusBW: 2 * r.OutOfPlace.BusBW, Ratio: 0.5}
+		}
+	}
+	var buf bytes.Buffer
+	if err := Draw(&buf, []*results.File{f}, Options{Measure: "busbw", Placement: "out", Width: 800, Height: 500, Format: "svg"}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, paths, texts := parseSVG(t, buf.Bytes())
+	if !slices.Contains(texts, "run expected") || !slices.Contains(texts, "run") {
+		t.Errorf("legend %q; want run and run expected", texts)
+	}
+	stroke := "stroke:" + hexColor(plotutil.Color(1))
+	dotted := 0
+	for _, p := range paths {
+		if strings.Contains(p.Style, stroke) && strings.Contains(p.Style, "stroke-dasharray") && strings.Count(p.D, "L") == 5 {
+			dotted++
+		}
+	}
+	if dotted != 1 {
+		t.Errorf("%d dotted lines of 6 sizes in %s; want the expected curve", dotted, stroke)
+	}
+}
+
 // p2p heat maps: a PNG of the size asked, one map per matrix, N/A cells grey, and every cell's
 // figure written on it, the devices labelled by ordinal.
 func TestDrawHeatMaps(t *testing.T) {
