@@ -35,6 +35,7 @@ type burninFlags struct {
 	hold               time.Duration
 	timeout            int
 	nvmlLib            string
+	expect             bool
 }
 
 func newBurninCmd(e *env, g *globals) *cobra.Command {
@@ -45,7 +46,8 @@ func newBurninCmd(e *env, g *globals) *cobra.Command {
 		Long: "burnin runs collectives and GPU-to-GPU copies at large sizes for --duration, checking every\n" +
 			"result, while it samples each GPU's telemetry (and serves it to Prometheus with --metrics).\n" +
 			"It ends with a verdict per GPU and check: wrong data; bandwidth below a floor (a fraction of\n" +
-			"the first minute's best, of a --reference file, or --min-busbw); new XIDs; new uncorrectable\n" +
+			"what the simulator expects of the machine, of the first minute's best, of a --reference file,\n" +
+			"or --min-busbw); new XIDs; new uncorrectable\n" +
 			"ECC errors or row-remap failures; PCIe replays and NVLink errors over their thresholds;\n" +
 			"hardware thermal or power slowdown; clocks below base. Exit 3 when any check fails.\n" +
 			"The clock is the backend's: on the simulator --duration is virtual time (2h costs about a minute of CPU).",
@@ -78,6 +80,7 @@ func newBurninCmd(e *env, g *globals) *cobra.Command {
 	fl.DurationVar(&f.hold, "hold", 0, "with --metrics: keep serving this long after the end, so that the verdict is scraped")
 	fl.IntVarP(&f.timeout, "timeout", "T", 300, "seconds to wait for the GPUs before reporting a hang (exit 5); an unattended run must end, so unlike the collectives' 0 there is a limit")
 	fl.StringVar(&f.nvmlLib, "nvml-lib", "", "path of libnvidia-ml to load (default: libnvidia-ml.so.1)")
+	fl.BoolVar(&f.expect, "expect", false, "hold each collective row to --floor of what the simulator expects of this machine, unless --reference, --min-busbw or --baseline is given (default on for real GPUs)")
 	return cmd
 }
 
@@ -201,6 +204,9 @@ func (f *burninFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	}
 	defer b.Close()
 	if err := checkP2PSize(b, opt.P2PSize); err != nil {
+		return err
+	}
+	if err := f.expectFloors(cmd, e, g, b, &opt); err != nil {
 		return err
 	}
 	ctx := cmd.Context()
@@ -348,4 +354,46 @@ func subjectText(s string) string {
 		return "GPUs " + strings.Replace(s, "-", "->", 1)
 	}
 	return "GPU " + s
+}
+
+// expectFloors holds every collective row to --floor of what the simulator expects of the machine
+// for it (gpubench <collective> --expect's figure) when expectations are on and neither
+// --reference, --min-busbw nor --baseline gives the floors; without expected figures the baseline
+// sets them, as the notice says.
+func (f *burninFlags) expectFloors(cmd *cobra.Command, e *env, g *globals, b gpu.Backend, opt *burnin.Options) error {
+	x := expectFlags{on: f.expect}
+	if !x.wanted(cmd, b) || len(opt.Collectives) == 0 || len(opt.Reference) > 0 || opt.MinBusBW > 0 || cmd.Flags().Changed("baseline") {
+		return nil
+	}
+	ranks := len(b.Devices())
+	t, source, err := expectTopology(cmd, g, b, ranks)
+	if err != nil {
+		return err
+	}
+	if t == nil {
+		fmt.Fprintf(e.stderr, "gpubench: bandwidth floors from the first %v's best: no expected figures: %s\n", opt.Baseline, source)
+		return nil
+	}
+	ref := burnin.Reference{}
+	for _, c := range opt.Collectives {
+		o := coll.Options{Coll: c, Sweep: opt.Sweep, DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum}, Iters: opt.Iters, Average: 1}
+		rows, err := expectedRows(cmd.Context(), t, o, ranks, 1)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "gpubench: bandwidth floors from the first %v's best: the simulator cannot run %s on %s: %v\n", opt.Baseline, c.Name, t.Name, err)
+			return nil
+		}
+		m := map[int64]float64{}
+		for _, r := range rows {
+			if r.Size > 0 && r.OutOfPlace.BusBW > 0 {
+				m[r.Size] = r.OutOfPlace.BusBW
+			}
+		}
+		if len(m) > 0 {
+			ref[c.Name] = m
+		}
+	}
+	if len(ref) > 0 {
+		opt.Reference, opt.ReferenceFrom = ref, "expected: "+source
+	}
+	return nil
 }

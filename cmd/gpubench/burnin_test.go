@@ -101,6 +101,35 @@ func TestBurninFaults(t *testing.T) {
 	}
 }
 
+// With expectations, a machine slow from the first minute fails the bandwidth check (its own
+// baseline would hold it to its own slowness), a healthy one passes, and the reason says where
+// the floor came from.
+func TestBurninExpectedFloors(t *testing.T) {
+	base := []string{"burnin", "--backend", "sim", "--duration", "5s", "--sizes", "16M:64M:x4", "--collectives", "allreduce", "--p2p-size", "0", "--expect", "--output", "json"}
+	for _, tc := range []struct {
+		fault  string
+		code   int
+		status string
+	}{{"", 0, "pass"}, {"slow-link=gpu0,nvswitch,0.5", 3, "fail"}} {
+		args := base
+		if tc.fault != "" {
+			args = append(append([]string(nil), base...), "--sim-fault", tc.fault)
+		}
+		out, errOut, code := gpubench(t, args...)
+		if code != tc.code {
+			t.Fatalf("%q: exit %d; want %d\n%s", tc.fault, code, tc.code, errOut)
+		}
+		if !strings.Contains(out, "0.75 x expected") || !strings.Contains(out, `"`+tc.status+`"`) {
+			t.Errorf("%q: want the bandwidth check %s against 0.75 x expected:\n%s", tc.fault, tc.status, out)
+		}
+	}
+	// Without --expect on the simulator, or with --baseline given, the first minute sets them.
+	out, _, code := gpubench(t, append(base, "--baseline", "1s")...)
+	if code != 0 || strings.Contains(out, "x expected") || !strings.Contains(out, "best of the first 1s") {
+		t.Errorf("--baseline with --expect: exit %d\n%s", code, out)
+	}
+}
+
 // The results stream: one JSON object per line, start first, a result per row, verdict and end
 // last.
 func TestBurninResultsStream(t *testing.T) {

@@ -91,25 +91,15 @@ func keyOf(res coll.Result) rowKey {
 	return rowKey{size: res.Size, typ: res.Type, op: res.Op, root: res.Root}
 }
 
-// expectations runs the sweep opt describes on the simulator over t, timing only, with ranks
-// ranks launched from threads host threads, and returns a function that sets each measured row
-// beside its expected figures.
+// expectations runs the sweep opt describes on the simulator over t (expectedRows) and returns a
+// function that sets each measured row beside its expected figures.
 func expectations(ctx context.Context, t *gpu.Topology, opt coll.Options, ranks, threads int) (func(*coll.Result), error) {
-	b, err := sim.New(t, sim.Options{Env: ncclEnv(), LaunchThreads: threads})
-	if err != nil {
-		return nil, err
-	}
-	defer b.Close()
-	o := opt
-	o.NGPUs, o.Check, o.PerIter, o.CPUTime, o.Cycles = ranks, 0, false, false, 1
-	o.Comm, o.Group, o.Devices, o.Rank, o.Inputs, o.Timeout = nil, nil, nil, 0, nil, 0
-	o.OnStart, o.OnResult, o.Expect = nil, nil, nil
-	s, err := coll.Run(ctx, b, o)
+	rows, err := expectedRows(ctx, t, opt, ranks, threads)
 	if err != nil {
 		return nil, err
 	}
 	want := map[rowKey]coll.Result{}
-	for _, res := range s.Results {
+	for _, res := range rows {
 		want[keyOf(res)] = res
 	}
 	return func(res *coll.Result) {
@@ -125,6 +115,25 @@ func expectations(ctx context.Context, t *gpu.Topology, opt coll.Options, ranks,
 		set(&res.OutOfPlace, e.OutOfPlace)
 		set(&res.InPlace, e.InPlace)
 	}, nil
+}
+
+// expectedRows runs the sweep opt describes on the simulator over t, timing only, with ranks
+// ranks launched from threads host threads: what the machine should do.
+func expectedRows(ctx context.Context, t *gpu.Topology, opt coll.Options, ranks, threads int) ([]coll.Result, error) {
+	b, err := sim.New(t, sim.Options{Env: ncclEnv(), LaunchThreads: threads})
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	o := opt
+	o.NGPUs, o.Check, o.PerIter, o.CPUTime, o.Cycles = ranks, 0, false, false, 1
+	o.Comm, o.Group, o.Devices, o.Rank, o.Inputs, o.Timeout = nil, nil, nil, 0, nil, 0
+	o.OnStart, o.OnResult, o.Expect = nil, nil, nil
+	s, err := coll.Run(ctx, b, o)
+	if err != nil {
+		return nil, err
+	}
+	return s.Results, nil
 }
 
 // setExpect prepares --expect for a run of ranks ranks: it sets opt.Expect and r.Expect, or says

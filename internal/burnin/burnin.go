@@ -49,6 +49,9 @@ type Options struct {
 	// MinBusBW, when above 0, is the busbw (GB/s) every collective row must reach.
 	MinBusBW  float64
 	Reference Reference
+	// ReferenceFrom names where Reference came from when it is not --reference files: "expected"
+	// figures, with their source.
+	ReferenceFrom string
 	// IgnoredXIDs are XIDs that do not fail the xid check.
 	IgnoredXIDs    []int
 	MaxPCIeReplays float64
@@ -223,6 +226,8 @@ func (r *runner) floorText() (threshold, source string) {
 	switch {
 	case r.opt.MinBusBW > 0:
 		return fmt.Sprintf("busbw >= %g GB/s", r.opt.MinBusBW), "--min-busbw"
+	case len(r.opt.Reference) > 0 && r.opt.ReferenceFrom != "":
+		return fmt.Sprintf("busbw >= %g x expected", r.opt.Floor), r.opt.ReferenceFrom
 	case len(r.opt.Reference) > 0:
 		return fmt.Sprintf("busbw >= %g x reference", r.opt.Floor), "reference file"
 	}
@@ -346,7 +351,11 @@ func (r *runner) collResult(c *coll.Collective, res coll.Result) {
 		floor, src = r.opt.MinBusBW, "--min-busbw"
 	case len(r.opt.Reference) > 0:
 		if ref, ok := r.opt.Reference[c.Name][res.Size]; ok {
-			floor, src = r.opt.Floor*ref, fmt.Sprintf("%g x reference %.2f GB/s", r.opt.Floor, ref)
+			what := "reference"
+			if r.opt.ReferenceFrom != "" {
+				what = "expected"
+			}
+			floor, src = r.opt.Floor*ref, fmt.Sprintf("%g x %s %.2f GB/s", r.opt.Floor, what, ref)
 		}
 	case t <= r.opt.Baseline:
 		r.collBase[key] = math.Max(r.collBase[key], op.BusBW)
