@@ -362,11 +362,11 @@ func subjectText(s string) string {
 // sets them, as the notice says.
 func (f *burninFlags) expectFloors(cmd *cobra.Command, e *env, g *globals, b gpu.Backend, opt *burnin.Options) error {
 	x := expectFlags{on: f.expect}
-	if !x.wanted(cmd, b) || len(opt.Collectives) == 0 || len(opt.Reference) > 0 || opt.MinBusBW > 0 || cmd.Flags().Changed("baseline") {
+	if !x.wanted(cmd, simulated(b)) || len(opt.Collectives) == 0 || len(opt.Reference) > 0 || opt.MinBusBW > 0 || cmd.Flags().Changed("baseline") {
 		return nil
 	}
 	ranks := len(b.Devices())
-	t, source, err := expectTopology(cmd, g, b, ranks)
+	t, source, err := expectTopology(cmd, g, simulated(b), ranks)
 	if err != nil {
 		return err
 	}

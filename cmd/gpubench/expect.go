@@ -43,20 +43,24 @@ func (x *expectFlags) check(cmd *cobra.Command) error {
 
 // wanted says whether this run sets its rows beside expectations: as asked, or by default on real
 // GPUs.
-func (x *expectFlags) wanted(cmd *cobra.Command, b gpu.Backend) bool {
+func (x *expectFlags) wanted(cmd *cobra.Command, simulated bool) bool {
 	if cmd.Flags().Changed("expect") {
 		return x.on
 	}
-	_, simulated := b.(*sim.Backend)
 	return !simulated
+}
+
+// simulated reports whether a backend is the simulator.
+func simulated(b any) bool {
+	_, ok := b.(*sim.Backend)
+	return ok
 }
 
 // expectTopology is the machine expectations are computed on, and how to name it: on the
 // simulator the run's own topology without its faults or jitter; on real GPUs --topology when
 // given, else the machine as gpubench topo discovers it. A nil topology and a reason mean there
 // are no expectations for this run.
-func expectTopology(cmd *cobra.Command, g *globals, b gpu.Backend, ranks int) (*gpu.Topology, string, error) {
-	_, simulated := b.(*sim.Backend)
+func expectTopology(cmd *cobra.Command, g *globals, simulated bool, ranks int) (*gpu.Topology, string, error) {
 	if simulated || cmd.Flags().Changed("topology") {
 		t, err := g.loadTopology()
 		if err != nil {
@@ -139,10 +143,10 @@ func expectedRows(ctx context.Context, t *gpu.Topology, opt coll.Options, ranks,
 // setExpect prepares --expect for a run of ranks ranks: it sets opt.Expect and r.Expect, or says
 // on stderr why the run has no expectations.
 func setExpect(cmd *cobra.Command, e *env, g *globals, x *expectFlags, b gpu.Backend, opt *coll.Options, r *report.CollRun, ranks, threads int) error {
-	if !x.wanted(cmd, b) {
+	if !x.wanted(cmd, simulated(b)) {
 		return nil
 	}
-	t, source, err := expectTopology(cmd, g, b, ranks)
+	t, source, err := expectTopology(cmd, g, simulated(b), ranks)
 	if err != nil {
 		return err
 	}

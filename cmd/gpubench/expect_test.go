@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -110,5 +111,49 @@ func TestExpectBadFlags(t *testing.T) {
 		if code != exitUsage || out != "" || errOut != tc.want {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %q", tc.args, code, out, errOut, tc.want)
 		}
+	}
+}
+
+// p2p's figures are set beside the same copies on the simulated machine: a half-speed NVLink
+// names the pairs through it, and a healthy machine none.
+func TestExpectP2P(t *testing.T) {
+	run := func(args ...string) (below []struct {
+		Measure string `json:"measure"`
+		Row     int    `json:"row"`
+		Column  *int   `json:"column"`
+	}) {
+		out, errOut, code := gpubench(t, append([]string{"p2p", "--backend", "sim", "--devices", "0-3", "--size", "16MiB", "--samples", "1", "--repeat", "1", "--expect", "--output", "json"}, args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d, %s", args, code, errOut)
+		}
+		var doc struct {
+			Expect *struct {
+				Matrices map[string][][]*float64 `json:"matrices"`
+				Below    json.RawMessage         `json:"below"`
+			} `json:"expect"`
+		}
+		if err := json.Unmarshal([]byte(out), &doc); err != nil || doc.Expect == nil || len(doc.Expect.Matrices["uni_enabled"]) != 4 {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+		if err := json.Unmarshal(doc.Expect.Below, &below); err != nil {
+			t.Fatal(err)
+		}
+		return below
+	}
+	if b := run(); len(b) != 0 {
+		t.Errorf("healthy: %+v below", b)
+	}
+	slow := run("--sim-fault", "slow-link=gpu0,nvswitch,0.5")
+	named := map[string]bool{}
+	for _, b := range slow {
+		if b.Column != nil {
+			named[fmt.Sprintf("%s %d->%d", b.Measure, b.Row, *b.Column)] = true
+		}
+		if b.Column != nil && b.Row != 0 && *b.Column != 0 {
+			t.Errorf("%s %d->%d named; only pairs with GPU 0 cross its link", b.Measure, b.Row, *b.Column)
+		}
+	}
+	if !named["uni_enabled 0->1"] || !named["uni_enabled 2->0"] {
+		t.Errorf("below: %v; want the pairs through GPU 0's link", named)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/gpubench/gpubench/internal/cuda"
 	"github.com/gpubench/gpubench/internal/p2p"
 	"github.com/gpubench/gpubench/internal/report"
+	"github.com/gpubench/gpubench/internal/sim"
 )
 
 type p2pFlags struct {
@@ -21,6 +22,7 @@ type p2pFlags struct {
 	sweep           string
 	noVerify        bool
 	timeout         int
+	expect          expectFlags
 }
 
 func newP2PCmd(e *env, g *globals) *cobra.Command {
@@ -47,12 +49,16 @@ func newP2PCmd(e *env, g *globals) *cobra.Command {
 	fl.StringVar(&f.pairs, "pairs", "", "only these pairs in the matrices, e.g. 0-1,2-3")
 	fl.StringVar(&f.sweep, "sweep", "", "with one --pairs pair: also measure it over a size sweep MIN:MAX[:xFACTOR|:+STEP]")
 	fl.BoolVar(&f.noVerify, "no-verify", false, "skip checking the copied data")
+	f.expect.register(cmd)
 	fl.IntVarP(&f.timeout, "timeout", "T", 60, "seconds to wait for one measurement before reporting a hang (exit 5); a sample of copies takes well under a second on a healthy machine")
 	return cmd
 }
 
 func (f *p2pFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	if err := g.validate("auto", "cuda", "sim"); err != nil {
+		return err
+	}
+	if err := f.expect.check(cmd); err != nil {
 		return err
 	}
 	opt := p2p.Options{Samples: f.samples, Repeat: f.repeat, Verify: !f.noVerify, Timeout: time.Duration(f.timeout) * time.Second}
@@ -129,6 +135,9 @@ func (f *p2pFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 		return runtimeErr(err)
 	}
 	r := &report.P2PRun{Version: e.version, Backend: b.Name(), Topology: topology, Opt: opt, Start: start, Result: res}
+	if r.Expect, err = f.expected(cmd, e, g, b, opt, n); err != nil {
+		return err
+	}
 	if d, ok := b.(describer); ok {
 		r.Runtime = d.Describe()
 	}
@@ -161,4 +170,33 @@ func (g *globals) openP2P(e *env) (p2p.Backend, string, error) {
 		return nil, "", err
 	}
 	return b, b.Topology().Name, nil
+}
+
+// expected runs the same copies on the simulated machine (--expect): the run's own topology
+// without faults on the simulator, --topology or the discovered machine on real GPUs. Nil, with a
+// notice on stderr when the machine cannot be simulated, where there are no expectations.
+func (f *p2pFlags) expected(cmd *cobra.Command, e *env, g *globals, b p2p.Backend, opt p2p.Options, n int) (*report.P2PExpectation, error) {
+	if !f.expect.wanted(cmd, simulated(b)) {
+		return nil, nil
+	}
+	t, source, err := expectTopology(cmd, g, simulated(b), n)
+	if err != nil || t == nil {
+		if t == nil && err == nil {
+			fmt.Fprintf(e.stderr, "gpubench: no expected figures: %s\n", source)
+		}
+		return nil, err
+	}
+	sb, err := sim.New(t, sim.Options{Env: ncclEnv()})
+	if err != nil {
+		fmt.Fprintf(e.stderr, "gpubench: no expected figures: %v\n", err)
+		return nil, nil
+	}
+	defer sb.Close()
+	opt.Verify, opt.Progress = false, nil
+	res, err := p2p.Run(cmd.Context(), sb, opt)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "gpubench: no expected figures: the simulator cannot run these copies on %s: %v\n", t.Name, err)
+		return nil, nil
+	}
+	return &report.P2PExpectation{Source: source, Floor: f.expect.floor, Result: res}, nil
 }

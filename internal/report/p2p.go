@@ -23,6 +23,87 @@ type P2PRun struct {
 	Opt      p2p.Options
 	Start    time.Time
 	Result   *p2p.Result
+	// Expect, with --expect: the same run on the simulator, and where it came from.
+	Expect *P2PExpectation
+}
+
+// P2PExpectation is what a p2p run is set beside (--expect).
+type P2PExpectation struct {
+	Source string
+	Floor  float64
+	Result *p2p.Result // the same copies on the simulated machine
+}
+
+// p2pFigure is one measured figure of a p2p run beside its expected one.
+type p2pFigure struct {
+	measure  string // a matrix key, or h2d, d2h, host_bidir, local
+	row, col int    // device ordinals; col -1 for host copies
+	ratio    float64
+}
+
+// p2pBelow lists the figures under the floor of the expected ones, and how many were compared:
+// bandwidths as measured / expected, latencies as expected / measured.
+func p2pBelow(r *P2PRun) (below []p2pFigure, compared int) {
+	res, exp := r.Result, r.Expect.Result
+	add := func(measure string, row, col int, got, want p2p.Cell, latency bool) {
+		if got.Value == nil || want.Value == nil || *got.Value <= 0 || *want.Value <= 0 {
+			return
+		}
+		compared++
+		ratio := *got.Value / *want.Value
+		if latency {
+			ratio = 1 / ratio
+		}
+		if ratio < r.Expect.Floor {
+			below = append(below, p2pFigure{measure, row, col, ratio})
+		}
+	}
+	for mi, m := range res.Matrices {
+		if mi >= len(exp.Matrices) || exp.Matrices[mi].Key != m.Key {
+			continue
+		}
+		for i, row := range m.Cells {
+			for j, c := range row {
+				add(m.Key, res.Devices[i].Ordinal, res.Devices[j].Ordinal, c, exp.Matrices[mi].Cells[i][j], m.Unit == "us")
+			}
+		}
+	}
+	for i, h := range res.Host {
+		if i >= len(exp.Host) {
+			break
+		}
+		e, d := exp.Host[i], res.Devices[i].Ordinal
+		add("h2d", d, -1, h.H2D, e.H2D, false)
+		add("d2h", d, -1, h.D2H, e.D2H, false)
+		add("host_bidir", d, -1, h.Bidir, e.Bidir, false)
+		add("local", d, -1, h.Local, e.Local, false)
+	}
+	return below, compared
+}
+
+// p2pExpectNote is the footer's line on expectations.
+func p2pExpectNote(r *P2PRun) string {
+	if r.Expect == nil {
+		return ""
+	}
+	below, n := p2pBelow(r)
+	head := fmt.Sprintf("Expected: from %s; ", r.Expect.Source)
+	if len(below) == 0 {
+		return head + fmt.Sprintf("all %d figures at %.0f%% of it or more (--expect-floor %g)", n, 100*r.Expect.Floor, r.Expect.Floor)
+	}
+	var parts []string
+	for i, b := range below {
+		if i == 8 {
+			parts = append(parts, fmt.Sprintf("and %d more", len(below)-i))
+			break
+		}
+		where := fmt.Sprintf("%d->%d", b.row, b.col)
+		if b.col < 0 {
+			where = fmt.Sprintf("GPU %d", b.row)
+		}
+		parts = append(parts, fmt.Sprintf("%s %s %.0f%%", b.measure, where, 100*b.ratio))
+	}
+	return head + fmt.Sprintf("%d of %d figures under %.0f%% of it (--expect-floor %g): %s", len(below), n, 100*r.Expect.Floor, r.Expect.Floor, strings.Join(parts, ", "))
 }
 
 // WriteP2P writes a p2p run in an --output format.
@@ -136,6 +217,9 @@ func p2pTable(w io.Writer, r *P2PRun) error {
 		for _, s := range res.Sweep {
 			fmt.Fprintf(w, "%12d %8s %8s\n", s.Size, cellText(s.Uni, "%.2f"), cellText(s.Bidir, "%.2f"))
 		}
+	}
+	if note := p2pExpectNote(r); note != "" {
+		fmt.Fprintln(w, note)
 	}
 	_, err := fmt.Fprintf(w, "Data check: %d copies verified, %d mismatched, %d not checked\n", res.Verified, res.Mismatched, res.Unverified)
 	return err
@@ -269,6 +353,30 @@ func p2pJSON(r *P2PRun) *results.P2P {
 		}
 		doc.Sweep = s
 	}
+	if x := r.Expect; x != nil {
+		e := &results.P2PExpect{Source: x.Source, Floor: x.Floor, Matrices: map[string][][]*float64{}, Below: []results.P2PBelow{}}
+		for _, m := range x.Result.Matrices {
+			for _, row := range m.Cells {
+				var vals []*float64
+				for _, c := range row {
+					vals = append(vals, c.Value)
+				}
+				e.Matrices[m.Key] = append(e.Matrices[m.Key], vals)
+			}
+		}
+		for i, h := range x.Result.Host {
+			e.Host = append(e.Host, results.HostCopy{Device: x.Result.Devices[i].Ordinal, H2D: h.H2D.Value, D2H: h.D2H.Value, Bidir: h.Bidir.Value, Local: h.Local.Value})
+		}
+		below, _ := p2pBelow(r)
+		for _, b := range below {
+			jb := results.P2PBelow{Measure: b.measure, Row: b.row, Ratio: b.ratio}
+			if b.col >= 0 {
+				jb.Column = &b.col
+			}
+			e.Below = append(e.Below, jb)
+		}
+		doc.Expect = e
+	}
 	return doc
 }
 
@@ -303,6 +411,24 @@ func p2pCSV(w io.Writer, r *P2PRun) error {
 		c.Write([]string{"sweep_uni_" + size, strconv.Itoa(res.SweepPair.A), strconv.Itoa(res.SweepPair.B), num(s.Uni.Value), "GB/s", ""})
 		c.Write([]string{"sweep_bidir_" + size, strconv.Itoa(res.SweepPair.A), strconv.Itoa(res.SweepPair.B), num(s.Bidir.Value), "GB/s", ""})
 	}
+	if x := r.Expect; x != nil { // the simulator's figures, each measure named with _expected
+		for _, m := range x.Result.Matrices {
+			for i, row := range m.Cells {
+				for j, cell := range row {
+					c.Write([]string{m.Key + "_expected", strconv.Itoa(x.Result.Devices[i].Ordinal), strconv.Itoa(x.Result.Devices[j].Ordinal), num(cell.Value), m.Unit, cell.NA})
+				}
+			}
+		}
+		for i, h := range x.Result.Host {
+			d := strconv.Itoa(x.Result.Devices[i].Ordinal)
+			for _, y := range []struct {
+				name string
+				cell p2p.Cell
+			}{{"h2d", h.H2D}, {"d2h", h.D2H}, {"host_bidir", h.Bidir}, {"local", h.Local}} {
+				c.Write([]string{y.name + "_expected", d, "", num(y.cell.Value), "GB/s", y.cell.NA})
+			}
+		}
+	}
 	c.Flush()
 	return c.Error()
 }
@@ -333,6 +459,9 @@ func p2pMarkdown(w io.Writer, r *P2PRun) error {
 		for _, s := range res.Sweep {
 			fmt.Fprintf(w, "| %d | %s | %s |\n", s.Size, cellText(s.Uni, "%.2f"), cellText(s.Bidir, "%.2f"))
 		}
+	}
+	if note := p2pExpectNote(r); note != "" {
+		fmt.Fprintf(w, "\n> %s\n", note)
 	}
 	_, err := fmt.Fprintf(w, "\nData check: %d copies verified, %d mismatched, %d not checked.\n", res.Verified, res.Mismatched, res.Unverified)
 	return err

@@ -103,10 +103,16 @@ func sampleP2P() *P2PRun {
 			{na, v(peer), v(diag)},
 		}}
 	}
+	// What the simulator expects: the peers twice as fast, latencies the same, host copies the same.
+	expected := &p2p.Result{Devices: devs, Matrices: []p2p.Matrix{
+		matrix("uni_enabled", "", "GB/s", 900.5, 50.5),
+		matrix("lat_enabled", "", "us", 2.5, 11.75),
+	}, Host: []p2p.HostRow{{H2D: v(25.5), D2H: v(26.25), Bidir: v(40), Local: v(900.5)}}}
 	return &P2PRun{
 		Version: "test", Backend: "cuda", Topology: "pcie-4090x8", Runtime: "CUDA driver 12.8, runtime 12.8, libcudart.so.12",
-		Opt:   p2p.Options{Size: 4 << 20, Repeat: 5, Samples: 3, Verify: true, Pairs: []p2p.Pair{{A: 0, B: 1}}, Sweep: []int64{4096, 1 << 20}},
-		Start: start,
+		Expect: &P2PExpectation{Source: "the simulator on topology pcie-4090x8", Floor: 0.75, Result: expected},
+		Opt:    p2p.Options{Size: 4 << 20, Repeat: 5, Samples: 3, Verify: true, Pairs: []p2p.Pair{{A: 0, B: 1}}, Sweep: []int64{4096, 1 << 20}},
+		Start:  start,
 		Result: &p2p.Result{
 			Devices: devs, Access: access,
 			Matrices: []p2p.Matrix{

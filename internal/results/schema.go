@@ -190,9 +190,30 @@ type P2P struct {
 	Matrices   map[string]Matrix `json:"matrices"` // uni_enabled, bi_disabled, lat_enabled, ...
 	Host       []HostCopy        `json:"host"`
 	Sweep      *Sweep            `json:"sweep"`
-	Verified   int               `json:"verified"`   // copies whose data was checked and matched
-	Mismatched int               `json:"mismatched"` // copies whose data did not match
-	Unverified int               `json:"unverified"` // copies not checked
+	Verified   int               `json:"verified"`         // copies whose data was checked and matched
+	Mismatched int               `json:"mismatched"`       // copies whose data did not match
+	Unverified int               `json:"unverified"`       // copies not checked
+	Expect     *P2PExpect        `json:"expect,omitempty"` // with --expect
+}
+
+// P2PExpect is what a p2p run was set beside (--expect): the same copies on the simulated
+// machine, as matrices keyed as the run's and host copies, and the figures under the floor.
+type P2PExpect struct {
+	Source   string                  `json:"source"`
+	Floor    float64                 `json:"floor"`
+	Matrices map[string][][]*float64 `json:"matrices"`
+	Host     []HostCopy              `json:"host"`
+	Below    []P2PBelow              `json:"below"`
+}
+
+// P2PBelow is a p2p figure under the --expect-floor: a matrix cell (row and column device
+// ordinals) or a host copy (column null), and measured over expected (expected over measured
+// for latencies).
+type P2PBelow struct {
+	Measure string  `json:"measure"`
+	Row     int     `json:"row"`
+	Column  *int    `json:"column"`
+	Ratio   float64 `json:"ratio"`
 }
 
 // P2PConfig is how a p2p run was set up.
