@@ -80,8 +80,39 @@ func pathGBs(t *gpu.Topology, a, b int) float64 {
 	return gbs
 }
 
-// checkP2PBandwidth: each pair of GPUs that can use P2P copies at 0.75 of its path's nominal
-// bandwidth or better (gpubench p2p's unidirectional P2P-enabled matrix, with 64 MiB copies).
+// expectedP2P is the unidirectional P2P-enabled matrix the simulator gives for the same copies on
+// the nominal topology, by the measured devices' order, or nil when a device is not in it.
+func expectedP2P(f *Facts, devs []gpu.Device, opt p2p.Options) *p2p.Matrix {
+	var idx []int
+	for _, d := range devs {
+		k := f.nominalIndex(d)
+		if k < 0 {
+			return nil
+		}
+		idx = append(idx, k)
+	}
+	b, err := sim.New(f.opt.Nominal, sim.Options{})
+	if err != nil {
+		return nil
+	}
+	defer b.Close()
+	opt.Devices, opt.Verify, opt.Timeout = idx, false, 0
+	res, err := p2p.Run(f.opt.Context, b, opt)
+	if err != nil {
+		return nil
+	}
+	for i := range res.Matrices {
+		if res.Matrices[i].Key == "uni_enabled" {
+			return &res.Matrices[i]
+		}
+	}
+	return nil
+}
+
+// checkP2PBandwidth: each pair of GPUs that can use P2P copies at 0.75 of what the simulator
+// expects of the pair on the nominal topology (gpubench p2p --expect's figure), or where it cannot
+// say, of its path's nominal bandwidth (gpubench p2p's unidirectional P2P-enabled matrix, with
+// 64 MiB copies).
 func checkP2PBandwidth(f *Facts) Result {
 	if r, ok := f.dataSkip(); ok {
 		return r
@@ -94,7 +125,8 @@ func checkP2PBandwidth(f *Facts) Result {
 	if len(devs) < 2 {
 		return skip(fmt.Sprintf("%d GPU: no pair to measure", len(devs)), "")
 	}
-	res, err := p2p.Run(f.opt.Context, b, p2p.Options{Size: p2pBytes, Repeat: 4, Samples: 3, Verify: true, Timeout: dataTimeout})
+	popt := p2p.Options{Size: p2pBytes, Repeat: 4, Samples: 3, Verify: true, Timeout: dataTimeout}
+	res, err := p2p.Run(f.opt.Context, b, popt)
 	if err != nil {
 		return dataFail(err, "gpubench p2p")
 	}
@@ -111,6 +143,14 @@ func checkP2PBandwidth(f *Facts) Result {
 	if uni == nil {
 		return skip("gpubench p2p measured no P2P-enabled copies", "")
 	}
+	var expected *p2p.Matrix
+	if f.opt.Nominal != nil {
+		expected = expectedP2P(f, res.Devices, popt)
+	}
+	what := "their path's nominal bandwidth"
+	if expected != nil {
+		what = "what the simulator expects of them on " + f.opt.Nominal.Name
+	}
 	var slow []string
 	measured, compared := 0, 0
 	worst := math.Inf(1)
@@ -125,6 +165,12 @@ func checkP2PBandwidth(f *Facts) Result {
 				continue
 			}
 			nominal := pathGBs(f.opt.Nominal, ta, tc)
+			if expected != nil {
+				nominal = 0
+				if v := expected.Cells[i][j].Value; v != nil {
+					nominal = *v
+				}
+			}
 			if nominal <= 0 {
 				continue
 			}
@@ -141,11 +187,19 @@ func checkP2PBandwidth(f *Facts) Result {
 		return skip("no pair of GPUs can use P2P, so there is no P2P copy to measure", "see the p2p-topology check")
 	case len(slow) > 0:
 		return fail("look for a degraded PCIe link or NVLink (pcie-link, nvlink checks), ACS or the IOMMU (acs, iommu checks); gpubench p2p shows every pair",
-			fmt.Sprintf("%d of %d pairs copy below %.0f%% of their path's nominal bandwidth: %s", len(slow), compared, minFraction*100, firstFew(slow))).with("slow", slow)
+			fmt.Sprintf("%d of %d pairs copy below %.0f%% of %s: %s", len(slow), compared, minFraction*100, what, firstFew(slow))).with("slow", slow).with("floor_from", floorFrom(expected))
 	case compared == 0:
 		return skip(fmt.Sprintf("measured %d pairs, but the topology gives no nominal bandwidth to compare with", measured), "")
 	}
-	return pass(fmt.Sprintf("%d pairs at %.0f%% or more of their path's nominal bandwidth", compared, math.Floor(worst*100))).with("worst_fraction", math.Round(worst*1000)/1000)
+	return pass(fmt.Sprintf("%d pairs at %.0f%% or more of %s", compared, math.Floor(worst*100), what)).with("worst_fraction", math.Round(worst*1000)/1000).with("floor_from", floorFrom(expected))
+}
+
+// floorFrom says where the p2p floors came from.
+func floorFrom(expected *p2p.Matrix) string {
+	if expected != nil {
+		return "expected"
+	}
+	return "nominal"
 }
 
 // dataFail turns a measurement's error into a result.
