@@ -352,3 +352,34 @@ func (m *model) explainP2P(x *Explanation, coll string, bytes int64) error {
 	x.ScanMinBytes, x.ScanMaxBytes = 0, 0
 	return nil
 }
+
+// CollectiveTime is the simulated device time, µs, of one collective of bytes (the size as the
+// collective's command takes it, as Explain does) over the GPUs devs of t, with env's NCCL_*
+// variables: what the simulated call takes on its devices, the host's launch left out. A
+// calibrated topology's figures apply.
+func CollectiveTime(t *gpu.Topology, devs []int, env map[string]string, coll string, bytes int64) (float64, error) {
+	kind, tuned := collKinds[coll]
+	if !tuned || len(devs) < 2 { // point to point, or a local copy: Explain's time is the run's
+		x, err := Explain(t, devs, env, coll, bytes)
+		return x.Chosen.TimeUS, err
+	}
+	for _, d := range devs {
+		if d < 0 || d >= t.NumGPUs() {
+			return 0, fmt.Errorf("%w: GPU %d: %s has GPUs 0-%d", ErrExplain, d, t.Name, t.NumGPUs()-1)
+		}
+	}
+	if bytes < 1 {
+		return 0, fmt.Errorf("%w: size %d B: give at least 1 byte", ErrExplain, bytes)
+	}
+	if err := CheckEnv(env); err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrExplain, err)
+	}
+	if err := routeEnv(t, env); err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrExplain, err)
+	}
+	c := newModel(t, devs, env).decide(kind, bytes).Chosen()
+	if c.Algo == "none" {
+		return 0, fmt.Errorf("%w: %v", ErrExplain, noAlgorithm(t, devs, env, coll, kind, bytes))
+	}
+	return c.SimUS, nil
+}

@@ -246,3 +246,29 @@ func TestExplainRefuses(t *testing.T) {
 		}
 	}
 }
+
+// CollectiveTime is what a simulated call takes on its devices: the tuner's pick's simulated time,
+// the point-to-point model's for all-to-all, and a calibration applies.
+func TestCollectiveTime(t *testing.T) {
+	topo, err := LoadTopology("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs := []int{0, 1, 2, 3, 4, 5, 6, 7}
+	us, err := CollectiveTime(topo, devs, nil, "allreduce", 1<<30)
+	if err != nil || math.Abs(us-3939.7) > 0.1 {
+		t.Errorf("1 GiB all-reduce: %v µs, %v; want NVLS's 3939.7", us, err)
+	}
+	a2a, err := CollectiveTime(topo, devs, nil, "alltoall", 1<<30)
+	if x, _ := Explain(topo, devs, nil, "alltoall", 1<<30); err != nil || a2a != x.Chosen.TimeUS {
+		t.Errorf("all-to-all: %v µs, %v", a2a, err)
+	}
+	topo.Calibration = &gpu.Calibration{Algorithms: map[string]gpu.AlgoCalibration{"NVLS/Simple": {LatencyUS: 0, Bandwidth: 0.5}}}
+	slow, _ := CollectiveTime(topo, devs, nil, "allreduce", 1<<30)
+	if slow < 1.9*us {
+		t.Errorf("at half the bandwidth: %v µs against %v", slow, us)
+	}
+	if _, err := CollectiveTime(topo, []int{0, 99}, nil, "allreduce", 8); err == nil {
+		t.Error("GPU 99: no error")
+	}
+}
