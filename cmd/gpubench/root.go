@@ -69,7 +69,7 @@ func newRootCmd(e *env) *cobra.Command {
 	pf.Uint64Var(&g.seed, "seed", 0, "seed for the input data and the simulator's jitter")
 	pf.StringVar(&g.dataCap, "sim-data-cap", coll.FormatSize(sim.DefaultDataCap), "simulator: device memory backed by host memory; larger runs are timing-only")
 	pf.Float64Var(&g.jitter, "sim-jitter", 0, "simulator: random slow-down of each operation, as a fraction (0 = deterministic)")
-	pf.StringArrayVar(&g.faults, "sim-fault", nil, "simulator: inject a fault: hang=DEVICE[@N], corrupt=DEVICE[@N], slow-link=PART,PART,FACTOR[@TIME] or xid=DEVICE[@TIME][:CODE] (repeatable)")
+	pf.StringArrayVar(&g.faults, "sim-fault", nil, "simulator: inject a fault: hang=DEVICE[@N], corrupt=DEVICE[@N], slow-link=PART,PART,FACTOR[@TIME], slow-nic=HOST/NIC,FACTOR, slow-node=HOST,FACTOR, flaky-link=PART,PART,N or xid=DEVICE[@TIME][:CODE] (repeatable)")
 	complete(root, "backend", []string{"auto", "cuda", "sim"})
 	complete(root, "topology", sim.Presets())
 	complete(root, "output", report.Formats)

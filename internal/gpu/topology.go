@@ -91,7 +91,8 @@ type Topology struct {
 	netEdge  map[int]int
 	fabric   fabric
 	nvlPaths map[[2]int][]Hop // NVLink paths between GPUs of one node, for PXN, found on demand
-	mu       sync.Mutex       // guards nvlPaths
+	near     map[int][]int    // GPU -> the NICs it reaches over PCIe without a CPU, found on demand
+	mu       sync.Mutex       // guards nvlPaths and near
 }
 
 // Network is the fabric that joins the nodes' NICs. Version 1 knows only a non-blocking one;
@@ -243,7 +244,7 @@ func (t *Topology) Validate() error {
 	if err := t.checkHeader(); err != nil {
 		return err
 	}
-	t.gpus, t.verts, t.kinds, t.edges, t.adj, t.netEdge, t.nvlPaths = nil, map[string]int{}, nil, nil, nil, map[int]int{}, nil
+	t.gpus, t.verts, t.kinds, t.edges, t.adj, t.netEdge, t.nvlPaths, t.near = nil, map[string]int{}, nil, nil, nil, map[int]int{}, nil, nil
 	hosts := map[string]bool{}
 	for ni := range t.Nodes {
 		n := &t.Nodes[ni]
@@ -522,6 +523,84 @@ func (t *Topology) SlowLink(a, b string, f float64) error {
 	return nil
 }
 
+// SlowNIC makes a NIC's link to the network deliver only f of its bandwidth: the simulator's
+// slow-nic fault (a bad transceiver, cable or port). The NIC is named "host/id".
+func (t *Topology) SlowNIC(nic string, f float64) error {
+	if !(f >= MinSlowFactor && f <= 1) {
+		return fmt.Errorf("NIC factor %v is out of range [%g, 1]", f, MinSlowFactor)
+	}
+	v, ok := t.vertex(nic)
+	e, linked := t.netEdge[v]
+	if !ok || !linked {
+		return fmt.Errorf("no NIC %s on a network in topology %s: name it host/id, as gpubench topo lists NICs", nic, t.Name)
+	}
+	t.edges[e].slow *= f
+	return nil
+}
+
+// SlowNode makes every link of a node (NVLink, PCIe, its NICs' links to the network) deliver
+// only f of its bandwidth: the simulator's slow-node fault.
+func (t *Topology) SlowNode(host string, f float64) error {
+	if !(f >= MinSlowFactor && f <= 1) {
+		return fmt.Errorf("node factor %v is out of range [%g, 1]", f, MinSlowFactor)
+	}
+	mine := map[int]bool{}
+	for name, v := range t.verts {
+		if h, _, ok := strings.Cut(name, "/"); ok && h == host {
+			mine[v] = true
+		}
+	}
+	if len(mine) == 0 {
+		return fmt.Errorf("no node %s in topology %s", host, t.Name)
+	}
+	for i := range t.edges {
+		if e := &t.edges[i]; mine[e.a] || mine[e.b] {
+			e.slow *= f
+		}
+	}
+	return nil
+}
+
+// LinkEdges are the links between parts a and b ("id" on one node, else "host/id"), for faults
+// that need to know whether a route crosses them.
+func (t *Topology) LinkEdges(a, b string) ([]int, error) {
+	va, okA := t.vertex(a)
+	vb, okB := t.vertex(b)
+	if !okA || !okB {
+		return nil, fmt.Errorf("no link %s-%s in topology %s: name parts by their id (host/id on several nodes)", a, b, t.Name)
+	}
+	var out []int
+	for i, e := range t.edges {
+		if e.a == va && e.b == vb || e.a == vb && e.b == va {
+			out = append(out, i)
+		}
+	}
+	if out == nil {
+		return nil, fmt.Errorf("no link %s-%s in topology %s", a, b, t.Name)
+	}
+	return out, nil
+}
+
+// nearNICs are the NICs of GPU g's host that it reaches over PCIe without crossing a CPU.
+func (t *Topology) nearNICs(g int) []int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if v, ok := t.near[g]; ok {
+		return v
+	}
+	var out []int
+	for _, nic := range t.NICs(t.gpus[g].node) {
+		if h := t.bfs(t.gpus[g].vert, nic, LinkPCIe); h != nil && !t.crossesCPU(h) {
+			out = append(out, nic)
+		}
+	}
+	if t.near == nil {
+		t.near = map[int][]int{}
+	}
+	t.near[g] = out
+	return out
+}
+
 func (t *Topology) vertex(name string) (int, bool) {
 	if !strings.Contains(name, "/") && len(t.Nodes) == 1 {
 		name = t.Nodes[0].Hostname + "/" + name
@@ -797,11 +876,18 @@ func (t *Topology) load(flows []Flow, capacity func(edge) float64) (us float64, 
 // data per ring hop. NCCL's nodes are NVLink domains: one host, or with nvlink_domain_nodes a run of
 // hosts whose GPUs reach each other over NVLink (a GB200 NVL72 rack). In one domain that is one ring
 // in the given order. Across domains there is one ring per NIC (the fewest any domain has, counting
-// the NICs of its hosts that hold the GPUs, in host order): ring k enters each domain at the GPU
+// the NICs of the ring's GPUs, each GPU's own and those it reaches over PCIe without crossing a
+// CPU, in host and file order): ring k enters each domain at the GPU
 // nearest to the domain's k-th NIC, visits the domain's other GPUs, and leaves from the
 // next-nearest GPU through the same NIC; every other ring runs the other way round inside each
 // domain, so that entries and exits spread over the PCIe links as NCCL's channels do.
 func (t *Topology) RingFlows(gpus []int) (flows []Flow, rings int) {
+	return t.RingFlowsOn(gpus, nil)
+}
+
+// RingFlowsOn is RingFlows with the NICs between domains limited to those nicOK takes (by their
+// id in the file, e.g. "mlx5_3"), as NCCL_IB_HCA limits NCCL's; nil takes every one.
+func (t *Topology) RingFlowsOn(gpus []int, nicOK func(id string) bool) (flows []Flow, rings int) {
 	var byDomain [][]int
 	index := map[int]int{}
 	for _, g := range gpus {
@@ -841,8 +927,24 @@ func (t *Topology) RingFlows(gpus []int) (flows []Flow, rings int) {
 			}
 		}
 		slices.Sort(hosts)
+		used := map[int]bool{} // the NICs of the ring's GPUs: NCCL leaves a node by its GPUs' NICs
+		for _, g := range byDomain[i] {
+			used[t.nic[g]] = true
+			for _, v := range t.nearNICs(g) {
+				used[v] = true
+			}
+		}
 		for _, n := range hosts {
-			nics[d] = append(nics[d], t.NICs(n)...)
+			for k, v := range t.NICs(n) {
+				if used[v] && (nicOK == nil || nicOK(t.Nodes[n].NICs[k].ID)) {
+					nics[d] = append(nics[d], v)
+				}
+			}
+		}
+		if len(nics[d]) == 0 { // none near, or none nicOK takes: every NIC of the hosts
+			for _, n := range hosts {
+				nics[d] = append(nics[d], t.NICs(n)...)
+			}
 		}
 		rings = min(rings, len(nics[d]))
 	}

@@ -28,7 +28,8 @@ type comm struct {
 	// of ranks, and a timed loop asks the same question every iteration. The links of a
 	// communicator do not change while it lives (a timed slow link applies to later ones).
 	p2pUS map[string]float64
-	a2a   []gpu.Flow // the all-to-all's flows of one unit per pair (gpu.Topology.AllToAllFlows)
+	a2a   []gpu.Flow   // the all-to-all's flows of one unit per pair (gpu.Topology.AllToAllFlows)
+	flaky []*flakyLink // flaky-link faults its rings cross
 }
 
 // p2pCost is the time of a point-to-point call, computed once per key from flows().
@@ -180,6 +181,11 @@ func hasData(sets ...[]gpu.Buffer) bool {
 func (c *comm) run(bytes int64, us float64, dt gpu.DType, data bool, out []gpu.Buffer, move func()) error {
 	if bytes == 0 {
 		return nil
+	}
+	if len(c.flaky) > 0 && c.recorded == nil {
+		if err := c.b.flakyCall(c.flaky, fmt.Sprintf("call of %d bytes", bytes)); err != nil {
+			return err
+		}
 	}
 	if !(us >= 0 && us <= maxCallUS) { // NaN, negative or absurd: never a time to report
 		return fmt.Errorf("sim: the cost model gives %g µs for %d bytes on %s: the topology's links cannot carry this call: %w", us, bytes, c.m.topo.Name, gpu.ErrInvalid)

@@ -1,11 +1,15 @@
 package sim_test
 
 import (
+	"context"
+	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpubench/gpubench/internal/gpu"
 	"github.com/gpubench/gpubench/internal/sim"
 )
 
@@ -32,6 +36,9 @@ func TestParseFault(t *testing.T) {
 		{"xid=1@90s", sim.Fault{Kind: "xid", Device: 1, At: 90 * time.Second, Code: 79}},
 		{"xid=1@90s:48", sim.Fault{Kind: "xid", Device: 1, At: 90 * time.Second, Code: 48}},
 		{"xid=7:13", sim.Fault{Kind: "xid", Device: 7, Code: 13}},
+		{"slow-nic=dgx-h100-317/mlx5_3,0.4", sim.Fault{Kind: "slow-nic", A: "dgx-h100-317/mlx5_3", Factor: 0.4}},
+		{"slow-node=dgx-h100-7,0.5", sim.Fault{Kind: "slow-node", A: "dgx-h100-7", Factor: 0.5}},
+		{"flaky-link=n/gpu1,n/nvswitch,3", sim.Fault{Kind: "flaky-link", A: "n/gpu1", B: "n/nvswitch", Every: 3}},
 		{"xid=0@1h2m3.5s:65536", sim.Fault{Kind: "xid", At: time.Hour + 2*time.Minute + 3500*time.Millisecond, Code: 65536}},
 	}
 	for _, tc := range tests {
@@ -50,7 +57,7 @@ func TestParseFault(t *testing.T) {
 
 func TestParseFaultErrors(t *testing.T) {
 	t.Parallel()
-	const usage = "use hang=DEVICE[@N], corrupt=DEVICE[@N], slow-link=PART,PART,FACTOR[@TIME] or xid=DEVICE[@TIME][:CODE]"
+	const usage = "use hang=DEVICE[@N], corrupt=DEVICE[@N], slow-link=PART,PART,FACTOR[@TIME], slow-nic=HOST/NIC,FACTOR, slow-node=HOST,FACTOR, flaky-link=PART,PART,N or xid=DEVICE[@TIME][:CODE]"
 	tests := []struct {
 		name string
 		in   string
@@ -97,6 +104,12 @@ func TestParseFaultErrors(t *testing.T) {
 		{"xid code too large", "xid=1:65537", []string{`"65537" is not an XID number`}},
 		{"xid empty code", "xid=1@5s:", []string{`"" is not an XID number`}},
 		{"xid code not a number", "xid=1:fell", []string{`"fell" is not an XID number`}},
+		{"slow-nic without host", "slow-nic=mlx5_3,0.4", []string{`name the NIC as HOST/NIC`}},
+		{"slow-nic factor 2", "slow-nic=h/mlx5_3,2", []string{`factor "2" must be a number from 0.001 to 1`}},
+		{"slow-nic no factor", "slow-nic=h/mlx5_3", []string{usage}},
+		{"slow-node three fields", "slow-node=h,0.5,1", []string{usage}},
+		{"flaky-link period 0", "flaky-link=a,b,0", []string{`"0" is not a period`}},
+		{"flaky-link two fields", "flaky-link=a,3", []string{usage}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -223,4 +236,107 @@ func FuzzParseFault(f *testing.F) {
 			t.Fatalf("ParseFault(%q) = %+v; ParseFault(%q) = %+v", s, fault, str, again)
 		}
 	})
+}
+
+// A slow NIC slows what crosses it and nothing else; a slow node all of its links; a flaky link
+// drops one call in N of those that cross it.
+// faulty is two DGX H100 on the simulator with faults and NCCL_* variables.
+func faulty(t *testing.T, env map[string]string, faults ...string) *sim.Backend {
+	t.Helper()
+	topo, err := sim.LoadTopology("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if topo, err = topo.WithNodes(2); err != nil {
+		t.Fatal(err)
+	}
+	var fs []sim.Fault
+	for _, s := range faults {
+		f, err := sim.ParseFault(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs = append(fs, f)
+	}
+	b, err := sim.New(topo, sim.Options{Faults: fs, Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestFleetFaults(t *testing.T) {
+	topoWith := func(faults ...string) *sim.Backend { return faulty(t, nil, faults...) }
+	timeOf := func(b *sim.Backend, devs []int) (float64, error) {
+		c, err := b.NewComm(devs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs := make([]gpu.Buffer, len(devs))
+		for i, d := range devs {
+			if bufs[i], err = b.Alloc(d, 1<<28); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start := b.Now()
+		if err := c.AllReduce(bufs, bufs, 1<<26, gpu.Float, gpu.Sum); err != nil {
+			return 0, err
+		}
+		if err := c.Synchronize(context.Background()); err != nil {
+			return 0, err
+		}
+		return float64(b.Now() - start), nil
+	}
+	rail3, inNode := []int{3, 11}, []int{0, 1, 2, 3, 4, 5, 6, 7}
+	// GPU 3 reaches mlx5_2 and mlx5_3 through its PCIe switch, and NCCL spreads a rail's rings over
+	// both; GPUs 0 and 8 reach neither.
+	healthy := topoWith()
+	slowNIC := topoWith("slow-nic=dgx-h100-1/mlx5_3,0.25")
+	for _, tc := range []struct {
+		devs []int
+		slow bool
+	}{{rail3, true}, {[]int{0, 8}, false}, {inNode, false}} {
+		h, _ := timeOf(healthy, tc.devs)
+		s, err := timeOf(slowNIC, tc.devs)
+		if err != nil || (s > 1.5*h) != tc.slow {
+			t.Errorf("GPUs %v over a slow mlx5_3 of node 1: %v against %v healthy (%v); slowed: want %v", tc.devs, s, h, err, tc.slow)
+		}
+	}
+	// NCCL_IB_HCA pins the NICs: rail 3 over mlx5_2 alone misses the slow mlx5_3, over it alone
+	// is slowed.
+	for hca, slowed := range map[string]bool{"=mlx5_2": false, "=mlx5_3": true, "^=mlx5_3": false, "mlx5_3:1": true} {
+		h, _ := timeOf(faulty(t, map[string]string{"NCCL_IB_HCA": hca}), rail3)
+		s, _ := timeOf(faulty(t, map[string]string{"NCCL_IB_HCA": hca}, "slow-nic=dgx-h100-1/mlx5_3,0.25"), rail3)
+		if (s > 1.5*h) != slowed {
+			t.Errorf("NCCL_IB_HCA=%s: %v against %v healthy; slowed: want %v", hca, s, h, slowed)
+		}
+	}
+	slowNode := topoWith("slow-node=dgx-h100-1,0.5")
+	if h, _ := timeOf(healthy, []int{8, 9, 10, 11}); func() bool { s, _ := timeOf(slowNode, []int{8, 9, 10, 11}); return s < 1.5*h }() {
+		t.Error("a slow node's own NVLink collective is not slowed")
+	}
+	flaky := topoWith("flaky-link=dgx-h100-0/gpu1,dgx-h100-0/nvswitch,3")
+	var failed []int
+	for i := 1; i <= 6; i++ {
+		if _, err := timeOf(flaky, inNode); err != nil {
+			if !errors.Is(err, sim.ErrLinkFailed) || !strings.Contains(err.Error(), "flaky-link=dgx-h100-0/gpu1,dgx-h100-0/nvswitch,3") {
+				t.Errorf("call %d: %v", i, err)
+			}
+			failed = append(failed, i)
+		}
+	}
+	if !slices.Equal(failed, []int{3, 6}) {
+		t.Errorf("calls %v failed; want 3 and 6", failed)
+	}
+	if _, err := timeOf(flaky, []int{8, 9}); err != nil {
+		t.Errorf("a collective that does not cross the flaky link: %v", err)
+	}
+	for _, bad := range []string{"slow-nic=dgx-h100-9/mlx5_3,0.5", "slow-node=nowhere,0.5", "flaky-link=dgx-h100-0/gpu1,dgx-h100-1/gpu1,2"} {
+		topo, _ := sim.LoadTopology("dgx-h100")
+		topo, _ = topo.WithNodes(2)
+		f, _ := sim.ParseFault(bad)
+		if _, err := sim.New(topo, sim.Options{Faults: []sim.Fault{f}}); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
 }

@@ -124,7 +124,7 @@ func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
 		m.netExtraUS = t.Network.ExtraLatencyUS()
 	}
 	if m.n > 1 {
-		flows, rings := t.RingFlows(devs)
+		flows, rings := t.RingFlowsOn(devs, m.env.hca)
 		m.rings = rings
 		us, limit := t.LinkLoadKind(flows, m.efficiency)
 		m.ringBus, m.limit = float64(rings)/(us*1e3), limit

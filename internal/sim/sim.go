@@ -6,10 +6,12 @@ package sim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -56,6 +58,7 @@ type Backend struct {
 	calls  []int           // per device: collectives run
 	peers  map[[2]int]bool // (dev, peer) pairs with peer access enabled
 	hubs   []net.Listener  // exchanges this process serves for communicators spanning processes
+	flaky  []*flakyLink    // flaky-link faults and their count of calls
 	// world is the most ranks of a communicator across processes this process joined (one rank
 	// each), 0 before any: its share of the data cap is DataCap / world, so that a launcher's run
 	// backs the same sizes with data as one process simulating every GPU does.
@@ -108,6 +111,20 @@ func New(t *gpu.Topology, opt Options) (*Backend, error) {
 			if err := t.SlowLink(f.A, f.B, f.startFactor()); err != nil {
 				return nil, err
 			}
+		case "slow-nic":
+			if err := t.SlowNIC(f.A, f.Factor); err != nil {
+				return nil, err
+			}
+		case "slow-node":
+			if err := t.SlowNode(f.A, f.Factor); err != nil {
+				return nil, err
+			}
+		case "flaky-link":
+			edges, err := t.LinkEdges(f.A, f.B)
+			if err != nil {
+				return nil, err
+			}
+			b.flaky = append(b.flaky, &flakyLink{fault: f, edges: edges})
 		default:
 			if f.Device >= n {
 				return nil, fmt.Errorf("fault %s: topology %s has devices 0-%d", f, t.Name, n-1)
@@ -324,7 +341,55 @@ func (b *Backend) NewComm(devices []int) (gpu.Comm, error) {
 		return nil, fmt.Errorf("sim comm: no devices: %w", gpu.ErrInvalid)
 	}
 	devs := append([]int(nil), devices...)
-	return &comm{b: b, devs: devs, host: devs, m: newModel(b.topo, devices, b.opt.Env)}, nil
+	c := &comm{b: b, devs: devs, host: devs, m: newModel(b.topo, devices, b.opt.Env)}
+	c.flaky = b.flakyOn(devs)
+	return c, nil
+}
+
+// flakyLink is a flaky-link fault: every Every-th call whose communicator's rings cross one of
+// its edges fails.
+type flakyLink struct {
+	fault Fault
+	edges []int
+	calls int // calls that crossed it so far
+}
+
+// flakyOn lists the flaky links the rings through devs cross.
+func (b *Backend) flakyOn(devs []int) []*flakyLink {
+	if len(b.flaky) == 0 || len(devs) < 2 {
+		return nil
+	}
+	flows, _ := b.topo.RingFlows(devs)
+	var out []*flakyLink
+	for _, fl := range b.flaky {
+	search:
+		for _, f := range flows {
+			for _, h := range f.Path.Hops {
+				if slices.Contains(fl.edges, h.Edge) {
+					out = append(out, fl)
+					break search
+				}
+			}
+		}
+	}
+	return out
+}
+
+// ErrLinkFailed is what a call returns when a flaky link drops it, as NCCL reports a network or
+// NVLink error on the call.
+var ErrLinkFailed = errors.New("a link failed during the call")
+
+// flakyCall counts a call over the flaky links of a communicator, and fails every Every-th.
+func (b *Backend) flakyCall(links []*flakyLink, what string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, fl := range links {
+		fl.calls++
+		if fl.calls%fl.fault.Every == 0 {
+			return fmt.Errorf("sim %s: the link %s-%s dropped it (%s): %w", what, fl.fault.A, fl.fault.B, fl.fault, ErrLinkFailed)
+		}
+	}
+	return nil
 }
 
 // Synchronize is Comm.Synchronize for the given devices.

@@ -418,6 +418,7 @@ type tunerEnv struct {
 	minCh, maxCh      int
 	nvls, collnet     bool
 	p2pDisable, noPXN bool
+	hca               func(id string) bool // NCCL_IB_HCA: the NICs NCCL may use; nil for all
 }
 
 // parseTunerEnv reads the variables the simulator honours; bad values are reported by
@@ -441,7 +442,35 @@ func parseTunerEnv(env map[string]string) tunerEnv {
 	e.collnet = envInt(env, "NCCL_COLLNET_ENABLE", 0) != 0
 	e.p2pDisable = envInt(env, "NCCL_P2P_DISABLE", 0) != 0
 	e.noPXN = envInt(env, "NCCL_PXN_DISABLE", 0) != 0
+	if v := strings.TrimSpace(env["NCCL_IB_HCA"]); v != "" {
+		e.hca = hcaFilter(v)
+	}
 	return e
+}
+
+// hcaFilter reads NCCL_IB_HCA as NCCL's user guide ("Environment Variables", NCCL_IB_HCA) gives
+// it: NIC names separated by commas, each with an optional :port (ignored here), matched as
+// prefixes; a leading = matches them exactly, and a leading ^ (before any =) excludes them
+// instead ("^=mlx5_1,mlx5_4").
+func hcaFilter(v string) func(id string) bool {
+	exclude := strings.HasPrefix(v, "^")
+	v = strings.TrimPrefix(v, "^")
+	exact := strings.HasPrefix(v, "=")
+	v = strings.TrimPrefix(v, "=")
+	var names []string
+	for _, n := range strings.Split(v, ",") {
+		if n, _, _ = strings.Cut(strings.TrimSpace(n), ":"); n != "" {
+			names = append(names, n)
+		}
+	}
+	return func(id string) bool {
+		for _, n := range names {
+			if id == n || !exact && strings.HasPrefix(id, n) {
+				return !exclude
+			}
+		}
+		return exclude
+	}
 }
 
 func envInt(env map[string]string, name string, def int) int {
