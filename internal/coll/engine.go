@@ -13,17 +13,20 @@ import (
 
 // Options describe one benchmark run.
 type Options struct {
-	Coll    *Collective
-	Sweep   Sweep
-	DTypes  []gpu.DType
-	Ops     []gpu.RedOp // ignored by collectives that do not reduce
-	Root    int         // rooted collectives: the root, or -1 for every root in turn
-	NGPUs   int         // ranks to use: the first NGPUs devices; 0 means all
-	Iters   int
-	Warmup  int
-	Check   int     // check iterations per size and placement; 0 turns checking off
-	Average Average // how per-process times combine
-	Seed    uint64
+	Coll   *Collective
+	Sweep  Sweep
+	DTypes []gpu.DType
+	Ops    []gpu.RedOp // ignored by collectives that do not reduce
+	Root   int         // rooted collectives: the root, or -1 for every root in turn
+	NGPUs  int         // ranks to use: the first NGPUs devices; 0 means all
+	// Ordinals, when set (in one process), are the devices to use instead, by ordinal, a rank
+	// each in this order: a node's GPUs, or one GPU of every node (a rail).
+	Ordinals []int
+	Iters    int
+	Warmup   int
+	Check    int     // check iterations per size and placement; 0 turns checking off
+	Average  Average // how per-process times combine
+	Seed     uint64
 	// Inputs, when set, keeps the crafted inputs of checked rows for later runs with the same
 	// Seed, so that a caller that repeats a sweep (the burn-in) makes them once.
 	Inputs *Inputs
@@ -327,6 +330,17 @@ func CheckRanks(opt Options, n int) error {
 // ranks returns every rank's device, and the ranks this process drives.
 func ranks(b gpu.Backend, opt Options) (devs []gpu.Device, local []int, err error) {
 	devs = b.Devices()
+	if opt.Ordinals != nil && opt.Comm == nil {
+		all := devs
+		devs = make([]gpu.Device, len(opt.Ordinals))
+		for i, o := range opt.Ordinals {
+			if o < 0 || o >= len(all) {
+				return nil, nil, fmt.Errorf("%w: device %d of %d: %w", ErrOption, o, len(all), gpu.ErrInvalid)
+			}
+			devs[i] = all[o]
+		}
+		opt.NGPUs = 0
+	}
 	if opt.Comm != nil {
 		devs = opt.Devices
 		if len(devs) != opt.Comm.Size() || opt.Rank < 0 || opt.Rank >= len(devs) || opt.Group == nil {

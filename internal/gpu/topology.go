@@ -709,6 +709,22 @@ func (t *Topology) crossesCPU(h []Hop) bool {
 	return false
 }
 
+// NICOf is the id of the NIC GPU g's traffic between nodes leaves by (its rail's NIC, e.g.
+// "mlx5_3"), or "" when it has none.
+func (t *Topology) NICOf(g int) string {
+	v := t.nic[g]
+	if v < 0 {
+		return ""
+	}
+	n := t.gpus[g].node
+	for k, x := range t.NICs(n) {
+		if x == v {
+			return t.Nodes[n].NICs[k].ID
+		}
+	}
+	return ""
+}
+
 // NICs returns the NIC vertices of node n, in file order.
 func (t *Topology) NICs(n int) []int {
 	var v []int

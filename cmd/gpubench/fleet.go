@@ -1,0 +1,261 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+
+	"github.com/gpubench/gpubench/internal/fleet"
+	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/input"
+	"github.com/gpubench/gpubench/internal/sim"
+)
+
+type fleetFlags struct {
+	floor       float64
+	repeat      int
+	group       int
+	timeout     float64
+	drainFile   string
+	metricsFile string
+}
+
+func newFleetCmd(e *env, g *globals) *cobra.Command {
+	f := &fleetFlags{}
+	cmd := &cobra.Command{
+		Use:   "fleet",
+		Short: "Find the bad node, GPU, NIC or link in a cluster: per node, per rail, then across nodes in few rounds",
+		Long: "fleet tests every node on its own (an all-reduce, its data checked, and an all-to-all), each rail\n" +
+			"(GPU k of every node, through its NIC alone) across the nodes, then the nodes together in groups,\n" +
+			"bisecting what falls short and confirming each suspect beside nodes found good. Every figure is\n" +
+			"set beside what the simulator gives for the same machine without faults, and beside the other\n" +
+			"nodes. Verdicts per node, GPU and NIC: healthy, degraded, failed, untestable. Exit 3 when any\n" +
+			"is not healthy. --drain-file writes the Slurm and Kubernetes commands that would take the\n" +
+			"suspects out; gpubench never runs them (docs/fleet.md).",
+		Example: "  gpubench fleet --backend sim --topology dgx-h100 --nodes 512 --sim-fault slow-nic=dgx-h100-317/mlx5_3,0.4\n" +
+			"  gpubench fleet --backend sim --nodes 64 --drain-file drain.sh --output json",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd, e, g) },
+	}
+	fl := cmd.Flags()
+	fl.Float64Var(&f.floor, "floor", 0.75, "fraction of the expected busbw a test must reach")
+	fl.IntVar(&f.repeat, "repeat", 3, "times a suspect is confirmed, and a failed test run again, before a verdict")
+	fl.IntVar(&f.group, "group", 16, "nodes per group in the round across nodes")
+	fl.Float64VarP(&f.timeout, "timeout", "T", 10, "seconds to wait for the GPUs in one test before calling it a hang")
+	fl.StringVar(&f.drainFile, "drain-file", "", "write the scontrol and kubectl commands that would drain the suspects to FILE (never run)")
+	fl.StringVar(&f.metricsFile, "metrics-file", "", "write per-node Prometheus metrics to FILE (node_exporter's textfile format)")
+	return cmd
+}
+
+func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
+	if err := g.validate("auto", "cuda", "sim"); err != nil {
+		return err
+	}
+	switch {
+	case g.output != "table" && g.output != "json" && g.output != "markdown":
+		return usageErr("unknown --output %q for fleet: use table, json or markdown", g.output)
+	case !(f.floor > 0 && f.floor <= 1):
+		return usageErr("invalid --floor %v: give a fraction of the expected busbw in (0, 1], e.g. 0.75", f.floor)
+	case f.repeat < 1 || f.repeat > 100:
+		return usageErr("invalid --repeat %d: confirm each suspect 1 to 100 times", f.repeat)
+	case f.group < 2 || f.group > 4096:
+		return usageErr("invalid --group %d: give 2 to 4096 nodes per group", f.group)
+	case !(f.timeout > 0 && f.timeout <= 3600):
+		return usageErr("invalid --timeout %v: give seconds, above 0 and at most 3600", f.timeout)
+	}
+	proc, err := (&launchFlags{rank: -1, worldSize: -1, localRank: -1, timeout: time.Minute}).process()
+	if err != nil {
+		return err
+	}
+	if proc.Multi() {
+		return usageErr("gpubench fleet runs the whole cluster from one process, on the simulator (--backend sim --topology T --nodes N) or on this machine's GPUs; across processes under a launcher it is not built yet: run one process")
+	}
+	open, err := f.opener(cmd, e, g)
+	if err != nil {
+		return err
+	}
+	opt := fleet.Options{Open: open, Floor: f.floor, Repeat: f.repeat, Group: f.group, Timeout: time.Duration(f.timeout * float64(time.Second))}
+	if e.progress {
+		opt.Progress = func(s string) { fmt.Fprintf(e.stderr, "gpubench: fleet: %s\n", s) }
+	}
+	rep, err := fleet.Run(cmd.Context(), opt)
+	if err != nil {
+		return runtimeErr(err)
+	}
+	if f.drainFile != "" {
+		if err := writeAtomic(f.drainFile, drainCommands(rep)); err != nil {
+			return usageErr("cannot write --drain-file %s: %v", input.Safe(f.drainFile), err)
+		}
+	}
+	if f.metricsFile != "" {
+		if err := writeFleetMetrics(f.metricsFile, rep); err != nil {
+			return usageErr("cannot write --metrics-file %s: %v", input.Safe(f.metricsFile), err)
+		}
+	}
+	if err := writeFleet(e.stdout, g.output, rep); err != nil {
+		return runtimeErr(err)
+	}
+	if !rep.Healthy() {
+		return &exitError{code: exitCheck, err: fmt.Errorf("fleet: %d suspect%s: %s", len(rep.Suspects), plural(len(rep.Suspects)), strings.Join(rep.Summary(), "; "))}
+	}
+	return nil
+}
+
+// opener returns how the fleet opens its cluster: on the simulator, the topology with the run's
+// faults, or without them for the expected figures; on real GPUs, this machine, and the
+// simulator of it (as --expect finds it) for the expected figures.
+func (f *fleetFlags) opener(cmd *cobra.Command, e *env, g *globals) (func(map[string]string, bool) (gpu.Backend, error), error) {
+	b, _, err := g.openColl(e)
+	if err != nil {
+		return nil, err
+	}
+	sb, simulated := b.(*sim.Backend)
+	if simulated {
+		sb.Close()
+		capBytes, _ := parseCap(g.dataCap) // openColl checked it
+		var faults []sim.Fault
+		for _, s := range g.faults {
+			x, _ := sim.ParseFault(s) // and these
+			faults = append(faults, x)
+		}
+		return func(env map[string]string, expected bool) (gpu.Backend, error) {
+			t, err := g.loadTopology()
+			if err != nil {
+				return nil, err
+			}
+			all := ncclEnv()
+			maps.Copy(all, env)
+			o := sim.Options{DataCap: capBytes, Env: all}
+			if !expected {
+				o.Faults, o.Jitter, o.Seed = faults, g.jitter, g.seed
+			}
+			return sim.New(t, o)
+		}, nil
+	}
+	t, source, err := expectTopology(cmd, g, false, len(b.Devices()))
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	if t == nil {
+		b.Close()
+		return nil, usageErr("fleet sets every figure beside what the machine should do, and %s: give --topology FILE", source)
+	}
+	return func(env map[string]string, expected bool) (gpu.Backend, error) {
+		if expected {
+			return sim.New(t, sim.Options{Env: ncclEnv()})
+		}
+		if len(env) > 0 {
+			return nil, fmt.Errorf("fleet: NCCL_* variables are read when NCCL loads: one machine has no rails to pin")
+		}
+		return b, nil
+	}, nil
+}
+
+func writeFleet(w io.Writer, format string, rep *fleet.Report) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	case "markdown":
+		fmt.Fprintf(w, "**gpubench fleet**: %d nodes, %d tests in %d rounds, floor %.0f%% of expected\n\n", len(rep.Nodes), rep.Tests, rep.Rounds, 100*rep.Floor)
+		fmt.Fprintln(w, "| host | status | all-reduce (% of expected) | all-to-all (% of expected) | why |\n|---|---|---:|---:|---|")
+		for _, n := range rep.Nodes {
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", n.Host, n.Status, pct(n.AllReduce), pct(n.AllToAll), n.Why)
+		}
+		fmt.Fprintln(w)
+		for _, s := range rep.Summary() {
+			fmt.Fprintf(w, "- %s\n", s)
+		}
+		return nil
+	case "table":
+		fmt.Fprintf(w, "# gpubench fleet: %d nodes; %d tests in %d rounds; floor %.0f%% of expected\n", len(rep.Nodes), rep.Tests, rep.Rounds, 100*rep.Floor)
+		fmt.Fprintf(w, "%-20s  %-10s  %10s  %10s  %s\n", "host", "status", "allreduce", "alltoall", "why")
+		for _, n := range rep.Nodes {
+			fmt.Fprintf(w, "%-20s  %-10s  %10s  %10s  %s\n", n.Host, n.Status, pct(n.AllReduce), pct(n.AllToAll), n.Why)
+		}
+		for _, r := range rep.Rails {
+			fmt.Fprintf(w, "# rail %d (%s): %s, %s of expected\n", r.Rail, r.NIC, r.Status, pct(r.Figure))
+		}
+		if len(rep.Suspects) == 0 {
+			_, err := fmt.Fprintln(w, "# every node, GPU and NIC healthy")
+			return err
+		}
+		for _, s := range rep.Summary() {
+			fmt.Fprintf(w, "# suspect: %s\n", s)
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown --output %q for fleet: use table, json or markdown", format)
+}
+
+func pct(f *fleet.Figure) string {
+	switch {
+	case f == nil:
+		return "-"
+	case f.Error != "":
+		return "error"
+	}
+	return fmt.Sprintf("%.0f%%", 100*f.Ratio)
+}
+
+// drainCommands are the commands that would take the suspect nodes out of service, for an
+// operator to read and run: Slurm's drain with the reason, and a Kubernetes label and taint.
+func drainCommands(rep *fleet.Report) []byte {
+	var b strings.Builder
+	b.WriteString("# gpubench fleet: the commands that would take the suspect nodes out of service.\n")
+	b.WriteString("# gpubench has run none of them: read them, then run the ones you want (sh FILE).\n")
+	seen := map[string]bool{}
+	for _, s := range rep.Suspects {
+		if seen[s.Host] || s.Status == fleet.Untestable {
+			continue
+		}
+		seen[s.Host] = true
+		why := strings.Map(func(r rune) rune {
+			if r == '"' || r == '\\' || r == '$' || r == '`' || r < ' ' {
+				return '\''
+			}
+			return r
+		}, "gpubench fleet: "+s.Why)
+		if len(why) > 200 {
+			why = why[:200]
+		}
+		fmt.Fprintf(&b, "scontrol update NodeName=%s State=DRAIN Reason=\"%s\"\n", s.Host, why)
+		fmt.Fprintf(&b, "kubectl label node %s gpubench.io/fleet=suspect --overwrite\n", s.Host)
+		fmt.Fprintf(&b, "kubectl taint node %s gpubench.io/fleet=suspect:NoSchedule --overwrite\n", s.Host)
+	}
+	if len(seen) == 0 {
+		b.WriteString("# no suspect: nothing to drain\n")
+	}
+	return []byte(b.String())
+}
+
+// writeFleetMetrics writes per-node gauges in Prometheus' text format.
+func writeFleetMetrics(path string, rep *fleet.Report) error {
+	reg := prometheus.NewRegistry()
+	healthy := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpubench_fleet_node_healthy", Help: "1 when gpubench fleet found the node healthy, 0 otherwise."}, []string{"host", "status"})
+	ratio := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpubench_fleet_node_busbw_ratio", Help: "The node's busbw over what the machine should reach, per collective."}, []string{"host", "collective"})
+	suspects := prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpubench_fleet_suspects", Help: "Suspects gpubench fleet named."})
+	reg.MustRegister(healthy, ratio, suspects)
+	for _, n := range rep.Nodes {
+		v := 0.0
+		if n.Status == fleet.Healthy {
+			v = 1
+		}
+		healthy.WithLabelValues(n.Host, string(n.Status)).Set(v)
+		for c, f := range map[string]*fleet.Figure{"allreduce": n.AllReduce, "alltoall": n.AllToAll} {
+			if f != nil && f.Error == "" {
+				ratio.WithLabelValues(n.Host, c).Set(f.Ratio)
+			}
+		}
+	}
+	suspects.Set(float64(len(rep.Suspects)))
+	return prometheus.WriteToTextfile(path, reg)
+}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// 64 simulated DGX H100 with five faults of five kinds: each is found and named for what it is,
+// and nothing else is; the drain file and the metrics name the same nodes.
+func TestFleetFindsEachFault(t *testing.T) {
+	dir := t.TempDir()
+	drain, metrics := filepath.Join(dir, "drain.sh"), filepath.Join(dir, "fleet.prom")
+	out, errOut, code := gpubench(t, "fleet", "--backend", "sim", "--nodes", "64", "-T", "0.2", "--output", "json",
+		"--drain-file", drain, "--metrics-file", metrics,
+		"--sim-fault", "slow-nic=dgx-h100-37/mlx5_3,0.4", // a NIC at 40%
+		"--sim-fault", "slow-node=dgx-h100-40,0.5", // every link of a node at half speed
+		"--sim-fault", "corrupt=81", // GPU 1 of node 10 corrupts its output
+		"--sim-fault", "hang=170", // GPU 2 of node 21 hangs
+		"--sim-fault", "flaky-link=dgx-h100-50/gpu1,dgx-h100-50/nvswitch,3") // drops one call in three
+	if code != exitCheck || !strings.HasPrefix(errOut, "gpubench: fleet: 5 suspects: ") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	var rep struct {
+		Nodes []struct {
+			Host   string `json:"host"`
+			Status string `json:"status"`
+		} `json:"nodes"`
+		Suspects []struct {
+			Kind   string `json:"kind"`
+			Host   string `json:"host"`
+			GPU    *int   `json:"gpu"`
+			NIC    string `json:"nic"`
+			Rail   *int   `json:"rail"`
+			Status string `json:"status"`
+		} `json:"suspects"`
+		Tests, Rounds int
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range rep.Suspects {
+		what := s.Kind + " " + s.Host + " " + s.Status
+		if s.GPU != nil {
+			what += " gpu" + string(rune('0'+*s.GPU))
+		}
+		if s.NIC != "" {
+			what += " " + s.NIC + " rail" + string(rune('0'+*s.Rail))
+		}
+		got = append(got, what)
+	}
+	want := []string{
+		"gpu dgx-h100-10 failed gpu1",
+		"gpu dgx-h100-21 failed gpu2",
+		"nic dgx-h100-37 degraded mlx5_3 rail3",
+		"node dgx-h100-40 degraded",
+		"node dgx-h100-50 failed",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("suspects\n%q\nwant\n%q", got, want)
+	}
+	bad := 0
+	for _, n := range rep.Nodes {
+		if n.Status != "healthy" {
+			bad++
+		}
+	}
+	if len(rep.Nodes) != 64 || bad != 5 || rep.Rounds < 4 || rep.Rounds > 30 || rep.Tests > 400 {
+		t.Errorf("%d nodes, %d not healthy, %d tests in %d rounds", len(rep.Nodes), bad, rep.Tests, rep.Rounds)
+	}
+	d, err := os.ReadFile(drain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"dgx-h100-10", "dgx-h100-21", "dgx-h100-37", "dgx-h100-40", "dgx-h100-50"} {
+		if !strings.Contains(string(d), "scontrol update NodeName="+h+" State=DRAIN Reason=\"gpubench fleet: ") ||
+			!strings.Contains(string(d), "kubectl taint node "+h+" gpubench.io/fleet=suspect:NoSchedule --overwrite") {
+			t.Errorf("drain file lacks %s:\n%s", h, d)
+		}
+	}
+	if strings.Count(string(d), "scontrol") != 5 {
+		t.Errorf("drain file drains other nodes too:\n%s", d)
+	}
+	m, err := os.ReadFile(metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{`gpubench_fleet_node_healthy{host="dgx-h100-37",status="degraded"} 0`, `gpubench_fleet_node_healthy{host="dgx-h100-0",status="healthy"} 1`, "gpubench_fleet_suspects 5"} {
+		if !strings.Contains(string(m), w) {
+			t.Errorf("metrics lack %q", w)
+		}
+	}
+}
+
+// A healthy fleet is healthy: exit 0, no suspect, every rail at its expected figure; the table
+// says so, and the drain file drains nothing.
+func TestFleetHealthy(t *testing.T) {
+	drain := filepath.Join(t.TempDir(), "drain.sh")
+	out, errOut, code := gpubench(t, "fleet", "--backend", "sim", "--nodes", "16", "--drain-file", drain)
+	if code != 0 || errOut != "" || !strings.Contains(out, "# every node, GPU and NIC healthy") || strings.Count(out, "healthy, 100% of expected") != 8 {
+		t.Errorf("exit %d, stderr %q\n%s", code, errOut, out)
+	}
+	if d, _ := os.ReadFile(drain); !strings.Contains(string(d), "# no suspect: nothing to drain") || strings.Contains(string(d), "scontrol update") {
+		t.Errorf("drain file:\n%s", d)
+	}
+}
+
+func TestFleetRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--floor", "0"}, "gpubench: invalid --floor 0: give a fraction of the expected busbw in (0, 1], e.g. 0.75\n"},
+		{[]string{"--group", "1"}, "gpubench: invalid --group 1: give 2 to 4096 nodes per group\n"},
+		{[]string{"--repeat", "0"}, "gpubench: invalid --repeat 0: confirm each suspect 1 to 100 times\n"},
+		{[]string{"-T", "0"}, "gpubench: invalid --timeout 0: give seconds, above 0 and at most 3600\n"},
+		{[]string{"--sim-fault", "slow-nic=mlx5_3,0.5"}, "gpubench: invalid --sim-fault: bad fault \"slow-nic=mlx5_3,0.5\": name the NIC as HOST/NIC, e.g. node-3/mlx5_3\n"},
+		{[]string{"--sim-fault", "slow-nic=nowhere/mlx5_3,0.5"}, "gpubench: no NIC nowhere/mlx5_3 on a network in topology dgx-h100 x4: name it host/id, as gpubench topo lists NICs\n"},
+		{[]string{"--output", "csv"}, "gpubench: unknown --output \"csv\" for fleet: use table, json or markdown\n"},
+	} {
+		out, errOut, code := gpubench(t, append([]string{"fleet", "--backend", "sim", "--nodes", "4"}, tc.args...)...)
+		if code != exitUsage || out != "" || errOut != tc.want {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %q", tc.args, code, out, errOut, tc.want)
+		}
+	}
+	t.Setenv("RANK", "0")
+	t.Setenv("WORLD_SIZE", "2")
+	t.Setenv("MASTER_ADDR", "127.0.0.1")
+	if _, errOut, code := gpubench(t, "fleet", "--backend", "sim"); code != exitUsage || !strings.Contains(errOut, "across processes under a launcher it is not built yet") {
+		t.Errorf("under a launcher: exit %d, %q", code, errOut)
+	}
+}

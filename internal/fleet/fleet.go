@@ -1,0 +1,630 @@
+// Package fleet finds the bad node, GPU, NIC or link of a cluster: each node on its own, each
+// rail across the nodes, and the nodes together by group testing, every figure set beside what
+// the machine should do (docs/fleet.md). It sees the cluster only through backends.
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/p2p"
+)
+
+// Status is a verdict.
+type Status string
+
+// The verdicts. Untestable is never bad hardware: the test could not run (a library, a join).
+const (
+	Healthy    Status = "healthy"
+	Degraded   Status = "degraded" // below its floor
+	Failed     Status = "failed"   // an error, wrong data or a hang
+	Untestable Status = "untestable"
+)
+
+// Options say what to test and how.
+type Options struct {
+	// Open returns the cluster with NCCL_* variables env (nil: none): the cluster itself, or with
+	// expected set, the same machine without its faults, whose figures are what the cluster should
+	// reach. Rails are tested with NCCL_IB_HCA pinned to the rail's NIC.
+	Open func(env map[string]string, expected bool) (gpu.Backend, error)
+	// Floor is the fraction of the expected figure a test must reach (0.75).
+	Floor float64
+	// Repeat is how often a suspect is confirmed, and a failed test run again, before a verdict.
+	Repeat int
+	// Group is the nodes of one group in the round across nodes.
+	Group int
+	// Timeout bounds each wait for the GPUs: longer is a hang.
+	Timeout time.Duration
+	// Progress, when set, hears each phase.
+	Progress func(string)
+}
+
+// Figure is a test's busbw against what was expected of it.
+type Figure struct {
+	BusBW    float64 `json:"busbw_gbs"`
+	Expected float64 `json:"expected_gbs"`
+	Ratio    float64 `json:"ratio"`
+	Error    string  `json:"error,omitempty"`
+}
+
+// Node is one node's verdict and figures.
+type Node struct {
+	Host      string  `json:"host"`
+	Status    Status  `json:"status"`
+	Why       string  `json:"why,omitempty"`
+	AllReduce *Figure `json:"allreduce"`
+	AllToAll  *Figure `json:"alltoall"`
+}
+
+// Rail is one rail's test across the nodes.
+type Rail struct {
+	Rail   int     `json:"rail"`
+	NIC    string  `json:"nic"`
+	Status Status  `json:"status"`
+	Figure *Figure `json:"allreduce"`
+}
+
+// Suspect is something found not healthy, and why.
+type Suspect struct {
+	Kind   string `json:"kind"` // node, gpu, nic, link
+	Host   string `json:"host"`
+	GPU    *int   `json:"gpu"`  // the GPU's index on its node
+	NIC    string `json:"nic"`  // the NIC's id, for a NIC
+	Rail   *int   `json:"rail"` // the rail, for a NIC
+	Status Status `json:"status"`
+	Why    string `json:"why"`
+}
+
+// Report is a fleet run.
+type Report struct {
+	Nodes    []Node    `json:"nodes"`
+	Rails    []Rail    `json:"rails"`
+	Suspects []Suspect `json:"suspects"`
+	Tests    int       `json:"tests"`
+	Rounds   int       `json:"rounds"`
+	Floor    float64   `json:"floor"`
+}
+
+// Healthy reports whether every node is.
+func (r *Report) Healthy() bool {
+	for _, n := range r.Nodes {
+		if n.Status != Healthy {
+			return false
+		}
+	}
+	return len(r.Suspects) == 0
+}
+
+// The sizes tested: large enough that bandwidth sets the time, and a small one whose data is
+// checked on each node (a simulator backs little memory).
+const (
+	nodeBytes  = 256 << 20
+	crossBytes = 64 << 20
+	checkBytes = 256 << 10
+)
+
+type fleet struct {
+	ctx       context.Context
+	opt       Options
+	b, twin   gpu.Backend
+	topo      *gpu.Topology
+	nodes     [][]int // GPU ordinals per node
+	hosts     []string
+	rep       *Report
+	bad       map[int]bool // nodes found failed or degraded: left out of later rounds
+	expected  map[string]float64
+	depth     int // the deepest bisection, in rounds
+	confirmed map[int]bool
+}
+
+// Run tests the cluster: per node, per rail, then across nodes in groups, bisecting what falls
+// short and confirming each suspect against nodes already found good.
+func Run(ctx context.Context, opt Options) (*Report, error) {
+	if opt.Floor <= 0 || opt.Floor > 1 || opt.Repeat < 1 || opt.Group < 2 {
+		return nil, fmt.Errorf("fleet: floor %v, repeat %d, group %d: want a floor in (0, 1], at least 1 repeat and groups of 2 or more", opt.Floor, opt.Repeat, opt.Group)
+	}
+	b, err := opt.Open(nil, false)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	twin, err := opt.Open(nil, true)
+	if err != nil {
+		return nil, err
+	}
+	defer twin.Close()
+	t := b.Topology()
+	if t == nil {
+		return nil, errors.New("fleet: the backend describes no topology: give --topology")
+	}
+	f := &fleet{ctx: ctx, opt: opt, b: b, twin: twin, topo: t, rep: &Report{Floor: opt.Floor, Nodes: []Node{}, Rails: []Rail{}, Suspects: []Suspect{}},
+		bad: map[int]bool{}, expected: map[string]float64{}, confirmed: map[int]bool{}}
+	for g := range t.NumGPUs() {
+		n := t.NodeOf(g)
+		for len(f.nodes) <= n {
+			f.nodes = append(f.nodes, nil)
+			f.hosts = append(f.hosts, t.Nodes[len(f.hosts)].Hostname)
+		}
+		f.nodes[n] = append(f.nodes[n], g)
+	}
+	f.progress("%d nodes of %d GPUs: each node on its own", len(f.nodes), len(f.nodes[0]))
+	f.nodeRound()
+	if len(f.nodes) > 1 {
+		f.progress("each rail across the nodes")
+		if err := f.railRound(); err != nil {
+			return nil, err
+		}
+		f.progress("the nodes together, in groups of %d", f.opt.Group)
+		f.groupRound()
+	}
+	f.rep.Rounds += f.depth
+	if len(f.confirmed) > 0 {
+		f.rep.Rounds += opt.Repeat
+	}
+	sort.SliceStable(f.rep.Suspects, func(i, j int) bool { return f.rep.Suspects[i].Host < f.rep.Suspects[j].Host })
+	return f.rep, ctx.Err()
+}
+
+func (f *fleet) progress(format string, a ...any) {
+	if f.opt.Progress != nil {
+		f.opt.Progress(fmt.Sprintf(format, a...))
+	}
+}
+
+// outcome is one test's result.
+type outcome struct {
+	busbw    float64
+	hang     *gpu.HangError
+	err      error
+	wrong    []int // ranks whose output held wrong data
+	measured bool
+}
+
+func (o outcome) failed() bool { return o.hang != nil || o.err != nil || len(o.wrong) > 0 }
+
+// run times collective c over the GPUs ords on b at size bytes, checking data at checkBytes first
+// when check is set.
+func (f *fleet) run(b gpu.Backend, c *coll.Collective, ords []int, bytes int64, check bool) outcome {
+	f.rep.Tests++
+	w := coll.Sweep{Min: bytes, Max: bytes, Factor: 2}
+	if check {
+		w = coll.Sweep{Min: checkBytes, Max: bytes, Factor: bytes / checkBytes}
+	}
+	s, err := coll.Run(f.ctx, b, coll.Options{Coll: c, Sweep: w, DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum},
+		Iters: 2, Check: 1, Average: 1, Timeout: f.opt.Timeout, Ordinals: ords})
+	var o outcome
+	if errors.As(err, &o.hang) {
+		return o
+	}
+	if err != nil {
+		o.err = err
+		return o
+	}
+	for _, r := range s.Results {
+		for rank, n := range r.OutOfPlace.WrongByRank {
+			if n > 0 && !slices.Contains(o.wrong, rank) {
+				o.wrong = append(o.wrong, rank)
+			}
+		}
+		if r.Size == bytes {
+			o.busbw, o.measured = r.OutOfPlace.BusBW, true
+		}
+	}
+	return o
+}
+
+// expect is the busbw the fault-free machine reaches for the same test, once per key.
+func (f *fleet) expect(key string, b gpu.Backend, c *coll.Collective, ords []int, bytes int64) float64 {
+	if v, ok := f.expected[key]; ok {
+		return v
+	}
+	tests := f.rep.Tests
+	v := f.run(b, c, ords, bytes, false).busbw
+	f.rep.Tests = tests // what the machine should do is not a test of it
+	f.expected[key] = v
+	return v
+}
+
+func figure(o outcome, expected float64) *Figure {
+	fig := &Figure{BusBW: o.busbw, Expected: expected}
+	if expected > 0 && o.measured {
+		fig.Ratio = o.busbw / expected
+	}
+	switch {
+	case o.hang != nil:
+		fig.Error = o.hang.Error()
+	case o.err != nil:
+		fig.Error = o.err.Error()
+	case len(o.wrong) > 0:
+		fig.Error = fmt.Sprintf("wrong data in ranks %v", o.wrong)
+	}
+	return fig
+}
+
+// nodeRound tests every node on its own: an all-reduce and an all-to-all over its GPUs, the
+// all-reduce's data checked, against the same on the fault-free machine and against the other
+// nodes (a robust outlier rule). A failed test runs again, Repeat times, so that an intermittent
+// failure is told apart.
+func (f *fleet) nodeRound() {
+	f.rep.Rounds++
+	for n, gpus := range f.nodes {
+		node := Node{Host: f.hosts[n], Status: Healthy}
+		shape := fmt.Sprintf("node %d %s", len(gpus), gpuName(f.topo, gpus[0]))
+		for _, c := range []*coll.Collective{coll.AllReduce, coll.AllToAll} {
+			o := f.run(f.b, c, gpus, nodeBytes, true)
+			runs, fails := 1, 0
+			if o.failed() {
+				fails++
+				for range f.opt.Repeat - 1 {
+					if o.hang != nil {
+						break // a hung GPU stays hung
+					}
+					runs++
+					if again := f.run(f.b, c, gpus, nodeBytes, true); again.failed() {
+						fails++
+					}
+				}
+			}
+			fig := figure(o, f.expect(shape+c.Name, f.twin, c, f.nodes[0], nodeBytes))
+			if c == coll.AllReduce {
+				node.AllReduce = fig
+			} else {
+				node.AllToAll = fig
+			}
+			if o.failed() && node.Status != Failed {
+				node.Status, node.Why = Failed, f.failure(n, c, o, fails, runs)
+			}
+			if o.hang != nil {
+				break // a hung GPU stays hung: the node's other tests would only hang too
+			}
+		}
+		f.rep.Nodes = append(f.rep.Nodes, node)
+	}
+	// Below the floor of what is expected, or far below the other nodes.
+	for _, c := range []string{coll.AllReduce.Name, coll.AllToAll.Name} {
+		var ratios []float64
+		for _, node := range f.rep.Nodes {
+			if fig := nodeFigure(node, c); fig != nil && fig.Error == "" {
+				ratios = append(ratios, fig.Ratio)
+			}
+		}
+		low := outlierBelow(ratios)
+		for n := range f.rep.Nodes {
+			node := &f.rep.Nodes[n]
+			fig := nodeFigure(*node, c)
+			if node.Status != Healthy || fig == nil || fig.Error != "" {
+				continue
+			}
+			switch {
+			case fig.Ratio < f.opt.Floor:
+				node.Status, node.Why = Degraded, fmt.Sprintf("%s %.1f GB/s busbw, %.0f%% of the expected %.1f", c, fig.BusBW, 100*fig.Ratio, fig.Expected)
+			case fig.Ratio < low:
+				node.Status, node.Why = Degraded, fmt.Sprintf("%s %.1f GB/s busbw, an outlier among the nodes (%.0f%% of expected, the fleet's median %.0f%%)", c, fig.BusBW, 100*fig.Ratio, 100*median(ratios))
+			}
+		}
+	}
+	for n, node := range f.rep.Nodes {
+		switch node.Status {
+		case Failed:
+			f.bad[n] = true
+		case Degraded:
+			f.bad[n] = true
+			f.suspectNode(n, node.Why)
+		}
+	}
+}
+
+func nodeFigure(n Node, c string) *Figure {
+	if c == coll.AllReduce.Name {
+		return n.AllReduce
+	}
+	return n.AllToAll
+}
+
+func gpuName(t *gpu.Topology, g int) string {
+	x, _ := t.GPU(g)
+	return x.Name
+}
+
+// failure names what failed on node n, and records the suspect: the GPU that hung or whose
+// output was wrong, or the node when the error names none.
+func (f *fleet) failure(n int, c *coll.Collective, o outcome, fails, runs int) string {
+	var ranks []int
+	var why string
+	switch {
+	case o.hang != nil:
+		ranks, why = o.hang.Ranks, fmt.Sprintf("%s hung: %v", c.Name, o.hang)
+	case len(o.wrong) > 0:
+		ranks, why = o.wrong, fmt.Sprintf("%s delivered wrong data", c.Name)
+	default:
+		why = fmt.Sprintf("%s failed in %d of %d runs: %v", c.Name, fails, runs, o.err)
+	}
+	if len(ranks) == 0 {
+		f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "node", Host: f.hosts[n], Status: Failed, Why: why})
+		return why
+	}
+	for _, r := range ranks {
+		g := r
+		f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "gpu", Host: f.hosts[n], GPU: &g, Status: Failed, Why: why})
+	}
+	return why
+}
+
+// suspectNode looks inside a degraded node for the GPU at fault: the GPU common to every pair
+// whose P2P copies fall short of the fault-free machine's; the node when there is none.
+func (f *fleet) suspectNode(n int, why string) {
+	gpus := f.nodes[n]
+	slow := f.slowPairs(gpus)
+	count := map[int]int{}
+	for _, p := range slow {
+		count[p[0]]++
+		count[p[1]]++
+	}
+	for local, g := range gpus {
+		if len(slow) > 0 && count[g] == len(slow) {
+			gl := local
+			f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "gpu", Host: f.hosts[n], GPU: &gl, Status: Degraded,
+				Why: fmt.Sprintf("%s; every slow P2P pair of the node has GPU %d", why, local)})
+			return
+		}
+	}
+	f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "node", Host: f.hosts[n], Status: Degraded, Why: why})
+}
+
+// slowPairs are the ordered pairs of gpus whose unidirectional P2P copies reach less than the
+// floor of the fault-free machine's.
+func (f *fleet) slowPairs(gpus []int) [][2]int {
+	b, okB := f.b.(p2p.Backend)
+	t, okT := f.twin.(p2p.Backend)
+	if !okB || !okT {
+		return nil
+	}
+	opt := p2p.Options{Size: 64 << 20, Repeat: 1, Samples: 1, Devices: gpus, Timeout: f.opt.Timeout}
+	f.rep.Tests++
+	got, err := p2p.Run(f.ctx, b, opt)
+	if err != nil {
+		return nil
+	}
+	want, err := p2p.Run(f.ctx, t, opt)
+	if err != nil {
+		return nil
+	}
+	uni := func(r *p2p.Result) *p2p.Matrix {
+		for i := range r.Matrices {
+			if r.Matrices[i].Key == "uni_enabled" {
+				return &r.Matrices[i]
+			}
+		}
+		return nil
+	}
+	g, w := uni(got), uni(want)
+	if g == nil || w == nil {
+		return nil
+	}
+	var slow [][2]int
+	for i := range gpus {
+		for j := range gpus {
+			a, b := g.Cells[i][j].Value, w.Cells[i][j].Value
+			if i != j && a != nil && b != nil && *b > 0 && *a < f.opt.Floor**b {
+				slow = append(slow, [2]int{gpus[i], gpus[j]})
+			}
+		}
+	}
+	return slow
+}
+
+// railRound tests each rail (GPU k of every node, through its NIC alone) across the nodes still
+// good, and bisects a rail that falls short to the node whose NIC it is.
+func (f *fleet) railRound() error {
+	f.rep.Rounds++
+	for k := range f.nodes[0] {
+		nic := f.topo.NICOf(f.nodes[0][k])
+		if nic == "" {
+			continue
+		}
+		env := map[string]string{"NCCL_IB_HCA": "=" + nic}
+		b, err := f.opt.Open(env, false)
+		if err != nil {
+			return err
+		}
+		twin, err := f.opt.Open(env, true)
+		if err != nil {
+			b.Close()
+			return err
+		}
+		rail := Rail{Rail: k, NIC: nic, Status: Healthy}
+		ords := func(nodes []int) []int {
+			var out []int
+			for _, n := range nodes {
+				if k < len(f.nodes[n]) {
+					out = append(out, f.nodes[n][k])
+				}
+			}
+			return out
+		}
+		test := func(nodes []int) (bool, *Figure) {
+			o := f.run(b, coll.AllReduce, ords(nodes), crossBytes, false)
+			fig := figure(o, f.expect(fmt.Sprintf("rail %d %v", k, nodes), twin, coll.AllReduce, ords(nodes), crossBytes))
+			return !o.failed() && fig.Ratio >= f.opt.Floor, fig
+		}
+		good := f.good()
+		if len(good) >= 2 {
+			ok, fig := test(good)
+			rail.Figure = fig
+			if !ok {
+				rail.Status = Degraded
+				for _, n := range f.bisect(good, test) {
+					k := k
+					f.bad[n] = true
+					f.markNode(n, Degraded, fmt.Sprintf("NIC %s (rail %d) falls short of what its rail should do", nic, k))
+					f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "nic", Host: f.hosts[n], NIC: nic, Rail: &k, Status: Degraded,
+						Why: fmt.Sprintf("rail %d's all-reduce through %s is below %.0f%% of expected with this node, and at it without", k, nic, 100*f.opt.Floor)})
+				}
+			}
+		}
+		f.rep.Rails = append(f.rep.Rails, rail)
+		b.Close()
+		twin.Close()
+	}
+	return nil
+}
+
+// groupRound tests the good nodes together in groups of opt.Group (all their GPUs), and bisects
+// a group that falls short.
+func (f *fleet) groupRound() {
+	f.rep.Rounds++
+	test := func(nodes []int) (bool, *Figure) {
+		var ords []int
+		for _, n := range nodes {
+			ords = append(ords, f.nodes[n]...)
+		}
+		o := f.run(f.b, coll.AllReduce, ords, crossBytes, false)
+		fig := figure(o, f.expect(fmt.Sprint("group ", nodes), f.twin, coll.AllReduce, ords, crossBytes))
+		return !o.failed() && fig.Ratio >= f.opt.Floor, fig
+	}
+	good := f.good()
+	for start := 0; start < len(good); start += f.opt.Group {
+		group := good[start:min(start+f.opt.Group, len(good))]
+		if len(group) < 2 {
+			break
+		}
+		if ok, _ := test(group); ok {
+			continue
+		}
+		for _, n := range f.bisect(group, test) {
+			f.bad[n] = true
+			f.markNode(n, Degraded, "falls short of what the nodes should do together")
+			f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "node", Host: f.hosts[n], Status: Degraded,
+				Why: fmt.Sprintf("an all-reduce across nodes is below %.0f%% of expected with this node, and at it without", 100*f.opt.Floor)})
+		}
+	}
+}
+
+// good lists the nodes not found bad so far.
+func (f *fleet) good() []int {
+	var out []int
+	for n := range f.nodes {
+		if !f.bad[n] {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func (f *fleet) markNode(n int, s Status, why string) {
+	node := &f.rep.Nodes[n]
+	if node.Status == Healthy {
+		node.Status, node.Why = s, why
+	}
+}
+
+// bisect finds the nodes of set that make test fail: each half is tested beside as many nodes
+// known good (outside set), so that a half of one node is still a test across nodes; a half that
+// fails is split again. A node found is confirmed Repeat times beside good nodes before it is
+// named; one that passes a confirmation is not.
+func (f *fleet) bisect(set []int, test func([]int) (bool, *Figure)) []int {
+	var found []int
+	var walk func(part []int, depth int)
+	walk = func(part []int, depth int) {
+		f.depth = max(f.depth, depth)
+		if len(part) == 1 {
+			if f.confirm(part[0], set, test) {
+				found = append(found, part[0])
+			}
+			return
+		}
+		for _, half := range [][]int{part[:len(part)/2], part[len(part)/2:]} {
+			if ok, _ := test(f.padded(half, set)); !ok {
+				walk(half, depth+1)
+			}
+		}
+	}
+	walk(set, 1)
+	return found
+}
+
+// padded is part beside as many good nodes from outside set (or, lacking them, from set's other
+// nodes already passed), at least one.
+func (f *fleet) padded(part, set []int) []int {
+	out := slices.Clone(part)
+	want := max(len(part), 1)
+	for _, n := range f.good() {
+		if len(out) >= len(part)+want {
+			break
+		}
+		if !slices.Contains(set, n) && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	for _, n := range set { // a fleet too small for outsiders: the set's other nodes
+		if len(out) >= len(part)+want {
+			break
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// confirm tests node n beside good nodes Repeat times: a suspect only if it fails every time.
+func (f *fleet) confirm(n int, set []int, test func([]int) (bool, *Figure)) bool {
+	for range f.opt.Repeat {
+		if ok, _ := test(f.padded([]int{n}, set)); ok {
+			return false
+		}
+	}
+	f.confirmed[n] = true
+	return true
+}
+
+// outlierBelow is the robust outlier bound of the ratios: median - 5 × 1.4826 × MAD (the MAD
+// scaled to a normal distribution's standard deviation), and no higher than 0.9 × the median, so
+// that a fleet whose figures barely differ names no one.
+func outlierBelow(v []float64) float64 {
+	if len(v) < 3 {
+		return 0
+	}
+	m := median(v)
+	dev := make([]float64, len(v))
+	for i, x := range v {
+		dev[i] = math.Abs(x - m)
+	}
+	return math.Min(m-5*1.4826*median(dev), 0.9*m)
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
+}
+
+// Summary is one line per suspect, for the table and stderr.
+func (r *Report) Summary() []string {
+	var out []string
+	for _, s := range r.Suspects {
+		what := "node " + s.Host
+		switch {
+		case s.GPU != nil:
+			what = fmt.Sprintf("GPU %d of %s", *s.GPU, s.Host)
+		case s.NIC != "":
+			what = fmt.Sprintf("NIC %s of %s (rail %d)", s.NIC, s.Host, *s.Rail)
+		}
+		out = append(out, fmt.Sprintf("%s %s: %s", what, strings.ToUpper(string(s.Status)), s.Why))
+	}
+	return out
+}
