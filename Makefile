@@ -74,9 +74,11 @@ fuzz:
 	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzAddressFlag$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
 
 # CPU seconds and peak memory of simulated 8B:8GB all-reduce and all-to-all sweeps at 8 to 8,192
-# GPUs, loading 1,024 nodes, and 16 one-rank processes against one process (docs/model.md, "Scale").
+# GPUs, loading 1,024 nodes, a rendezvous of 1,024 ranks, and 16 one-rank processes against one
+# process (docs/model.md, "Scale").
 bench:
 	$(GO) test ./cmd/gpubench -run '^$$' -bench '^(BenchmarkSweep|BenchmarkLoadTopology)$$' -benchtime 1x -timeout 10m
+	$(GO) test ./internal/launch -run '^$$' -bench '^BenchmarkRendezvous$$' -benchtime 2x -timeout 5m
 	scripts/world-cost.sh
 
 # On a machine with a GPU: the real path end to end, every output written under OUT.

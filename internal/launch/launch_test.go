@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -230,7 +231,7 @@ func refusingAddr(t *testing.T) string {
 
 // world joins size goroutines at ln, which rank 0 serves; fn runs in each with its group, or
 // its join error.
-func world(t *testing.T, size int, ln net.Listener, timeout time.Duration, hello func(rank int) (Process, Member), fn func(rank int, g *Group, err error)) {
+func world(t testing.TB, size int, ln net.Listener, timeout time.Duration, hello func(rank int) (Process, Member), fn func(rank int, g *Group, err error)) {
 	t.Helper()
 	var wg sync.WaitGroup
 	for rank := range size {
@@ -686,4 +687,57 @@ func runRank(c *coll.Collective, rank, size int, ln net.Listener, faults []sim.F
 	s, err := coll.Run(g.Context(), b, opt)
 	g.Close(err)
 	return s, err
+}
+
+// The rendezvous serves 1,024 ranks (a fleet of 128 nodes of 8 GPUs, one process each): all meet,
+// each knows every other, and one exchange among all of them completes. BenchmarkRendezvous
+// measures its cost per rank.
+func TestRendezvousScale(t *testing.T) {
+	size := 1024
+	if raceEnabled { // the race detector makes each rank about 10x dearer: the same test, smaller
+		size = 256
+	}
+	var met atomic.Int64
+	world(t, size, listenLoopback(t), time.Minute, nil, func(rank int, g *Group, err error) {
+		if err != nil {
+			t.Errorf("rank %d: %v", rank, err)
+			return
+		}
+		defer g.Close(nil)
+		all, err := g.AllGather(context.Background(), []float64{float64(rank)})
+		if err != nil || len(all) != size || len(g.Members()) != size || all[size-1][0] != float64(size-1) {
+			t.Errorf("rank %d: %d values, %d members, %v", rank, len(all), len(g.Members()), err)
+			return
+		}
+		met.Add(1)
+	})
+	if met.Load() != int64(size) {
+		t.Errorf("%d of %d ranks met and exchanged", met.Load(), size)
+	}
+}
+
+// BenchmarkRendezvous is the CPU one rank costs the rendezvous and one exchange, in a world of
+// 1,024 ranks in one process (make bench prints it).
+func BenchmarkRendezvous(b *testing.B) {
+	const size = 1024
+	var ru0, ru1 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	for range b.N {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		world(b, size, ln, time.Minute, nil, func(rank int, g *Group, err error) {
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			g.AllGather(context.Background(), []float64{1})
+			g.Close(nil)
+		})
+		ln.Close()
+	}
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	cpu := time.Duration(ru1.Utime.Nano()+ru1.Stime.Nano()-ru0.Utime.Nano()-ru0.Stime.Nano()) / time.Duration(b.N)
+	b.ReportMetric(float64(cpu.Microseconds())/size, "cpu-us/rank")
 }
