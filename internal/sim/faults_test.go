@@ -200,6 +200,7 @@ func FuzzParseFault(f *testing.F) {
 		"slow-link=gpu0,nvswitch,1.5", "slow-link=gpu0,nvswitch,nan", "slow-link=gpu0,0.5",
 		"slow-link=a,b,1e-320", "hang=+1@+2", "slow-link=a,b,0.5@10m", "xid=1@90s:48", "xid=2",
 		"xid=1@-1s", "xid=1:0", "slow-link=a,b,1@1h@2h",
+		"slow-nic=h/mlx5_3,0.4", "slow-node=h,0.5", "flaky-link=a,b,3", "slow-nic=h,0.4", "flaky-link=a,b,0",
 	} {
 		f.Add(s)
 	}
@@ -222,6 +223,14 @@ func FuzzParseFault(f *testing.F) {
 			}
 		case "xid":
 			if fault.Device < 0 || fault.At < 0 || fault.Code < 1 || fault.Code > 1<<16 || fault.A != "" || fault.Factor != 0 || fault.After != 0 {
+				t.Fatalf("ParseFault(%q) = %+v", s, fault)
+			}
+		case "slow-nic", "slow-node":
+			if fault.A == "" || fault.B != "" || !(fault.Factor >= 0.001 && fault.Factor <= 1) || fault.Kind == "slow-nic" && !strings.Contains(fault.A, "/") || fault.Every != 0 {
+				t.Fatalf("ParseFault(%q) = %+v", s, fault)
+			}
+		case "flaky-link":
+			if fault.A == "" || fault.B == "" || fault.Every < 1 || fault.Factor != 0 {
 				t.Fatalf("ParseFault(%q) = %+v", s, fault)
 			}
 		default:
