@@ -75,6 +75,7 @@ func newRootCmd(e *env) *cobra.Command {
 	complete(root, "output", report.Formats)
 
 	root.AddCommand(newVersionCmd(e, g), newP2PCmd(e, g), newTopoCmd(e, g), newCompareCmd(e, g), newPlotCmd(e, g), newDiagCmd(e, g), newBurninCmd(e, g), newServeCmd(e, g), newExplainCmd(e, g), newCalibrateCmd(e, g), newFleetCmd(e, g))
+	root.AddCommand(newPlanCmd(e, g))
 	for _, c := range coll.Collectives {
 		root.AddCommand(newCollCmd(e, g, c))
 	}
