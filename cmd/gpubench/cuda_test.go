@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -122,5 +123,31 @@ func TestBurninNamedNVMLMustLoad(t *testing.T) {
 	_, errOut, code := gpubenchProcess(t, env, append([]string{"burnin", "--duration", "1s", "--nvml-lib", "/nonexistent/libnvidia-ml.so.1"}, backend...)...)
 	if code != exitNoGPU || !strings.Contains(errOut, "--nvml-lib /nonexistent/libnvidia-ml.so.1 names a library that did not load") {
 		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+// fleet on real GPUs (the stand-ins) runs the per-node round on this machine, set beside the
+// topology given: one node, its verdict, and no rails.
+func TestFleetOnStandins(t *testing.T) {
+	env, backend := standinEnv(t)
+	out, errOut, code := gpubenchProcess(t, env, append([]string{"fleet", "--topology", "pcie-l40sx4", "--size", "1MiB", "--output", "json", "-T", "30"}, backend...)...)
+	if code != 0 && code != exitCheck {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	var rep struct {
+		Nodes []struct {
+			Status    string
+			AllReduce *struct {
+				Expected float64 `json:"expected_gbs"`
+			} `json:"allreduce"`
+		}
+		Rails []any
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Nodes) != 1 || len(rep.Rails) != 0 || rep.Nodes[0].AllReduce == nil || rep.Nodes[0].AllReduce.Expected <= 0 {
+		t.Errorf("%v: %s", err, out)
+	}
+	_, errOut, code = gpubenchProcess(t, env, append([]string{"fleet", "--topology", "dgx-h100", "--size", "1MiB"}, backend...)...)
+	if code != exitFailure || !strings.Contains(errOut, "the backend has 4 GPUs and the machine it is set beside another count") {
+		t.Errorf("4 GPUs beside an 8-GPU topology: exit %d, %q", code, errOut)
 	}
 }

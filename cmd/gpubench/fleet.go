@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
+	"github.com/gpubench/gpubench/internal/coll"
 	"github.com/gpubench/gpubench/internal/fleet"
 	"github.com/gpubench/gpubench/internal/gpu"
 	"github.com/gpubench/gpubench/internal/input"
@@ -24,6 +25,7 @@ type fleetFlags struct {
 	timeout     float64
 	drainFile   string
 	metricsFile string
+	size        string
 }
 
 func newFleetCmd(e *env, g *globals) *cobra.Command {
@@ -49,6 +51,7 @@ func newFleetCmd(e *env, g *globals) *cobra.Command {
 	fl.IntVar(&f.group, "group", 16, "nodes per group in the round across nodes")
 	fl.Float64VarP(&f.timeout, "timeout", "T", 10, "seconds to wait for the GPUs in one test before calling it a hang")
 	fl.StringVar(&f.drainFile, "drain-file", "", "write the scontrol and kubectl commands that would drain the suspects to FILE (never run)")
+	fl.StringVar(&f.size, "size", "256MiB", "the size each node's tests time; the tests across nodes time a quarter of it")
 	fl.StringVar(&f.metricsFile, "metrics-file", "", "write per-node Prometheus metrics to FILE (node_exporter's textfile format)")
 	return cmd
 }
@@ -69,6 +72,10 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	case !(f.timeout > 0 && f.timeout <= 3600):
 		return usageErr("invalid --timeout %v: give seconds, above 0 and at most 3600", f.timeout)
 	}
+	bytes, err := coll.ParseSize(f.size)
+	if err != nil || bytes < 1<<10 || bytes > 1<<40 {
+		return usageErr("invalid --size %q: give 1KiB to 1TiB, e.g. 256MiB", f.size)
+	}
 	proc, err := (&launchFlags{rank: -1, worldSize: -1, localRank: -1, timeout: time.Minute}).process()
 	if err != nil {
 		return err
@@ -80,7 +87,7 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	if err != nil {
 		return err
 	}
-	opt := fleet.Options{Open: open, Floor: f.floor, Repeat: f.repeat, Group: f.group, Timeout: time.Duration(f.timeout * float64(time.Second))}
+	opt := fleet.Options{Open: open, Floor: f.floor, Repeat: f.repeat, Group: f.group, Timeout: time.Duration(f.timeout * float64(time.Second)), Bytes: bytes}
 	if e.progress {
 		opt.Progress = func(s string) { fmt.Fprintf(e.stderr, "gpubench: fleet: %s\n", s) }
 	}

@@ -43,6 +43,9 @@ type Options struct {
 	Group int
 	// Timeout bounds each wait for the GPUs: longer is a hang.
 	Timeout time.Duration
+	// Bytes is the size each node's tests time (0: 256 MiB); the tests across nodes time a
+	// quarter of it.
+	Bytes int64
 	// Progress, when set, hears each phase.
 	Progress func(string)
 }
@@ -103,12 +106,11 @@ func (r *Report) Healthy() bool {
 	return len(r.Suspects) == 0
 }
 
-// The sizes tested: large enough that bandwidth sets the time, and a small one whose data is
-// checked on each node (a simulator backs little memory).
+// The sizes tested by default: large enough that bandwidth sets the time; and the size whose
+// data each node's all-reduce checks (a simulator backs little memory).
 const (
-	nodeBytes  = 256 << 20
-	crossBytes = 64 << 20
-	checkBytes = 256 << 10
+	defaultBytes = 256 << 20
+	checkBytes   = 256 << 10
 )
 
 type fleet struct {
@@ -142,8 +144,14 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	}
 	defer twin.Close()
 	t := b.Topology()
-	if t == nil {
-		return nil, errors.New("fleet: the backend describes no topology: give --topology")
+	if t == nil { // real GPUs: the machine is the one the expected figures are computed on
+		t = twin.Topology()
+	}
+	if t == nil || t.NumGPUs() != len(b.Devices()) {
+		return nil, fmt.Errorf("fleet: the backend has %d GPUs and the machine it is set beside another count: give --topology for this machine", len(b.Devices()))
+	}
+	if opt.Bytes <= 0 {
+		opt.Bytes = defaultBytes
 	}
 	f := &fleet{ctx: ctx, opt: opt, b: b, twin: twin, topo: t, rep: &Report{Floor: opt.Floor, Nodes: []Node{}, Rails: []Rail{}, Suspects: []Suspect{}},
 		bad: map[int]bool{}, expected: map[string]float64{}, confirmed: map[int]bool{}}
@@ -173,6 +181,9 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	return f.rep, ctx.Err()
 }
 
+// crossBytes is what the tests across nodes time: a quarter of a node's, at least 1 KiB.
+func (f *fleet) crossBytes() int64 { return max(f.opt.Bytes/4, 1<<10) }
+
 func (f *fleet) progress(format string, a ...any) {
 	if f.opt.Progress != nil {
 		f.opt.Progress(fmt.Sprintf(format, a...))
@@ -195,7 +206,7 @@ func (o outcome) failed() bool { return o.hang != nil || o.err != nil || len(o.w
 func (f *fleet) run(b gpu.Backend, c *coll.Collective, ords []int, bytes int64, check bool) outcome {
 	f.rep.Tests++
 	w := coll.Sweep{Min: bytes, Max: bytes, Factor: 2}
-	if check {
+	if check && bytes > checkBytes {
 		w = coll.Sweep{Min: checkBytes, Max: bytes, Factor: bytes / checkBytes}
 	}
 	s, err := coll.Run(f.ctx, b, coll.Options{Coll: c, Sweep: w, DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum},
@@ -259,7 +270,7 @@ func (f *fleet) nodeRound() {
 		node := Node{Host: f.hosts[n], Status: Healthy}
 		shape := fmt.Sprintf("node %d %s", len(gpus), gpuName(f.topo, gpus[0]))
 		for _, c := range []*coll.Collective{coll.AllReduce, coll.AllToAll} {
-			o := f.run(f.b, c, gpus, nodeBytes, true)
+			o := f.run(f.b, c, gpus, f.opt.Bytes, true)
 			runs, fails := 1, 0
 			if o.failed() {
 				fails++
@@ -268,12 +279,12 @@ func (f *fleet) nodeRound() {
 						break // a hung GPU stays hung
 					}
 					runs++
-					if again := f.run(f.b, c, gpus, nodeBytes, true); again.failed() {
+					if again := f.run(f.b, c, gpus, f.opt.Bytes, true); again.failed() {
 						fails++
 					}
 				}
 			}
-			fig := figure(o, f.expect(shape+c.Name, f.twin, c, f.nodes[0], nodeBytes))
+			fig := figure(o, f.expect(shape+c.Name, f.twin, c, f.nodes[0], f.opt.Bytes))
 			if c == coll.AllReduce {
 				node.AllReduce = fig
 			} else {
@@ -387,7 +398,7 @@ func (f *fleet) slowPairs(gpus []int) [][2]int {
 	if !okB || !okT {
 		return nil
 	}
-	opt := p2p.Options{Size: 64 << 20, Repeat: 1, Samples: 1, Devices: gpus, Timeout: f.opt.Timeout}
+	opt := p2p.Options{Size: min(64<<20, f.opt.Bytes), Repeat: 1, Samples: 1, Devices: gpus, Timeout: f.opt.Timeout}
 	f.rep.Tests++
 	got, err := p2p.Run(f.ctx, b, opt)
 	if err != nil {
@@ -451,8 +462,8 @@ func (f *fleet) railRound() error {
 			return out
 		}
 		test := func(nodes []int) (bool, *Figure) {
-			o := f.run(b, coll.AllReduce, ords(nodes), crossBytes, false)
-			fig := figure(o, f.expect(fmt.Sprintf("rail %d %v", k, nodes), twin, coll.AllReduce, ords(nodes), crossBytes))
+			o := f.run(b, coll.AllReduce, ords(nodes), f.crossBytes(), false)
+			fig := figure(o, f.expect(fmt.Sprintf("rail %d %v", k, nodes), twin, coll.AllReduce, ords(nodes), f.crossBytes()))
 			return !o.failed() && fig.Ratio >= f.opt.Floor, fig
 		}
 		good := f.good()
@@ -486,8 +497,8 @@ func (f *fleet) groupRound() {
 		for _, n := range nodes {
 			ords = append(ords, f.nodes[n]...)
 		}
-		o := f.run(f.b, coll.AllReduce, ords, crossBytes, false)
-		fig := figure(o, f.expect(fmt.Sprint("group ", nodes), f.twin, coll.AllReduce, ords, crossBytes))
+		o := f.run(f.b, coll.AllReduce, ords, f.crossBytes(), false)
+		fig := figure(o, f.expect(fmt.Sprint("group ", nodes), f.twin, coll.AllReduce, ords, f.crossBytes()))
 		return !o.failed() && fig.Ratio >= f.opt.Floor, fig
 	}
 	good := f.good()
