@@ -150,12 +150,22 @@ func sameGPUs(t *gpu.Topology, name string, devs []results.Device) error {
 	}
 	for i, d := range devs {
 		g, _ := t.GPU(i)
-		if d.Name != "" && g.Name != "" && !strings.EqualFold(strings.TrimSpace(d.Name), strings.TrimSpace(g.Name)) {
+		if d.Name != "" && g.Name != "" && !strings.EqualFold(gpuModel(d.Name), gpuModel(g.Name)) {
 			return fmt.Errorf("%s was measured on %s (rank %d); topology %s has %s there: give the topology of the machine it ran on (gpubench topo --output json on it)",
 				name, input.Safe(d.Name), i, t.Name, g.Name)
 		}
 	}
 	return nil
+}
+
+// gpuModel is a GPU's name without the vendor word older drivers leave out ("A100-SXM4-80GB" is
+// "NVIDIA A100-SXM4-80GB").
+func gpuModel(name string) string {
+	name = strings.TrimSpace(name)
+	if len(name) > 7 && strings.EqualFold(name[:7], "NVIDIA ") {
+		return name[7:]
+	}
+	return name
 }
 
 // calibratedFile is the topology's own text (a preset's, or the file's, as written) with format 2

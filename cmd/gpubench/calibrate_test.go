@@ -79,6 +79,17 @@ func TestCalibrateCommand(t *testing.T) {
 }
 
 // Bad input is one line, exit 2, and nothing written.
+func TestGPUModel(t *testing.T) {
+	for a, b := range map[string]string{"A100-SXM4-80GB": "NVIDIA A100-SXM4-80GB", " nvidia H100 80GB HBM3": "NVIDIA H100 80GB HBM3"} {
+		if !strings.EqualFold(gpuModel(a), gpuModel(b)) {
+			t.Errorf("%q and %q are one GPU", a, b)
+		}
+	}
+	if strings.EqualFold(gpuModel("A100-SXM4-40GB"), gpuModel("NVIDIA A100-SXM4-80GB")) {
+		t.Error("a 40 GB A100 taken for an 80 GB one")
+	}
+}
+
 func TestCalibrateRefuses(t *testing.T) {
 	dir := t.TempDir()
 	a100 := filepath.Join(dir, "a100.json")
