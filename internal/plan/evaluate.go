@@ -13,17 +13,15 @@ type evaluator struct {
 
 	// Per-layer figures, as prefix sums over the layers (index i holds layers 0 to i-1).
 	paramSum     []float64 // parameters
-	fwdSum       []float64 // forward FLOPs per token
 	moeSum       []int     // layers with routed experts
 	largestLayer float64
 }
 
 func newEvaluator(m *Model, s *Setup, mc *Machine, p *pricer) *evaluator {
 	e := &evaluator{model: m, setup: s, machine: mc, prices: p,
-		paramSum: make([]float64, m.Layers+1), fwdSum: make([]float64, m.Layers+1), moeSum: make([]int, m.Layers+1)}
+		paramSum: make([]float64, m.Layers+1), moeSum: make([]int, m.Layers+1)}
 	for i := range m.Layers {
 		e.paramSum[i+1] = e.paramSum[i] + m.LayerParams(i)
-		e.fwdSum[i+1] = e.fwdSum[i] + m.layerFwdFLOPs(i, s.Seq)
 		e.moeSum[i+1] = e.moeSum[i]
 		if m.moeLayer(i) {
 			e.moeSum[i+1]++
@@ -97,27 +95,62 @@ func (e *evaluator) flopsRate() float64 {
 	return e.machine.PeakTFLOPS * 1e12 * e.setup.ComputeEfficiency
 }
 
+// layerTime is one layer's forward on one GPU for one micro-batch, seconds, by the roofline
+// (Williams, Waterman and Patterson 2009, "Roofline: an insightful visual performance model"):
+// each group of matrix multiplications takes the longer of its FLOPs at the compute rate and its
+// weights read from memory at the GPU's bandwidth (a GPU's few tokens per expert, or a tiny
+// micro-batch, leave its GEMMs waiting on memory); the attention scores are compute-bound. The
+// GPU's tokens are the micro-batch's over CP, its FLOPs and weights split over TP (and the
+// routed experts' weights over EP: with balanced routing each GPU's experts see its share of
+// every EP rank's tokens, the same FLOPs as without EP, on fewer weights).
+func (e *evaluator) layerTime(l Layout, moe bool) float64 {
+	m, s := e.model, e.setup
+	tokens := float64(s.Seq*s.MicroBatch) / float64(l.CP)
+	rate, bw, tp := e.flopsRate(), e.memoryRate(), float64(l.TP)
+	dense := m.AttentionParams() + m.normParams()
+	if moe {
+		dense += m.SharedParams()
+	} else {
+		dense += m.DenseMLPParams()
+	}
+	t := max(2*dense*tokens/tp/rate, 2*dense/tp/bw)
+	if moe {
+		active := float64(m.TopK) * m.mlpParams(m.ExpertFFN)
+		t += max(2*active*tokens/tp/rate, 2*m.ExpertParams()/float64(l.TP*l.EP)/bw)
+	}
+	return t + m.attnCoreFLOPs(s.Seq)*tokens/tp/rate
+}
+
+// memoryRate is the GPU's memory bandwidth, bytes/s (infinite when the topology states none).
+func (e *evaluator) memoryRate() float64 {
+	if e.machine.MemoryGBs <= 0 {
+		return math.Inf(1)
+	}
+	return e.machine.MemoryGBs * 1e9
+}
+
 // stageCompute is one micro-batch's forward and backward compute on one GPU of a stage, seconds:
-// its layers' FLOPs (and the output layer's on the last stage) for the micro-batch's tokens, split
-// over TP x CP; the backward is twice the forward, plus what recomputation runs again (the whole
-// forward of each layer with full recomputation, the attention scores with selective).
+// its layers (and the output layer on the last stage) by layerTime; the backward is twice the
+// forward (the gradients of the inputs and of the weights), plus what recomputation runs again
+// (each layer's forward with full recomputation, the attention scores with selective).
 func (e *evaluator) stageCompute(l Layout, st stage) (fwd, bwd float64) {
 	m, s := e.model, e.setup
-	tokens := float64(s.Seq * s.MicroBatch)
-	f := e.fwdSum[st.last+1] - e.fwdSum[st.first]
+	moe := e.moeIn(st)
+	f := float64(moe)*e.layerTime(l, true) + float64(st.layers()-moe)*e.layerTime(l, false)
 	var head float64
 	if st.head {
-		head = m.headFwdFLOPs()
+		tokens, tp := float64(s.Seq*s.MicroBatch)/float64(l.CP), float64(l.TP)
+		weights := 2 * float64(m.Vocab) * float64(m.Hidden)
+		head = max(m.headFwdFLOPs()*tokens/tp/e.flopsRate(), weights/tp/e.memoryRate())
 	}
 	var again float64
 	switch s.Recompute {
 	case "full":
 		again = f
 	case "selective":
-		again = float64(st.layers()) * m.attnCoreFLOPs(s.Seq)
+		again = float64(st.layers()) * m.attnCoreFLOPs(s.Seq) * float64(s.Seq*s.MicroBatch) / float64(l.TP*l.CP) / e.flopsRate()
 	}
-	split := float64(l.TP*l.CP) * e.flopsRate()
-	return tokens * (f + head) / split, tokens * (2*(f+head) + again) / split
+	return f + head, 2*(f+head) + again
 }
 
 // paceStage is the stage whose compute paces the pipeline: the one with the most layers, or the
@@ -137,14 +170,6 @@ func (e *evaluator) paceStage(l Layout) (st stage, fwd, bwd float64) {
 // schedule (PP-1)/v).
 func pipelineFactor(l Layout) float64 {
 	return float64(l.MicroBatches) + float64(l.PP-1)/float64(l.VPP)
-}
-
-// lowerBound is a layout's step time with no communication: the compute of its micro-batches,
-// its bubble, and the optimizer. Pricing can only add to it, so layouts whose bound passes the
-// best step already priced need no pricing.
-func (e *evaluator) lowerBound(l Layout) float64 {
-	_, f, b := e.paceStage(l)
-	return pipelineFactor(l)*(f+b) + e.optimizerTime(l)
 }
 
 // optimizerTime is the update's memory traffic over the GPU's memory bandwidth: an optimistic
@@ -222,6 +247,35 @@ func (e *evaluator) call(out *[]Collective, kind, coll string, g group, bytes fl
 // price times a layout's step: its collectives from the pricer, its compute from the GPUs'
 // throughput, and the overlap rules of docs/plan.md ("Time").
 func (e *evaluator) price(l Layout) (StepTime, []Collective, error) {
+	t, colls, err := e.pipeline(l)
+	if err != nil {
+		return StepTime{}, nil, err
+	}
+	// Data parallelism, on the stage with the most parameters: its reduction ends the step.
+	fwd, bwd := t.ForwardMS/1e3, t.BackwardMS/1e3
+	dpColls, dpExposed, z3MB, err := e.dataParallel(l, e.mostParams(l), fwd, bwd)
+	if err != nil {
+		return StepTime{}, nil, err
+	}
+	mb := float64(l.MicroBatches)
+	perMB := (t.ComputeS+t.TPS+t.CPS+t.EPS+t.PPS)/mb + z3MB
+	t.BubbleS = float64(l.PP-1) / float64(l.VPP) * perMB
+	t.DPS = dpExposed + mb*z3MB
+	t.StepS = t.ComputeS + t.BubbleS + t.TPS + t.CPS + t.EPS + t.PPS + t.DPS + t.OptimizerS
+	return t, append(colls, dpColls...), nil
+}
+
+// lowerBound is a layout's step time without its data-parallel reduction: pricing that can only
+// add to it, so layouts whose bound passes the best steps already priced need no more pricing
+// (the reduction's groups are the largest, and the dearest to price).
+func (e *evaluator) lowerBound(l Layout) (float64, error) {
+	t, _, err := e.pipeline(l)
+	return t.StepS, err
+}
+
+// pipeline times a layout's step but for its data-parallel reduction: the compute, the TP, CP,
+// EP and pipeline collectives of each micro-batch, the bubble, the optimizer.
+func (e *evaluator) pipeline(l Layout) (StepTime, []Collective, error) {
 	m, s := e.model, e.setup
 	st, fwd, bwd := e.paceStage(l)
 	var colls []Collective
@@ -229,7 +283,7 @@ func (e *evaluator) price(l Layout) (StepTime, []Collective, error) {
 	sLoc, b := float64(s.Seq)/float64(l.CP), float64(s.MicroBatch)
 	h, tp := float64(m.Hidden), float64(l.TP)
 	layers, moe := float64(st.layers()), float64(e.moeIn(st))
-	var tpMB, cpMB, epMB, ppMB, z3MB float64 // exposed per micro-batch
+	var tpMB, cpMB, epMB, ppMB float64 // exposed per micro-batch
 
 	if l.TP > 1 { // sequence parallelism: an all-gather before and a reduce-scatter after each block
 		calls := 4 * layers // attention and MLP blocks, forward and backward
@@ -287,29 +341,27 @@ func (e *evaluator) price(l Layout) (StepTime, []Collective, error) {
 		ppMB += 2 * float64(l.VPP) * slowest.TimeUS / 1e6
 	}
 
-	// Data parallelism: the stage whose reduction is slowest sets the step's end.
-	var dpColls []Collective
-	var dpExposed float64
-	for i, sg := range e.stages(l) {
-		c, t, z, err := e.dataParallel(l, sg, fwd, bwd)
-		if err != nil {
-			return StepTime{}, nil, err
-		}
-		if i == 0 || t+z*mb > dpExposed+z3MB*mb {
-			dpColls, dpExposed, z3MB = c, t, z
-		}
-	}
-	colls = append(colls, dpColls...)
-
-	perMB := fwd + bwd + tpMB + cpMB + epMB + ppMB + z3MB
-	bubble := float64(l.PP-1) / float64(l.VPP)
+	perMB := fwd + bwd + tpMB + cpMB + epMB + ppMB
 	t := StepTime{
-		ComputeS: mb * (fwd + bwd), BubbleS: bubble * perMB,
-		TPS: mb * tpMB, CPS: mb * cpMB, EPS: mb * epMB, PPS: mb * ppMB, DPS: dpExposed + mb*z3MB,
+		ComputeS: mb * (fwd + bwd), BubbleS: float64(l.PP-1) / float64(l.VPP) * perMB,
+		TPS: mb * tpMB, CPS: mb * cpMB, EPS: mb * epMB, PPS: mb * ppMB,
 		OptimizerS: e.optimizerTime(l), ForwardMS: fwd * 1e3, BackwardMS: bwd * 1e3,
 	}
-	t.StepS = t.ComputeS + t.BubbleS + t.TPS + t.CPS + t.EPS + t.PPS + t.DPS + t.OptimizerS
+	t.StepS = t.ComputeS + t.BubbleS + t.TPS + t.CPS + t.EPS + t.PPS + t.OptimizerS
 	return t, colls, nil
+}
+
+// mostParams is the stage holding the most parameters per GPU.
+func (e *evaluator) mostParams(l Layout) stage {
+	var most stage
+	var n float64
+	for i, st := range e.stages(l) {
+		d, x := e.stageParams(l, st)
+		if i == 0 || d+x > n {
+			most, n = st, d+x
+		}
+	}
+	return most
 }
 
 // dataParallel prices the data-parallel traffic of one stage: with ZeRO 0 an all-reduce of the

@@ -152,7 +152,8 @@ func (e *evaluator) enumerate(gpus, domain int) (layouts []Layout, rejected []re
 
 // chunkCounts is the model chunks per GPU to try for a pipeline of pp stages and micro
 // micro-batches: 1 (1F1B) unless the setup asks for the interleaved schedule, and the interleaved
-// counts v > 1 where the layers split evenly into pp x v chunks and there are at least pp
+// counts v > 1 where the layers split evenly into pp x v chunks (or, with uneven stages, each
+// chunk has a layer) and there are at least pp
 // micro-batches. (Megatron once required the micro-batches to be a multiple of pp; it now groups
 // them, and NVIDIA's NeMo recipe for Llama 3.1 405B runs v = 2 with pp 9 and 256 micro-batches.)
 func (e *evaluator) chunkCounts(pp, micro int) []int {
@@ -165,7 +166,7 @@ func (e *evaluator) chunkCounts(pp, micro int) []int {
 		return vs
 	}
 	for v := 2; v <= maxVPP; v++ {
-		if (s.VPP == 0 || s.VPP == v) && e.model.Layers%(pp*v) == 0 {
+		if (s.VPP == 0 || s.VPP == v) && chunksFit(e.model.Layers, pp, v, s.UnevenPP) {
 			vs = append(vs, v)
 		}
 	}

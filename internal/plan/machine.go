@@ -29,6 +29,8 @@ type Machine struct {
 	Fabric string `json:"fabric"`
 	// Joinable: the node has a NIC, so more of them can form a larger machine.
 	Joinable bool `json:"joinable"`
+
+	spans map[group][2]int // span's answers
 }
 
 // NewMachine describes topology t for a setup's precision. A GPU whose throughput the table does
@@ -113,11 +115,18 @@ func (g group) text() string {
 
 // span is how many nodes and NVLink domains a group's GPUs are on.
 func (m *Machine) span(g group) (nodes, domains int) {
+	if s, ok := m.spans[g]; ok {
+		return s[0], s[1]
+	}
 	seenN, seenD := map[int]bool{}, map[int]bool{}
 	for _, d := range g.devs() {
 		seenN[m.Topo.NodeOf(d)] = true
 		seenD[m.Topo.DomainOf(d)] = true
 	}
+	if m.spans == nil {
+		m.spans = map[group][2]int{}
+	}
+	m.spans[g] = [2]int{len(seenN), len(seenD)}
 	return len(seenN), len(seenD)
 }
 

@@ -74,13 +74,14 @@ type Result struct {
 	Curves      []Curve      `json:"measured_curves"`
 	Assumptions []string     `json:"assumptions"`
 	// Searched layouts: those that break no constraint; Fitting of them fit in memory; Priced
-	// of those were priced (the others cannot beat the ranked ones on compute alone).
+	// of those were priced in full (the others cannot beat the ranked ones even before their
+	// data-parallel reduction).
 	Searched int  `json:"searched"`
 	Fitting  int  `json:"fitting"`
 	Priced   int  `json:"priced"`
 	Fits     bool `json:"fits"`
 	// Ranked: the fastest layouts that fit, best first; when nothing fits, the layouts that come
-	// closest, least memory first (not priced).
+	// closest, least memory first, priced as if they fitted (Rank 0).
 	Ranked      []Candidate  `json:"ranked"`
 	Rejected    []Rejection  `json:"rejected"`
 	SmallestFit *SmallestFit `json:"smallest_fit"` // when nothing fits
@@ -143,10 +144,22 @@ func Plan(o Options) (*Result, error) {
 	r.Rejected = summarize(rejected, closest)
 	if len(fitting) == 0 {
 		slices.SortStableFunc(closest, func(a, b Candidate) int { return cmp.Compare(a.Memory.Total, b.Memory.Total) })
-		for i := range min(top, len(closest)) {
-			c := closest[i]
+		shown := map[Layout]bool{} // each shape once, with its schedule that needs least memory
+		for _, c := range closest {
+			if len(r.Ranked) == top || shown[c.Layout.shape()] {
+				continue
+			}
+			shown[c.Layout.shape()] = true
 			e.fillActivationsBy(c.Layout, &c.Memory)
 			c.Verdict = []string{fmt.Sprintf("does not fit: %.1f GiB of %.1f per GPU", GiBOf(c.Memory.Total), GiBOf(c.Memory.Capacity))}
+			// What it would take if it fitted, for the reader weighing more GPUs or less memory.
+			t, colls, err := e.price(c.Layout)
+			if err != nil {
+				return nil, err
+			}
+			c.Time, c.Collectives = &t, colls
+			c.TokensPerS = float64(tokens) / t.StepS
+			c.MFU = r.Model.ModelFLOPsPerStep / (t.StepS * float64(mc.GPUs) * mc.PeakTFLOPS * 1e12)
 			r.Ranked = append(r.Ranked, c)
 		}
 		r.SmallestFit = e.smallestFit()
@@ -154,11 +167,15 @@ func Plan(o Options) (*Result, error) {
 	}
 	r.Fits = true
 
-	// Branch and bound: price layouts in order of their compute-only bound, and stop once the
-	// bound passes the top-th best step priced.
+	// Branch and bound: price layouts in order of their step without the data-parallel
+	// reduction, and stop once that bound passes the top-th best step priced.
 	bounds := make(map[Layout]float64, len(fitting))
 	for _, c := range fitting {
-		bounds[c.Layout] = e.lowerBound(c.Layout)
+		b, err := e.lowerBound(c.Layout)
+		if err != nil {
+			return nil, err
+		}
+		bounds[c.Layout] = b
 	}
 	slices.SortStableFunc(fitting, func(a, b Candidate) int { return cmp.Compare(bounds[a.Layout], bounds[b.Layout]) })
 	// Each shape (TP, CP, PP, DP, EP) is ranked once, with its best schedule.

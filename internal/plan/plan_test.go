@@ -332,7 +332,7 @@ func TestMeasuredCurve(t *testing.T) {
 func TestNothingFits(t *testing.T) {
 	s := DefaultSetup()
 	r := run(t, preset(t, "llama-3.1-70b"), s, machine(t, "pcie-4090x8", 0, s))
-	if r.Fits || len(r.Ranked) == 0 || r.Ranked[0].Time != nil || !strings.HasPrefix(r.Ranked[0].Verdict[0], "does not fit: ") {
+	if r.Fits || len(r.Ranked) == 0 || r.Ranked[0].Rank != 0 || r.Ranked[0].Time == nil || !strings.HasPrefix(r.Ranked[0].Verdict[0], "does not fit: ") {
 		t.Fatalf("70B on eight RTX 4090: fits %v, ranked %+v", r.Fits, r.Ranked)
 	}
 	f := r.SmallestFit
@@ -445,6 +445,18 @@ func BenchmarkPlan256(b *testing.B) {
 	s := DefaultSetup()
 	s.Seq, s.GlobalBatch, s.UnevenPP = 4096, 1024, true
 	mc := machine(b, "dgx-h100", 32, s)
+	m := preset(b, "deepseek-v3")
+	for b.Loop() {
+		if _, err := Plan(Options{Model: m, Setup: s, Machine: mc}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPlan2048(b *testing.B) {
+	s := DefaultSetup()
+	s.Seq, s.GlobalBatch, s.UnevenPP, s.Precision = 4096, 15360, true, "fp8"
+	mc := machine(b, "hgx-h800", 256, s)
 	m := preset(b, "deepseek-v3")
 	for b.Loop() {
 		if _, err := Plan(Options{Model: m, Setup: s, Machine: mc}); err != nil {

@@ -39,7 +39,7 @@ func WriteText(w io.Writer, r *Result) error {
 	}
 	searched := fmt.Sprintf("%d layouts: %d fit in memory, %d priced", r.Searched, r.Fitting, r.Priced)
 	if r.Priced < r.Fitting {
-		searched += " (the others cannot beat the ranked ones on compute and bubble alone)"
+		searched += " (the others cannot beat the ranked ones even before their data-parallel reduction)"
 	}
 	line("searched", "%s", searched)
 	b.WriteString("\n")
@@ -94,11 +94,11 @@ func writeNoFit(b *strings.Builder, r *Result) {
 	fmt.Fprintf(b, "does not fit: no layout of %s fits in the %.1f GiB of a GPU of %s (%d GPUs)\n", r.Model.Name, GiBOf(mc.MemoryBytes), mc.Name, mc.GPUs)
 	if len(r.Ranked) > 0 {
 		tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "closest\tlayout\tmemory/GPU\tweights\tgradients\toptimizer\tactivations")
+		fmt.Fprintln(tw, "closest\tlayout\tmemory/GPU\tweights\tgradients\toptimizer\tactivations\tstep if it fitted")
 		for i, c := range r.Ranked {
 			mem := c.Memory
-			fmt.Fprintf(tw, "%d\t%s\t%.1f GiB\t%.1f\t%.1f\t%.1f\t%.1f\n", i+1, c.Layout, GiBOf(mem.Total), GiBOf(mem.Weights), GiBOf(mem.Gradients),
-				GiBOf(mem.Optimizer), GiBOf(mem.Activations))
+			fmt.Fprintf(tw, "%d\t%s\t%.1f GiB\t%.1f\t%.1f\t%.1f\t%.1f\t%s (MFU %.1f%%)\n", i+1, c.Layout, GiBOf(mem.Total), GiBOf(mem.Weights), GiBOf(mem.Gradients),
+				GiBOf(mem.Optimizer), GiBOf(mem.Activations), seconds(c.Time.StepS), 100*c.MFU)
 		}
 		tw.Flush()
 	}
@@ -254,10 +254,21 @@ func seconds(s float64) string {
 		return "-"
 	case s < 1e-3:
 		return trim(s*1e6, 1) + " us"
-	case s < 1:
-		return strconv.FormatFloat(s*1e3, 'g', 3, 64) + " ms"
+	case s < 0.9995:
+		return threeFigures(s*1e3) + " ms"
 	}
 	return strconv.FormatFloat(s, 'f', 2, 64) + " s"
+}
+
+// threeFigures writes v (from 1 to 1000) to three significant figures without an exponent.
+func threeFigures(v float64) string {
+	switch {
+	case v >= 99.95:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case v >= 9.995:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
 }
 
 func part(s float64) string { return seconds(s) }

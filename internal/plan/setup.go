@@ -125,8 +125,17 @@ func (s *Setup) Validate(m *Model) error {
 		return fmt.Errorf("cp %d: seq %d is not divisible by 2 x cp (each rank takes two chunks, for balance)", s.CP, s.Seq)
 	case s.VPP > 1 && s.Schedule == "1f1b":
 		return fmt.Errorf("vpp %d: the 1f1b schedule has one stage per GPU; use --schedule interleaved or auto", s.VPP)
-	case s.VPP > 1 && s.PP > 0 && (s.PP < 2 || m.Layers%(s.PP*s.VPP) != 0):
-		return fmt.Errorf("vpp %d: the interleaved schedule needs pp of 2 or more and layers (%d) divisible by pp x vpp", s.VPP, m.Layers)
+	case s.VPP > 1 && s.PP > 0 && (s.PP < 2 || !chunksFit(m.Layers, s.PP, s.VPP, s.UnevenPP)):
+		return fmt.Errorf("vpp %d: the interleaved schedule needs pp of 2 or more and the %d layers divisible by pp x vpp (with --uneven-pp, at least vpp layers a stage)", s.VPP, m.Layers)
 	}
 	return nil
+}
+
+// chunksFit reports whether layers split into pp stages of v model chunks each: evenly, or with
+// uneven stages (Llama 3's 126 layers over 16 stages and several chunks) at least a layer a chunk.
+func chunksFit(layers, pp, v int, uneven bool) bool {
+	if uneven {
+		return layers/pp >= v
+	}
+	return layers%(pp*v) == 0
 }
