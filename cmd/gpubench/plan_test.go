@@ -417,3 +417,94 @@ func trimFloat(v float64) string {
 	}
 	return strconv.FormatFloat(v, 'f', 1, 64)
 }
+
+// The worked examples of docs/plan.md are the commands' output: each block that starts with
+// "$ gpubench plan" is run, and its lines must be the output's, "..." skipping lines (the first
+// part from the output's start, each later one further on). Trailing spaces are not compared.
+func TestPlanDocExamples(t *testing.T) {
+	data, err := os.ReadFile("../../docs/plan.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```\n\\$ gpubench plan ([^\n]*)\n(.*?)```").FindAllStringSubmatch(string(data), -1)
+	if len(blocks) < 6 {
+		t.Fatalf("%d examples in docs/plan.md", len(blocks))
+	}
+	for _, b := range blocks {
+		args := append([]string{"plan"}, strings.Fields(b[1])...)
+		if strings.HasPrefix(b[2], "gpubench: ") { // an error example, about the config.json of testdata
+			t.Run("error", func(t *testing.T) {
+				config, err := os.ReadFile(filepath.Join("testdata", "plan-config-no-hidden.json"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Chdir(t.TempDir())
+				if err := os.WriteFile("config.json", config, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				_, errOut, code := gpubench(t, args...)
+				if code != exitUsage || errOut != b[2] {
+					t.Errorf("gpubench %s: exit %d, stderr %q; the doc shows %q", b[1], code, errOut, b[2])
+				}
+			})
+			continue
+		}
+		out, errOut, code := gpubench(t, args...)
+		if code != 0 || errOut != "" {
+			t.Errorf("gpubench %s: exit %d, stderr %q", b[1], code, errOut)
+			continue
+		}
+		got := strings.Split(out, "\n")
+		for i := range got {
+			got[i] = strings.TrimRight(got[i], " ")
+		}
+		// The parts between "..." lines; the first is anchored at the output's start unless the
+		// block starts with "...".
+		var parts [][]string
+		anchored := true
+		cur := []string{}
+		for i, line := range strings.Split(strings.TrimSuffix(b[2], "\n"), "\n") {
+			if line != "..." {
+				cur = append(cur, line)
+				continue
+			}
+			if i == 0 {
+				anchored = false
+			}
+			if len(cur) > 0 {
+				parts = append(parts, cur)
+			}
+			cur = []string{}
+		}
+		if len(cur) > 0 {
+			parts = append(parts, cur)
+		}
+		at := 0 // the next output line a part may start at
+		for k, want := range parts {
+			found := -1
+			for i := at; i+len(want) <= len(got); i++ {
+				if slicesEqualTrimmed(got[i:i+len(want)], want) {
+					found = i
+					break
+				}
+				if k == 0 && anchored {
+					break
+				}
+			}
+			if found < 0 {
+				t.Errorf("gpubench %s: the doc's lines\n%s\nare not in the output:\n%s", b[1], strings.Join(want, "\n"), out)
+				break
+			}
+			at = found + len(want)
+		}
+	}
+}
+
+func slicesEqualTrimmed(got, want []string) bool {
+	for i := range want {
+		if got[i] != strings.TrimRight(want[i], " ") {
+			return false
+		}
+	}
+	return true
+}

@@ -392,10 +392,30 @@ func firstOf(c *Candidate, kind string) *Collective {
 	return nil
 }
 
+// stageNote says why a layout's busiest stage computes longer than the best's: GEMMs that wait
+// on memory (the roofline of layerTime), or more layers than an even share, or the output layer.
 func (e *evaluator) stageNote(c *Candidate) string {
-	if c.Layout.PP < 2 {
+	l, m, s := c.Layout, e.model, e.setup
+	tokens := float64(s.Seq*s.MicroBatch) / float64(l.CP)
+	rate, bw := e.flopsRate(), e.memoryRate()
+	if m.MoE() {
+		weights := 2 * m.ExpertParams() / float64(l.TP*l.EP)
+		flops := 2 * float64(m.TopK) * m.mlpParams(m.ExpertFFN) * tokens / float64(l.TP)
+		if weights/bw > flops/rate {
+			perExpert := tokens * float64(m.TopK*l.EP) / float64(m.Experts)
+			return fmt.Sprintf(" (its routed experts' GEMMs wait on memory: %.1f GiB of expert weights a GPU and layer for %.0f tokens an expert; more EP would give each GPU fewer experts and more tokens each)",
+				weights/GiB, perExpert)
+		}
+	}
+	if dense := 2 * (m.AttentionParams() + m.DenseMLPParams()) / float64(l.TP); dense/bw > dense*tokens/rate {
+		return fmt.Sprintf(" (its GEMMs wait on memory: %.0f tokens a GPU a micro-batch are too few to use the weights it reads)", tokens)
+	}
+	if l.PP < 2 {
 		return ""
 	}
-	per := (e.model.Layers + c.Layout.PP - 1) / c.Layout.PP
-	return fmt.Sprintf(" (%d layers on its busiest stage of %d, and the output layer on the last)", per, c.Layout.PP)
+	most := 0
+	for _, st := range e.stages(l) {
+		most = max(most, st.layers())
+	}
+	return fmt.Sprintf(" (%d layers on its busiest stage, %.3g on average over %d stages, and the output layer on the last)", most, float64(m.Layers)/float64(l.PP), l.PP)
 }

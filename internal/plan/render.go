@@ -62,7 +62,11 @@ func WriteText(w io.Writer, r *Result) error {
 	for _, a := range r.Assumptions {
 		fmt.Fprintf(&b, "  - %s\n", a)
 	}
-	_, err := io.WriteString(w, b.String())
+	lines := strings.Split(b.String(), "\n")
+	for i := range lines { // the tables' empty last cells leave spaces
+		lines[i] = strings.TrimRight(lines[i], " ")
+	}
+	_, err := io.WriteString(w, strings.Join(lines, "\n"))
 	return err
 }
 
@@ -122,10 +126,19 @@ func writeDetail(b *strings.Builder, r *Result, c *Candidate) {
 	}
 	fmt.Fprintf(b, "memory per GPU (%s%s):\n", mem.Stage, other)
 	shard := func(stage int, what string) string {
-		if s.ZeRO >= stage && c.Layout.DP > 1 {
-			return fmt.Sprintf("ZeRO-%d: %s sharded over DP %d", s.ZeRO, what, c.Layout.DP)
+		l := c.Layout
+		switch {
+		case s.ZeRO < stage || l.CP*l.DP == 1:
+			return "not sharded"
 		}
-		return "not sharded"
+		text := fmt.Sprintf("ZeRO-%d: %s sharded over DP %d", s.ZeRO, what, l.DP)
+		if l.CP > 1 {
+			text = fmt.Sprintf("ZeRO-%d: %s sharded over CP x DP = %d", s.ZeRO, what, l.CP*l.DP)
+		}
+		if r.Model.MoE() {
+			text += fmt.Sprintf(", the experts' over %d", l.CP*l.DP/l.EP)
+		}
+		return text
 	}
 	reserve := "assumed: CUDA context and libraries 1 GiB, NCCL 0.5 GiB a communicator"
 	if s.ReserveBytes >= 0 {
