@@ -44,7 +44,7 @@ func newPlanCmd(e *env, g *globals) *cobra.Command {
 		Example: "  gpubench plan --model llama-3.1-70b --topology dgx-h100 --nodes 4 --seq 8192 --global-batch 512\n" +
 			"  gpubench plan --model ./config.json --topology hgx-h200 --nodes 2 --zero 3 --output json\n" +
 			"  gpubench plan --layers 32 --hidden 4096 --heads 32 --ffn 11008 --vocab 32000 --topology pcie-4090x8\n" +
-			"  gpubench plan --model mixtral-8x7b --nodes 2 --measured allreduce.json alltoall.log",
+			"  gpubench plan --model mixtral-8x7b --nodes 2 --measured allgather.json,reducescatter.json --measured alltoall.log",
 		Args: func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return usageErr("plan takes no arguments: give the model with --model, e.g. gpubench plan --model llama-3.1-8b")
@@ -88,7 +88,7 @@ func newPlanCmd(e *env, g *globals) *cobra.Command {
 	fl.IntVar(&s.EP, "ep", 0, "force the expert-parallel size (0: search)")
 	fl.IntVar(&s.CP, "cp", 0, "force the context-parallel size (0: search)")
 	fl.IntVar(&s.VPP, "vpp", 0, "force the model chunks per GPU of the interleaved schedule (0: search)")
-	fl.StringArrayVar(&f.measured, "measured", nil, "a result file (gpubench JSON, nccl-tests log) whose curve prices its collective at its ranks instead of the simulator (repeatable; also takes several files)")
+	fl.StringSliceVar(&f.measured, "measured", nil, "result files (gpubench JSON, nccl-tests logs) whose curves price their collectives at their ranks instead of the simulator (comma-separated, or repeat the flag)")
 	fl.IntVar(&f.top, "top", plan.DefaultTop, "layouts to rank")
 	complete(cmd, "model", plan.PresetNames())
 	complete(cmd, "precision", plan.Precisions)

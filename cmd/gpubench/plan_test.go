@@ -199,6 +199,24 @@ func TestPlanMeasured(t *testing.T) {
 	if curves, _ := measured["measured_curves"].([]any); len(curves) != 2 {
 		t.Errorf("measured_curves: %v", measured["measured_curves"])
 	}
+
+	// An nccl-tests log: an all-reduce over 16 H100s on 2 hosts prices ZeRO-0's gradient
+	// all-reduce of a DP16 layout on two DGX H100, and no other group.
+	log := "../../internal/results/testdata/nccl-tests/a3mega-allreduce.log"
+	doc := planJSON(t, "--layers", "16", "--hidden", "2048", "--heads", "16", "--ffn", "8192", "--vocab", "32000", "--topology", "dgx-h100",
+		"--nodes", "2", "--zero", "0", "--tp", "1", "--pp", "1", "--cp", "1", "--measured", log)
+	found := false
+	for _, c := range doc["ranked"].([]any)[0].(map[string]any)["collectives"].([]any) {
+		c := c.(map[string]any)
+		want := c["group"] == "dp" && c["collective"] == "allreduce" && c["ranks"] == 16.0
+		found = found || want
+		if strings.HasPrefix(c["priced_by"].(string), "measured "+log) != want {
+			t.Errorf("%s %s over %v ranks priced by %s", c["group"], c["collective"], c["ranks"], c["priced_by"])
+		}
+	}
+	if !found {
+		t.Error("no DP all-reduce over 16 ranks in the plan")
+	}
 }
 
 // The text: what was planned, the ranking, why the choice wins and the others lose, what was

@@ -278,7 +278,7 @@ func (e *evaluator) lowerBound(l Layout) (float64, error) {
 func (e *evaluator) pipeline(l Layout) (StepTime, []Collective, error) {
 	m, s := e.model, e.setup
 	st, fwd, bwd := e.paceStage(l)
-	var colls []Collective
+	colls := []Collective{}
 	mb := float64(l.MicroBatches)
 	sLoc, b := float64(s.Seq)/float64(l.CP), float64(s.MicroBatch)
 	h, tp := float64(m.Hidden), float64(l.TP)

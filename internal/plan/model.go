@@ -118,14 +118,6 @@ func (m *Model) Validate() error {
 // moeLayer reports whether layer i (from 0) has routed experts.
 func (m *Model) moeLayer(i int) bool { return m.MoE() && i >= m.DenseLayers }
 
-// MoELayers is the number of layers with routed experts.
-func (m *Model) MoELayers() int {
-	if !m.MoE() {
-		return 0
-	}
-	return m.Layers - m.DenseLayers
-}
-
 // qkDim and vDim are one head's query/key and value widths.
 func (m *Model) qkDim() float64 {
 	if m.MLA() {

@@ -127,6 +127,8 @@ func Plan(o Options) (*Result, error) {
 	}
 	if len(o.Curves) > 0 {
 		r.Pricing = "measured curves where one matches the collective, ranks and nodes; the simulator otherwise"
+	} else {
+		r.Curves = []Curve{} // JSON lists are lists, empty or not
 	}
 
 	layouts, rejected := e.enumerate(mc.GPUs, mc.DomainGPUs)
@@ -229,7 +231,7 @@ func compareCandidates(a, b Candidate) int {
 
 // summarize groups the rejected layouts by reason, and the layouts that do not fit under one.
 func summarize(rejected []rejection, closest []Candidate) []Rejection {
-	var out []Rejection
+	out := []Rejection{}
 	at := map[string]int{}
 	for _, r := range rejected {
 		if i, ok := at[r.kind]; ok {

@@ -76,7 +76,7 @@ func writeRanking(b *strings.Builder, r *Result) {
 	for _, c := range r.Ranked {
 		t := c.Time
 		fmt.Fprintf(tw, "%d\t%s\t%.1f GiB\t%s\t%s\t%.1f%%\t%.1f%%\t%s\t%s\t%s\t%s\t%s\n", c.Rank, c.Layout, GiBOf(c.Memory.Total), seconds(t.StepS),
-			thousands(c.TokensPerS), 100*c.MFU, 100*c.Bubble, part(t.TPS), part(t.CPS), part(t.EPS), part(t.PPS), part(t.DPS))
+			thousands(c.TokensPerS), 100*c.MFU, 100*c.Bubble, seconds(t.TPS), seconds(t.CPS), seconds(t.EPS), seconds(t.PPS), seconds(t.DPS))
 	}
 	tw.Flush()
 	best := r.Ranked[0]
@@ -283,8 +283,6 @@ func threeFigures(v float64) string {
 	}
 	return strconv.FormatFloat(v, 'f', 2, 64)
 }
-
-func part(s float64) string { return seconds(s) }
 
 func usText(us float64) string { return seconds(us / 1e6) }
 
