@@ -2,9 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"strings"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/gpubench/gpubench/internal/fleet"
 	"github.com/gpubench/gpubench/internal/gpu"
 	"github.com/gpubench/gpubench/internal/input"
+	"github.com/gpubench/gpubench/internal/launch"
 	"github.com/gpubench/gpubench/internal/sim"
 )
 
@@ -26,6 +29,7 @@ type fleetFlags struct {
 	drainFile   string
 	metricsFile string
 	size        string
+	launch      launchFlags
 }
 
 func newFleetCmd(e *env, g *globals) *cobra.Command {
@@ -52,6 +56,7 @@ func newFleetCmd(e *env, g *globals) *cobra.Command {
 	fl.Float64VarP(&f.timeout, "timeout", "T", 10, "seconds to wait for the GPUs in one test before calling it a hang")
 	fl.StringVar(&f.drainFile, "drain-file", "", "write the scontrol and kubectl commands that would drain the suspects to FILE (never run)")
 	fl.StringVar(&f.size, "size", "256MiB", "the size each node's tests time; the tests across nodes time a quarter of it")
+	f.launch.add(cmd)
 	fl.StringVar(&f.metricsFile, "metrics-file", "", "write per-node Prometheus metrics to FILE (node_exporter's textfile format)")
 	return cmd
 }
@@ -76,14 +81,11 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	if err != nil || bytes < 1<<10 || bytes > 1<<40 {
 		return usageErr("invalid --size %q: give 1KiB to 1TiB, e.g. 256MiB", f.size)
 	}
-	proc, err := (&launchFlags{rank: -1, worldSize: -1, localRank: -1, timeout: time.Minute}).process()
+	proc, err := f.launch.process()
 	if err != nil {
 		return err
 	}
-	if proc.Multi() {
-		return usageErr("gpubench fleet runs the whole cluster from one process, on the simulator (--backend sim --topology T --nodes N) or on this machine's GPUs; across processes under a launcher it is not built yet: run one process")
-	}
-	open, err := f.opener(cmd, e, g)
+	open, simulated, err := f.opener(cmd, e, g)
 	if err != nil {
 		return err
 	}
@@ -91,8 +93,17 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	if e.progress {
 		opt.Progress = func(s string) { fmt.Fprintf(e.stderr, "gpubench: fleet: %s\n", s) }
 	}
-	rep, err := fleet.Run(cmd.Context(), opt)
-	if err != nil {
+	var rep *fleet.Report
+	if proc.Multi() {
+		rep, err = f.acrossProcesses(cmd, e, g, proc, opt, simulated)
+		if err != nil {
+			return err
+		}
+		if proc.Rank != 0 { // rank 0 reports for every node
+			e = &env{stdout: io.Discard, stderr: e.stderr, pid: e.pid, now: e.now, version: e.version}
+			f.drainFile, f.metricsFile = "", ""
+		}
+	} else if rep, err = fleet.Run(cmd.Context(), opt); err != nil {
 		return runtimeErr(err)
 	}
 	if f.drainFile != "" {
@@ -117,10 +128,10 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 // opener returns how the fleet opens its cluster: on the simulator, the topology with the run's
 // faults, or without them for the expected figures; on real GPUs, this machine, and the
 // simulator of it (as --expect finds it) for the expected figures.
-func (f *fleetFlags) opener(cmd *cobra.Command, e *env, g *globals) (func(map[string]string, bool) (gpu.Backend, error), error) {
+func (f *fleetFlags) opener(cmd *cobra.Command, e *env, g *globals) (open func(map[string]string, bool) (gpu.Backend, error), simulated bool, err error) {
 	b, _, err := g.openColl(e)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	sb, simulated := b.(*sim.Backend)
 	if simulated {
@@ -143,16 +154,16 @@ func (f *fleetFlags) opener(cmd *cobra.Command, e *env, g *globals) (func(map[st
 				o.Faults, o.Jitter, o.Seed = faults, g.jitter, g.seed
 			}
 			return sim.New(t, o)
-		}, nil
+		}, true, nil
 	}
 	t, source, err := expectTopology(cmd, g, false, len(b.Devices()))
 	if err != nil {
 		b.Close()
-		return nil, err
+		return nil, false, err
 	}
 	if t == nil {
 		b.Close()
-		return nil, usageErr("fleet sets every figure beside what the machine should do, and %s: give --topology FILE", source)
+		return nil, false, usageErr("fleet sets every figure beside what the machine should do, and %s: give --topology FILE", source)
 	}
 	return func(env map[string]string, expected bool) (gpu.Backend, error) {
 		if expected {
@@ -162,7 +173,7 @@ func (f *fleetFlags) opener(cmd *cobra.Command, e *env, g *globals) (func(map[st
 			return nil, fmt.Errorf("fleet: NCCL_* variables are read when NCCL loads: one machine has no rails to pin")
 		}
 		return b, nil
-	}, nil
+	}, false, nil
 }
 
 func writeFleet(w io.Writer, format string, rep *fleet.Report) error {
@@ -265,4 +276,93 @@ func writeFleetMetrics(path string, rep *fleet.Report) error {
 	}
 	suspects.Set(float64(len(rep.Suspects)))
 	return prometheus.WriteToTextfile(path, reg)
+}
+
+// acrossProcesses is the fleet under a launcher, one process per node: each process tests its
+// own node (the per-node round; on the simulator, node RANK of the topology), and the processes
+// meet at the rendezvous to gather every node's verdict. The rounds across nodes (rails, groups)
+// need communicators over some of the processes, which gpubench does not make yet: they are
+// left out, and rank 0 says so.
+func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, proc launch.Process, opt fleet.Options, simulated bool) (*fleet.Report, error) {
+	addr, err := proc.Address(f.launch.rendezvous)
+	if err != nil {
+		return nil, usageErr("%v", launchMsg(err))
+	}
+	host, _ := os.Hostname()
+	if simulated {
+		t, err := g.loadTopology()
+		if err != nil {
+			return nil, err
+		}
+		nodes := len(t.Nodes)
+		if proc.Size != nodes {
+			return nil, usageErr("gpubench fleet runs one process per node: %d processes for the %d nodes of %s; start %d", proc.Size, nodes, t.Name, nodes)
+		}
+		k := proc.Rank
+		opt.Only, host = &k, t.Nodes[k].Hostname
+	}
+	run := fmt.Sprintf("fleet topology %s nodes %d floor %g repeat %d size %s sim-faults %v", g.topology, g.nodes, f.floor, f.repeat, f.size, g.faults)
+	grp, err := launch.Join(cmd.Context(), proc, addr, f.launch.timeout, launch.Member{Host: host, PID: e.pid, Run: run},
+		func() ([]byte, error) { return []byte("gpubench fleet"), nil })
+	if err != nil {
+		if errors.Is(err, launch.ErrConfig) {
+			return nil, usageErr("%s", launchMsg(err))
+		}
+		return nil, runtimeErr(fmt.Errorf("rank %d: %w", proc.Rank, err))
+	}
+	mine, runErr := fleet.Run(grp.Context(), opt)
+	if runErr != nil { // this node could not be tested: it is reported, and the others go on
+		mine = &fleet.Report{Nodes: []fleet.Node{{Host: host, Status: fleet.Untestable, Why: runErr.Error()}}}
+	}
+	all, err := gatherReports(grp, mine)
+	grp.Close(err)
+	if err != nil {
+		return nil, runtimeErr(err)
+	}
+	rep := &fleet.Report{Floor: opt.Floor, Rounds: 1, Rails: []fleet.Rail{}, Suspects: []fleet.Suspect{}}
+	for _, r := range all {
+		rep.Nodes = append(rep.Nodes, r.Nodes...)
+		rep.Suspects = append(rep.Suspects, r.Suspects...)
+		rep.Tests += r.Tests
+	}
+	if proc.Rank == 0 {
+		fmt.Fprintf(e.stderr, "gpubench: fleet: %d processes tested their own nodes; the rounds across nodes (rails, groups) run from one process only (docs/fleet.md)\n", proc.Size)
+	}
+	return rep, nil
+}
+
+// gatherReports gives every process every process's report. The rendezvous carries numbers: a
+// report travels as its JSON, a byte per number, padded to the longest.
+func gatherReports(grp *launch.Group, mine *fleet.Report) ([]*fleet.Report, error) {
+	data, err := json.Marshal(mine)
+	if err != nil {
+		return nil, err
+	}
+	lens, err := grp.AllGather(grp.Context(), []float64{float64(len(data))})
+	if err != nil {
+		return nil, err
+	}
+	longest := 0
+	for _, l := range lens {
+		longest = max(longest, int(l[0]))
+	}
+	vals := make([]float64, longest)
+	for i, c := range data {
+		vals[i] = float64(c)
+	}
+	all, err := grp.AllGather(grp.Context(), vals)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*fleet.Report, len(all))
+	for r, v := range all {
+		b := make([]byte, int(lens[r][0]))
+		for i := range b {
+			b[i] = byte(v[i])
+		}
+		if err := json.Unmarshal(b, &out[r]); err != nil {
+			return nil, fmt.Errorf("rank %d's report: %w", r, err)
+		}
+	}
+	return out, nil
 }

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // 64 simulated DGX H100 with five faults of five kinds: each is found and named for what it is,
@@ -130,7 +132,36 @@ func TestFleetRefuses(t *testing.T) {
 	t.Setenv("RANK", "0")
 	t.Setenv("WORLD_SIZE", "2")
 	t.Setenv("MASTER_ADDR", "127.0.0.1")
-	if _, errOut, code := gpubench(t, "fleet", "--backend", "sim"); code != exitUsage || !strings.Contains(errOut, "across processes under a launcher it is not built yet") {
-		t.Errorf("under a launcher: exit %d, %q", code, errOut)
+	if _, errOut, code := gpubench(t, "fleet", "--backend", "sim"); code != exitUsage || errOut != "gpubench: gpubench fleet runs one process per node: 2 processes for the 1 nodes of dgx-h100; start 1\n" {
+		t.Errorf("2 processes for 1 node: exit %d, %q", code, errOut)
+	}
+}
+
+// Under a launcher, one process per node: each tests its own node, and rank 0 reports every
+// node's verdict (the corrupting GPU named), saying that the rounds across nodes were left out;
+// every rank exits as the fleet's verdict says.
+func TestFleetAcrossProcesses(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ps := startRanks(t, ctx, 4, nil, "fleet", "--backend", "sim", "--nodes", "4", "--sim-fault", "corrupt=9", "--size", "16MiB", "--output", "json")
+	for _, p := range ps {
+		<-p.done
+	}
+	for rank, p := range ps {
+		if p.code != exitCheck || !strings.Contains(p.stderr.String(), "gpubench: fleet: 1 suspect: GPU 1 of dgx-h100-1 FAILED") {
+			t.Errorf("rank %d: exit %d, stderr %q", rank, p.code, p.stderr.String())
+		}
+		if rank > 0 && p.stdout.String() != "" {
+			t.Errorf("rank %d printed %q", rank, p.stdout.String())
+		}
+	}
+	if !strings.Contains(ps[0].stderr.String(), "4 processes tested their own nodes; the rounds across nodes (rails, groups) run from one process only") {
+		t.Errorf("rank 0's stderr %q", ps[0].stderr.String())
+	}
+	var rep struct {
+		Nodes []struct{ Host, Status string }
+	}
+	if err := json.Unmarshal([]byte(ps[0].stdout.String()), &rep); err != nil || len(rep.Nodes) != 4 || rep.Nodes[1].Host != "dgx-h100-1" || rep.Nodes[1].Status != "failed" || rep.Nodes[2].Status != "healthy" {
+		t.Errorf("%v: %+v", err, rep)
 	}
 }

@@ -46,6 +46,9 @@ type Options struct {
 	// Bytes is the size each node's tests time (0: 256 MiB); the tests across nodes time a
 	// quarter of it.
 	Bytes int64
+	// Only, when set, tests that node alone (its index in the topology): the per-node round of a
+	// process that drives one node of many.
+	Only *int
 	// Progress, when set, hears each phase.
 	Progress func(string)
 }
@@ -162,6 +165,12 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 			f.hosts = append(f.hosts, t.Nodes[len(f.hosts)].Hostname)
 		}
 		f.nodes[n] = append(f.nodes[n], g)
+	}
+	if k := opt.Only; k != nil {
+		if *k < 0 || *k >= len(f.nodes) {
+			return nil, fmt.Errorf("fleet: node %d of %d", *k, len(f.nodes))
+		}
+		f.nodes, f.hosts = f.nodes[*k:*k+1], f.hosts[*k:*k+1]
 	}
 	f.progress("%d nodes of %d GPUs: each node on its own", len(f.nodes), len(f.nodes[0]))
 	f.nodeRound()
