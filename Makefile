@@ -72,6 +72,8 @@ fuzz:
 	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzGreet$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
 	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzFirstHost$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
 	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzAddressFlag$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
+	$(GO) test ./internal/plan -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
+	$(GO) test ./internal/plan -run '^$$' -fuzz '^FuzzSetup$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
 
 # CPU seconds and peak memory of simulated 8B:8GB all-reduce and all-to-all sweeps at 8 to 8,192
 # GPUs, loading 1,024 nodes, a rendezvous of 1,024 ranks, and 16 one-rank processes against one
