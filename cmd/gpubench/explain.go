@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -130,7 +131,11 @@ func writeExplanation(w io.Writer, x sim.Explanation) error {
 	case c.Algo == "copy":
 		line("chosen", "a local copy at memory speed (one rank), %s", usText(c.TimeUS))
 	default:
-		line("chosen", "%s, %s, %s", pair, countText(c.Channels, "channel"), usText(c.TimeUS))
+		run := ""
+		if math.Abs(c.SimTimeUS-c.TimeUS) > 0.005*c.TimeUS {
+			run = fmt.Sprintf(" by NCCL's figures; the simulated call takes %s (the fabric's latency, or a calibration)", usText(c.SimTimeUS))
+		}
+		line("chosen", "%s, %s, %s%s", pair, countText(c.Channels, "channel"), usText(c.TimeUS), run)
 		if r := x.RunnerUp; r != nil {
 			line("runner-up", "%s/%s, %s, %s (%.1f%% slower)", r.Algo, r.Proto, countText(r.Channels, "channel"), usText(r.TimeUS), *x.RunnerUpSlowerPercent)
 		} else {

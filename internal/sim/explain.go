@@ -75,6 +75,9 @@ type ExplainedCandidate struct {
 	BandwidthUS float64 `json:"bandwidth_us"`
 	AlgGBs      float64 `json:"algbw_gbs"`
 	BusGBs      float64 `json:"busbw_gbs"`
+	// SimTimeUS is what the simulated call takes: TimeUS is NCCL's own estimate, which it picks
+	// by; they differ where the fabric's latency is not InfiniBand's or a calibration applies.
+	SimTimeUS float64 `json:"sim_time_us"`
 }
 
 // RegimeChange is a size where the tuner's pick changes. Bytes is the first size of the upper
@@ -196,7 +199,7 @@ func busFactor(coll string, n int) float64 {
 // explained is a tuner candidate with its two terms and its bus bandwidth.
 func (m *model) explained(c Candidate, bytes int64, factor float64) ExplainedCandidate {
 	return ExplainedCandidate{Algo: c.Algo, Proto: c.Proto, Channels: c.Channels, TimeUS: c.TimeUS,
-		LatencyUS: c.LatencyUS, BandwidthUS: c.TimeUS - c.LatencyUS, AlgGBs: c.AlgGBs, BusGBs: c.AlgGBs * factor}
+		LatencyUS: c.LatencyUS, BandwidthUS: c.TimeUS - c.LatencyUS, AlgGBs: c.AlgGBs, BusGBs: c.AlgGBs * factor, SimTimeUS: c.SimUS}
 }
 
 // netKind names the network as the link load does: its kind, or net.
@@ -343,7 +346,7 @@ func (m *model) explainP2P(x *Explanation, coll string, bytes int64) error {
 		bw, link = c.TimeUS-c.LatencyUS, "memory"
 	}
 	lat := math.Round((total-bw)*1e6) / 1e6 // to the picosecond: the sum's rounding is noise
-	c := ExplainedCandidate{Algo: "P2P", Proto: "Simple", TimeUS: total, LatencyUS: lat, BandwidthUS: bw}
+	c := ExplainedCandidate{Algo: "P2P", Proto: "Simple", TimeUS: total, LatencyUS: lat, BandwidthUS: bw, SimTimeUS: total}
 	if bw > 0 {
 		c.AlgGBs = float64(bytes) / (1e3 * bw)
 		c.BusGBs = c.AlgGBs * busFactor(coll, n)
