@@ -60,11 +60,11 @@ type model struct {
 	ll128   bool
 	nvls    bool // every rank on an NVSwitch with NVLink SHARP, Hopper or later
 	collnet bool // the fabric reduces (SHARP) and NCCL_COLLNET_ENABLE=1
-	heads   int  // NICs per node (CollNet's heads)
+	heads   int  // NICs per NVLink domain, the fewest (CollNet's heads)
 	sameCh  bool // ring channels all take the same path (one NVLink node)
 	rings   int
 	ringBus float64 // ring Simple bus bandwidth, GB/s
-	netGBs  float64 // a node's NICs together, GB/s
+	netGBs  float64 // the first rank's NVLink domain's NICs together, GB/s (several domains only)
 	memGBs  float64
 	graphs  [numAlgos]searchGraph
 	env     tunerEnv
@@ -83,11 +83,11 @@ type searchGraph struct {
 
 func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
 	m := &model{topo: t, devs: devs, n: len(devs), cc: math.Inf(1), nvls: true, memGBs: math.Inf(1), env: parseTunerEnv(env)}
-	domains, hosts := map[int]bool{}, map[int]bool{}
+	domains, hosts := map[int]bool{}, map[int]int{} // hosts: host -> its domain
 	for _, d := range devs {
 		g, node := t.GPU(d)
 		domains[t.DomainOf(d)] = true
-		hosts[t.NodeOf(d)] = true
+		hosts[t.NodeOf(d)] = t.DomainOf(d)
 		cc, _ := strconv.ParseFloat(g.ComputeCapability, 64)
 		m.cc = math.Min(m.cc, cc)
 		m.memGBs = math.Min(m.memGBs, g.MemoryGBs)
@@ -95,11 +95,29 @@ func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
 		for _, c := range node.CPUs {
 			m.amd = m.amd || strings.Contains(c.Name, "AMD")
 		}
-		if m.heads == 0 || len(node.NICs) < m.heads {
-			m.heads = len(node.NICs)
-		}
 	}
 	m.nodes = len(domains)
+	// NCCL's node is the NVLink domain: its NICs are those of its hosts that hold ranks (a GB200
+	// NVL72 rack's 18 trays), CollNet's heads the fewest any domain has.
+	domHosts := map[int][]int{}
+	for h, d := range hosts {
+		domHosts[d] = append(domHosts[d], h)
+	}
+	first := t.DomainOf(devs[0])
+	for d, hs := range domHosts {
+		nics := 0
+		for _, h := range hs {
+			nics += len(t.Nodes[h].NICs)
+			if d == first && len(domains) > 1 {
+				for _, c := range t.Nodes[h].NICs {
+					m.netGBs += c.Gbps / 8
+				}
+			}
+		}
+		if m.heads == 0 || nics < m.heads {
+			m.heads = nics
+		}
+	}
 	m.ppn = float64(m.n) / float64(m.nodes)
 	switch {
 	case m.cc >= 10:
@@ -128,14 +146,6 @@ func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
 		m.rings = rings
 		us, limit := t.LinkLoadKind(flows, m.efficiency)
 		m.ringBus, m.limit = float64(rings)/(us*1e3), limit
-	}
-	if m.nodes > 1 {
-		for _, d := range devs[:1] {
-			_, node := t.GPU(d)
-			for _, c := range node.NICs {
-				m.netGBs += c.Gbps / 8
-			}
-		}
 	}
 	m.graphs = m.searchGraphs()
 	return m

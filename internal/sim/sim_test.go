@@ -263,3 +263,22 @@ func TestPeerInfoFollowsTheFile(t *testing.T) {
 		t.Error(`"p2p": "none" gives no access`)
 	}
 }
+
+// NCCL's node is the NVLink domain: two GB200 NVL72 racks have 72 NICs a domain, 4 a tray.
+func TestDomainNICs(t *testing.T) {
+	topo, err := LoadTopology("gb200-nvl72")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if topo, err = topo.WithNodes(36); err != nil {
+		t.Fatal(err)
+	}
+	devs := make([]int, topo.NumGPUs())
+	for i := range devs {
+		devs[i] = i
+	}
+	m := newModel(topo, devs, nil)
+	if m.nodes != 2 || m.heads != 72 || math.Abs(m.netGBs-72*50) > 1e-9 {
+		t.Errorf("2 racks: %d domains, %d heads, %v GB/s of NICs; want 2, 72, 3600", m.nodes, m.heads, m.netGBs)
+	}
+}
