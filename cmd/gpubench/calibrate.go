@@ -32,8 +32,10 @@ func newCalibrateCmd(e *env, g *globals) *cobra.Command {
 			"predicts what that machine does (docs/calibrate.md).",
 		Example: "  gpubench calibrate --topology dgx-h100 all_reduce_perf.log -o calibrated.json\n" +
 			"  gpubench allreduce --backend sim --topology calibrated.json --nodes 64",
-		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usageErr("calibrate needs the runs to fit: gpubench calibrate RESULT... --topology PRESET|FILE -o CALIBRATED.json")
+			}
 			return runCalibrate(e, g, args, out)
 		},
 	}
