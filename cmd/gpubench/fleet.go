@@ -184,9 +184,9 @@ func writeFleet(w io.Writer, format string, rep *fleet.Report) error {
 		return enc.Encode(rep)
 	case "markdown":
 		fmt.Fprintf(w, "**gpubench fleet**: %d nodes, %d tests in %d rounds, floor %.0f%% of expected\n\n", len(rep.Nodes), rep.Tests, rep.Rounds, 100*rep.Floor)
-		fmt.Fprintln(w, "| host | status | all-reduce (% of expected) | all-to-all (% of expected) | why |\n|---|---|---:|---:|---|")
+		fmt.Fprintln(w, "| host | status | all-reduce (% of expected) | all-to-all (% of expected) | slowest P2P pair (% of expected) | why |\n|---|---|---:|---:|---:|---|")
 		for _, n := range rep.Nodes {
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", n.Host, n.Status, pct(n.AllReduce), pct(n.AllToAll), n.Why)
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", n.Host, n.Status, pct(n.AllReduce), pct(n.AllToAll), pct(n.P2P), n.Why)
 		}
 		fmt.Fprintln(w)
 		for _, s := range rep.Summary() {
@@ -195,9 +195,9 @@ func writeFleet(w io.Writer, format string, rep *fleet.Report) error {
 		return nil
 	case "table":
 		fmt.Fprintf(w, "# gpubench fleet: %d nodes; %d tests in %d rounds; floor %.0f%% of expected\n", len(rep.Nodes), rep.Tests, rep.Rounds, 100*rep.Floor)
-		fmt.Fprintf(w, "%-20s  %-10s  %10s  %10s  %s\n", "host", "status", "allreduce", "alltoall", "why")
+		fmt.Fprintf(w, "%-20s  %-10s  %10s  %10s  %10s  %s\n", "host", "status", "allreduce", "alltoall", "p2p", "why")
 		for _, n := range rep.Nodes {
-			fmt.Fprintf(w, "%-20s  %-10s  %10s  %10s  %s\n", n.Host, n.Status, pct(n.AllReduce), pct(n.AllToAll), n.Why)
+			fmt.Fprintf(w, "%-20s  %-10s  %10s  %10s  %10s  %s\n", n.Host, n.Status, pct(n.AllReduce), pct(n.AllToAll), pct(n.P2P), n.Why)
 		}
 		for _, r := range rep.Rails {
 			fmt.Fprintf(w, "# rail %d (%s): %s, %s of expected\n", r.Rail, r.NIC, r.Status, pct(r.Figure))
@@ -259,7 +259,7 @@ func drainCommands(rep *fleet.Report) []byte {
 func writeFleetMetrics(path string, rep *fleet.Report) error {
 	reg := prometheus.NewRegistry()
 	healthy := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpubench_fleet_node_healthy", Help: "1 when gpubench fleet found the node healthy, 0 otherwise."}, []string{"host", "status"})
-	ratio := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpubench_fleet_node_busbw_ratio", Help: "The node's busbw over what the machine should reach, per collective."}, []string{"host", "collective"})
+	ratio := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpubench_fleet_node_busbw_ratio", Help: "The node's busbw over what the machine should reach, per collective (p2p: its slowest pair)."}, []string{"host", "collective"})
 	suspects := prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpubench_fleet_suspects", Help: "Suspects gpubench fleet named."})
 	reg.MustRegister(healthy, ratio, suspects)
 	for _, n := range rep.Nodes {
@@ -268,7 +268,7 @@ func writeFleetMetrics(path string, rep *fleet.Report) error {
 			v = 1
 		}
 		healthy.WithLabelValues(n.Host, string(n.Status)).Set(v)
-		for c, f := range map[string]*fleet.Figure{"allreduce": n.AllReduce, "alltoall": n.AllToAll} {
+		for c, f := range map[string]*fleet.Figure{"allreduce": n.AllReduce, "alltoall": n.AllToAll, "p2p": n.P2P} {
 			if f != nil && f.Error == "" {
 				ratio.WithLabelValues(n.Host, c).Set(f.Ratio)
 			}

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// 64 simulated DGX H100 with five faults of five kinds: each is found and named for what it is,
+// 64 simulated DGX H100 with six faults of six kinds: each is found and named for what it is,
 // and nothing else is; the drain file and the metrics name the same nodes.
 func TestFleetFindsEachFault(t *testing.T) {
 	dir := t.TempDir()
@@ -22,8 +22,9 @@ func TestFleetFindsEachFault(t *testing.T) {
 		"--sim-fault", "slow-node=dgx-h100-40,0.5", // every link of a node at half speed
 		"--sim-fault", "corrupt=81", // GPU 1 of node 10 corrupts its output
 		"--sim-fault", "hang=170", // GPU 2 of node 21 hangs
-		"--sim-fault", "flaky-link=dgx-h100-50/gpu1,dgx-h100-50/nvswitch,3") // drops one call in three
-	if code != exitCheck || !strings.HasPrefix(errOut, "gpubench: fleet: 5 suspects: ") {
+		"--sim-fault", "flaky-link=dgx-h100-50/gpu1,dgx-h100-50/nvswitch,3", // drops one call in three
+		"--sim-fault", "slow-link=dgx-h100-30/gpu5,dgx-h100-30/nvswitch,0.5") // one GPU's NVLink at half speed
+	if code != exitCheck || !strings.HasPrefix(errOut, "gpubench: fleet: 6 suspects: ") {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 	var rep struct {
@@ -58,6 +59,7 @@ func TestFleetFindsEachFault(t *testing.T) {
 	want := []string{
 		"gpu dgx-h100-10 failed gpu1",
 		"gpu dgx-h100-21 failed gpu2",
+		"gpu dgx-h100-30 degraded gpu5",
 		"nic dgx-h100-37 degraded mlx5_3 rail3",
 		"node dgx-h100-40 degraded",
 		"node dgx-h100-50 failed",
@@ -71,27 +73,27 @@ func TestFleetFindsEachFault(t *testing.T) {
 			bad++
 		}
 	}
-	if len(rep.Nodes) != 64 || bad != 5 || rep.Rounds < 4 || rep.Rounds > 30 || rep.Tests > 400 {
+	if len(rep.Nodes) != 64 || bad != 6 || rep.Rounds < 4 || rep.Rounds > 30 || rep.Tests > 400 {
 		t.Errorf("%d nodes, %d not healthy, %d tests in %d rounds", len(rep.Nodes), bad, rep.Tests, rep.Rounds)
 	}
 	d, err := os.ReadFile(drain)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, h := range []string{"dgx-h100-10", "dgx-h100-21", "dgx-h100-37", "dgx-h100-40", "dgx-h100-50"} {
+	for _, h := range []string{"dgx-h100-10", "dgx-h100-21", "dgx-h100-30", "dgx-h100-37", "dgx-h100-40", "dgx-h100-50"} {
 		if !strings.Contains(string(d), "scontrol update NodeName="+h+" State=DRAIN Reason=\"gpubench fleet: ") ||
 			!strings.Contains(string(d), "kubectl taint node "+h+" gpubench.io/fleet=suspect:NoSchedule --overwrite") {
 			t.Errorf("drain file lacks %s:\n%s", h, d)
 		}
 	}
-	if strings.Count(string(d), "scontrol") != 5 {
+	if strings.Count(string(d), "scontrol") != 6 {
 		t.Errorf("drain file drains other nodes too:\n%s", d)
 	}
 	m, err := os.ReadFile(metrics)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{`gpubench_fleet_node_healthy{host="dgx-h100-37",status="degraded"} 0`, `gpubench_fleet_node_healthy{host="dgx-h100-0",status="healthy"} 1`, "gpubench_fleet_suspects 5"} {
+	for _, w := range []string{`gpubench_fleet_node_healthy{host="dgx-h100-37",status="degraded"} 0`, `gpubench_fleet_node_healthy{host="dgx-h100-0",status="healthy"} 1`, "gpubench_fleet_suspects 6"} {
 		if !strings.Contains(string(m), w) {
 			t.Errorf("metrics lack %q", w)
 		}

@@ -68,6 +68,9 @@ type Node struct {
 	Why       string  `json:"why,omitempty"`
 	AllReduce *Figure `json:"allreduce"`
 	AllToAll  *Figure `json:"alltoall"`
+	// P2P is the node's slowest P2P pair (unidirectional copies), against the same pair on the
+	// fault-free machine; nil where P2P was not measured.
+	P2P *Figure `json:"p2p"`
 }
 
 // Rail is one rail's test across the nodes.
@@ -128,6 +131,8 @@ type fleet struct {
 	expected  map[string]float64
 	depth     int // the deepest bisection, in rounds
 	confirmed map[int]bool
+	slow      map[int][][2]int       // per node: the P2P pairs under the floor
+	p2pWant   map[string]*p2p.Matrix // the fault-free machine's P2P matrix, by node shape
 }
 
 // Run tests the cluster: per node, per rail, then across nodes in groups, bisecting what falls
@@ -157,7 +162,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		opt.Bytes = defaultBytes
 	}
 	f := &fleet{ctx: ctx, opt: opt, b: b, twin: twin, topo: t, rep: &Report{Floor: opt.Floor, Nodes: []Node{}, Rails: []Rail{}, Suspects: []Suspect{}},
-		bad: map[int]bool{}, expected: map[string]float64{}, confirmed: map[int]bool{}}
+		bad: map[int]bool{}, expected: map[string]float64{}, confirmed: map[int]bool{}, slow: map[int][][2]int{}, p2pWant: map[string]*p2p.Matrix{}}
 	for g := range t.NumGPUs() {
 		n := t.NodeOf(g)
 		for len(f.nodes) <= n {
@@ -269,9 +274,9 @@ func figure(o outcome, expected float64) *Figure {
 	return fig
 }
 
-// nodeRound tests every node on its own: an all-reduce and an all-to-all over its GPUs, the
-// all-reduce's data checked, against the same on the fault-free machine and against the other
-// nodes (a robust outlier rule). A failed test runs again, Repeat times, so that an intermittent
+// nodeRound tests every node on its own: an all-reduce and an all-to-all over its GPUs, their
+// data checked, and its GPUs' P2P copies, against the same on the fault-free machine and the
+// collectives against the other nodes too (a robust outlier rule). A failed test runs again, Repeat times, so that an intermittent
 // failure is told apart.
 func (f *fleet) nodeRound() {
 	f.rep.Rounds++
@@ -306,6 +311,9 @@ func (f *fleet) nodeRound() {
 				break // a hung GPU stays hung: the node's other tests would only hang too
 			}
 		}
+		if node.Status == Healthy {
+			node.P2P, f.slow[n] = f.p2pNode(gpus, shape)
+		}
 		f.rep.Nodes = append(f.rep.Nodes, node)
 	}
 	// Below the floor of what is expected, or far below the other nodes.
@@ -329,6 +337,12 @@ func (f *fleet) nodeRound() {
 			case fig.Ratio < low:
 				node.Status, node.Why = Degraded, fmt.Sprintf("%s %.1f GB/s busbw, an outlier among the nodes (%.0f%% of expected, the fleet's median %.0f%%)", c, fig.BusBW, 100*fig.Ratio, 100*median(ratios))
 			}
+		}
+	}
+	for n := range f.rep.Nodes {
+		if node := &f.rep.Nodes[n]; node.Status == Healthy && len(f.slow[n]) > 0 {
+			p := node.P2P
+			node.Status, node.Why = Degraded, fmt.Sprintf("%d P2P pairs under %.0f%% of expected, the slowest %.1f GB/s of %.1f", len(f.slow[n]), 100*f.opt.Floor, p.BusBW, p.Expected)
 		}
 	}
 	for n, node := range f.rep.Nodes {
@@ -382,7 +396,7 @@ func (f *fleet) failure(n int, c *coll.Collective, o outcome, fails, runs int) s
 // whose P2P copies fall short of the fault-free machine's; the node when there is none.
 func (f *fleet) suspectNode(n int, why string) {
 	gpus := f.nodes[n]
-	slow := f.slowPairs(gpus)
+	slow := f.slow[n]
 	count := map[int]int{}
 	for _, p := range slow {
 		count[p[0]]++
@@ -399,25 +413,20 @@ func (f *fleet) suspectNode(n int, why string) {
 	f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "node", Host: f.hosts[n], Status: Degraded, Why: why})
 }
 
-// slowPairs are the ordered pairs of gpus whose unidirectional P2P copies reach less than the
-// floor of the fault-free machine's.
-func (f *fleet) slowPairs(gpus []int) [][2]int {
+// p2pNode measures a node's unidirectional P2P copies and sets them beside the fault-free
+// machine's (measured once per node shape): the slowest pair's figure, and the ordered pairs
+// under the floor. Nil, nil where the backends cannot copy.
+func (f *fleet) p2pNode(gpus []int, shape string) (*Figure, [][2]int) {
 	b, okB := f.b.(p2p.Backend)
 	t, okT := f.twin.(p2p.Backend)
-	if !okB || !okT {
-		return nil
+	if !okB || !okT || len(gpus) < 2 {
+		return nil, nil
 	}
 	opt := p2p.Options{Size: min(64<<20, f.opt.Bytes), Repeat: 1, Samples: 1, Devices: gpus, Timeout: f.opt.Timeout}
-	f.rep.Tests++
-	got, err := p2p.Run(f.ctx, b, opt)
-	if err != nil {
-		return nil
-	}
-	want, err := p2p.Run(f.ctx, t, opt)
-	if err != nil {
-		return nil
-	}
-	uni := func(r *p2p.Result) *p2p.Matrix {
+	uni := func(r *p2p.Result, err error) *p2p.Matrix {
+		if err != nil {
+			return nil
+		}
 		for i := range r.Matrices {
 			if r.Matrices[i].Key == "uni_enabled" {
 				return &r.Matrices[i]
@@ -425,20 +434,33 @@ func (f *fleet) slowPairs(gpus []int) [][2]int {
 		}
 		return nil
 	}
-	g, w := uni(got), uni(want)
-	if g == nil || w == nil {
-		return nil
+	want, ok := f.p2pWant[shape]
+	if !ok {
+		want = uni(p2p.Run(f.ctx, t, p2p.Options{Size: opt.Size, Repeat: 1, Samples: 1, Devices: f.nodes[0]}))
+		f.p2pWant[shape] = want
+	}
+	f.rep.Tests++
+	got := uni(p2p.Run(f.ctx, b, opt))
+	if got == nil || want == nil {
+		return nil, nil
 	}
 	var slow [][2]int
+	var worst *Figure
 	for i := range gpus {
 		for j := range gpus {
-			a, b := g.Cells[i][j].Value, w.Cells[i][j].Value
-			if i != j && a != nil && b != nil && *b > 0 && *a < f.opt.Floor**b {
+			a, w := got.Cells[i][j].Value, want.Cells[i][j].Value
+			if i == j || a == nil || w == nil || *w <= 0 {
+				continue
+			}
+			if r := *a / *w; worst == nil || r < worst.Ratio {
+				worst = &Figure{BusBW: *a, Expected: *w, Ratio: r}
+			}
+			if *a < f.opt.Floor**w {
 				slow = append(slow, [2]int{gpus[i], gpus[j]})
 			}
 		}
 	}
-	return slow
+	return worst, slow
 }
 
 // railRound tests each rail (GPU k of every node, through its NIC alone) across the nodes still
