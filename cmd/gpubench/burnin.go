@@ -14,6 +14,7 @@ import (
 	"github.com/gpubench/gpubench/internal/gpu"
 	"github.com/gpubench/gpubench/internal/metrics"
 	"github.com/gpubench/gpubench/internal/metrics/telemetry"
+	"github.com/gpubench/gpubench/internal/p2p"
 	"github.com/gpubench/gpubench/internal/results"
 	"github.com/gpubench/gpubench/internal/sim"
 )
@@ -362,7 +363,7 @@ func subjectText(s string) string {
 // sets them, as the notice says.
 func (f *burninFlags) expectFloors(cmd *cobra.Command, e *env, g *globals, b gpu.Backend, opt *burnin.Options) error {
 	x := expectFlags{on: f.expect}
-	if !x.wanted(cmd, simulated(b)) || len(opt.Collectives) == 0 || len(opt.Reference) > 0 || opt.MinBusBW > 0 || cmd.Flags().Changed("baseline") {
+	if !x.wanted(cmd, simulated(b)) || len(opt.Reference) > 0 || opt.MinBusBW > 0 || cmd.Flags().Changed("baseline") {
 		return nil
 	}
 	ranks := len(b.Devices())
@@ -394,6 +395,31 @@ func (f *burninFlags) expectFloors(cmd *cobra.Command, e *env, g *globals, b gpu
 	}
 	if len(ref) > 0 {
 		opt.Reference, opt.ReferenceFrom = ref, "expected: "+source
+	}
+	if opt.P2PSize > 0 { // the same copies on the simulated machine
+		sb, err := sim.New(t, sim.Options{Env: ncclEnv()})
+		if err != nil {
+			return nil
+		}
+		defer sb.Close()
+		res, err := p2p.Run(cmd.Context(), sb, p2p.Options{Size: opt.P2PSize, Repeat: 1, Samples: 1})
+		if err != nil {
+			fmt.Fprintf(e.stderr, "gpubench: p2p floors from the first %v's best: the simulator cannot run these copies on %s: %v\n", opt.Baseline, t.Name, err)
+			return nil
+		}
+		for _, m := range res.Matrices {
+			if m.Key != "uni_enabled" {
+				continue
+			}
+			opt.P2PExpected = map[[2]int]float64{}
+			for i, row := range m.Cells {
+				for j, c := range row {
+					if i != j && c.Value != nil && *c.Value > 0 {
+						opt.P2PExpected[[2]int{res.Devices[i].Ordinal, res.Devices[j].Ordinal}] = *c.Value
+					}
+				}
+			}
+		}
 	}
 	return nil
 }

@@ -123,8 +123,15 @@ func TestBurninExpectedFloors(t *testing.T) {
 			t.Errorf("%q: want the bandwidth check %s against 0.75 x expected:\n%s", tc.fault, tc.status, out)
 		}
 	}
+	// The copies are held to the same copies on the fault-free machine: a GPU's half-speed link
+	// fails its pairs from the first pass on.
+	out, _, code := gpubench(t, "burnin", "--backend", "sim", "--duration", "5s", "--collectives", "none", "--p2p-size", "16MiB", "--expect",
+		"--sim-fault", "slow-link=gpu3,nvswitch,0.5")
+	if code != 3 || !strings.Contains(out, "copies 0->3 at ") || !strings.Contains(out, "(0.75 x expected ") || !strings.Contains(out, "every slow pair involves GPU 3") {
+		t.Errorf("p2p against expected: exit %d\n%s", code, out)
+	}
 	// Without --expect on the simulator, or with --baseline given, the first minute sets them.
-	out, _, code := gpubench(t, append(base, "--baseline", "1s")...)
+	out, _, code = gpubench(t, append(base, "--baseline", "1s")...)
 	if code != 0 || strings.Contains(out, "x expected") || !strings.Contains(out, "best of the first 1s") {
 		t.Errorf("--baseline with --expect: exit %d\n%s", code, out)
 	}

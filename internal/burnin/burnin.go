@@ -52,6 +52,9 @@ type Options struct {
 	// ReferenceFrom names where Reference came from when it is not --reference files: "expected"
 	// figures, with their source.
 	ReferenceFrom string
+	// P2PExpected, when set, is each ordered pair's expected copy bandwidth (GB/s, by device
+	// ordinals): the p2p floors are Floor times it, from the first pass, instead of the baseline.
+	P2PExpected map[[2]int]float64
 	// IgnoredXIDs are XIDs that do not fail the xid check.
 	IgnoredXIDs    []int
 	MaxPCIeReplays float64
@@ -497,6 +500,10 @@ func (r *runner) copyBandwidth(res *p2p.Result) {
 	}
 	t := r.elapsed()
 	thr := fmt.Sprintf("copy GB/s >= %g x best of the first %v", r.opt.Floor, r.opt.Baseline)
+	useExp := len(r.opt.P2PExpected) > 0
+	if useExp {
+		thr = fmt.Sprintf("copy GB/s >= %g x expected", r.opt.Floor)
+	}
 	slow := map[int]int{}
 	nslow := 0
 	for i, row := range m.Cells {
@@ -511,14 +518,21 @@ func (r *runner) copyBandwidth(res *p2p.Result) {
 			}
 			rec := Record{Record: "result", Kind: "p2p", Pass: r.pass, Src: ptr(a), Dst: ptr(d), Size: r.opt.P2PSize, GBs: ptr(gbs)}
 			k := [2]int{a, d}
-			if t <= r.opt.Baseline {
+			base, ok, what := r.p2pBase[k], false, "baseline"
+			switch exp, has := r.opt.P2PExpected[k]; {
+			case useExp:
+				base, ok, what = exp, has, "expected"
+			case t <= r.opt.Baseline:
 				r.p2pBase[k] = math.Max(r.p2pBase[k], gbs)
-			} else if base, ok := r.p2pBase[k]; ok {
+			default:
+				_, ok = r.p2pBase[k]
+			}
+			if ok {
 				floor := r.opt.Floor * base
 				rec.Floor = ptr(floor)
 				subject := fmt.Sprintf("%d-%d", a, d)
 				if gbs < floor {
-					r.v.set(subject, CheckP2PBandwidth, Fail, thr, "copies %d->%d at %.2f GB/s, below %.2f GB/s (%g x baseline %.2f) at %v", a, d, gbs, floor, r.opt.Floor, base, round(t))
+					r.v.set(subject, CheckP2PBandwidth, Fail, thr, "copies %d->%d at %.2f GB/s, below %.2f GB/s (%g x %s %.2f) at %v", a, d, gbs, floor, r.opt.Floor, what, base, round(t))
 					r.failed(CheckP2PBandwidth, 1)
 					slow[a]++
 					slow[d]++
@@ -528,7 +542,7 @@ func (r *runner) copyBandwidth(res *p2p.Result) {
 			r.record(rec)
 		}
 	}
-	if t <= r.opt.Baseline {
+	if t <= r.opt.Baseline && !useExp {
 		return
 	}
 	if nslow == 0 {
