@@ -11,18 +11,18 @@ import (
 	"time"
 )
 
-// 64 simulated DGX H100 with six faults of six kinds: each is found and named for what it is,
+// 32 simulated DGX H100 with six faults of six kinds: each is found and named for what it is,
 // and nothing else is; the drain file and the metrics name the same nodes.
 func TestFleetFindsEachFault(t *testing.T) {
 	dir := t.TempDir()
 	drain, metrics := filepath.Join(dir, "drain.sh"), filepath.Join(dir, "fleet.prom")
-	out, errOut, code := gpubench(t, "fleet", "--backend", "sim", "--nodes", "64", "-T", "0.2", "--output", "json",
+	out, errOut, code := gpubench(t, "fleet", "--backend", "sim", "--nodes", "32", "-T", "0.2", "--size", "64MiB", "--output", "json",
 		"--drain-file", drain, "--metrics-file", metrics,
-		"--sim-fault", "slow-nic=dgx-h100-37/mlx5_3,0.4", // a NIC at 40%
-		"--sim-fault", "slow-node=dgx-h100-40,0.5", // every link of a node at half speed
+		"--sim-fault", "slow-nic=dgx-h100-27/mlx5_3,0.4", // a NIC at 40%
+		"--sim-fault", "slow-node=dgx-h100-28,0.5", // every link of a node at half speed
 		"--sim-fault", "corrupt=81", // GPU 1 of node 10 corrupts its output
 		"--sim-fault", "hang=170", // GPU 2 of node 21 hangs
-		"--sim-fault", "flaky-link=dgx-h100-50/gpu1,dgx-h100-50/nvswitch,3", // drops one call in three
+		"--sim-fault", "flaky-link=dgx-h100-25/gpu1,dgx-h100-25/nvswitch,3", // drops one call in three
 		"--sim-fault", "slow-link=dgx-h100-30/gpu5,dgx-h100-30/nvswitch,0.5") // one GPU's NVLink at half speed
 	if code != exitCheck || !strings.HasPrefix(errOut, "gpubench: fleet: 6 suspects: ") {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
@@ -59,10 +59,10 @@ func TestFleetFindsEachFault(t *testing.T) {
 	want := []string{
 		"gpu dgx-h100-10 failed gpu1",
 		"gpu dgx-h100-21 failed gpu2",
+		"node dgx-h100-25 failed",
+		"nic dgx-h100-27 degraded mlx5_3 rail3",
+		"node dgx-h100-28 degraded",
 		"gpu dgx-h100-30 degraded gpu5",
-		"nic dgx-h100-37 degraded mlx5_3 rail3",
-		"node dgx-h100-40 degraded",
-		"node dgx-h100-50 failed",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("suspects\n%q\nwant\n%q", got, want)
@@ -73,14 +73,14 @@ func TestFleetFindsEachFault(t *testing.T) {
 			bad++
 		}
 	}
-	if len(rep.Nodes) != 64 || bad != 6 || rep.Rounds < 4 || rep.Rounds > 30 || rep.Tests > 400 {
+	if len(rep.Nodes) != 32 || bad != 6 || rep.Rounds < 4 || rep.Rounds > 30 || rep.Tests > 300 {
 		t.Errorf("%d nodes, %d not healthy, %d tests in %d rounds", len(rep.Nodes), bad, rep.Tests, rep.Rounds)
 	}
 	d, err := os.ReadFile(drain)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, h := range []string{"dgx-h100-10", "dgx-h100-21", "dgx-h100-30", "dgx-h100-37", "dgx-h100-40", "dgx-h100-50"} {
+	for _, h := range []string{"dgx-h100-10", "dgx-h100-21", "dgx-h100-25", "dgx-h100-27", "dgx-h100-28", "dgx-h100-30"} {
 		if !strings.Contains(string(d), "scontrol update NodeName="+h+" State=DRAIN Reason=\"gpubench fleet: ") ||
 			!strings.Contains(string(d), "kubectl taint node "+h+" gpubench.io/fleet=suspect:NoSchedule --overwrite") {
 			t.Errorf("drain file lacks %s:\n%s", h, d)
@@ -93,7 +93,7 @@ func TestFleetFindsEachFault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{`gpubench_fleet_node_healthy{host="dgx-h100-37",status="degraded"} 0`, `gpubench_fleet_node_healthy{host="dgx-h100-0",status="healthy"} 1`, "gpubench_fleet_suspects 6"} {
+	for _, w := range []string{`gpubench_fleet_node_healthy{host="dgx-h100-27",status="degraded"} 0`, `gpubench_fleet_node_healthy{host="dgx-h100-0",status="healthy"} 1`, "gpubench_fleet_suspects 6"} {
 		if !strings.Contains(string(m), w) {
 			t.Errorf("metrics lack %q", w)
 		}
@@ -104,7 +104,7 @@ func TestFleetFindsEachFault(t *testing.T) {
 // says so, and the drain file drains nothing.
 func TestFleetHealthy(t *testing.T) {
 	drain := filepath.Join(t.TempDir(), "drain.sh")
-	out, errOut, code := gpubench(t, "fleet", "--backend", "sim", "--nodes", "16", "--drain-file", drain)
+	out, errOut, code := gpubench(t, "fleet", "--backend", "sim", "--nodes", "8", "--size", "64MiB", "--drain-file", drain)
 	if code != 0 || errOut != "" || !strings.Contains(out, "# every node, GPU and NIC healthy") || strings.Count(out, "healthy, 100% of expected") != 8 {
 		t.Errorf("exit %d, stderr %q\n%s", code, errOut, out)
 	}
