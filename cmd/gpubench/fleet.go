@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -80,6 +81,11 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	bytes, err := coll.ParseSize(f.size)
 	if err != nil || bytes < 1<<10 || bytes > 1<<40 {
 		return usageErr("invalid --size %q: give 1KiB to 1TiB, e.g. 256MiB", f.size)
+	}
+	for flag, path := range map[string]string{"--drain-file": f.drainFile, "--metrics-file": f.metricsFile} {
+		if st, err := os.Stat(filepath.Dir(path)); path != "" && (err != nil || !st.IsDir()) {
+			return usageErr("cannot write %s %s: %s is not a folder; give a file in one, before the fleet runs", flag, input.Safe(path), input.Safe(filepath.Dir(path)))
+		}
 	}
 	proc, err := f.launch.process()
 	if err != nil {
