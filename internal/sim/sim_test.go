@@ -76,8 +76,13 @@ func TestLL128OnlyOverNVLink(t *testing.T) {
 	t.Parallel()
 	pcie := newModel(backend(t, "pcie-l40sx4", Options{}).topo, ranks(4), nil)
 	nvl := newModel(backend(t, "dgx-a100", Options{}).topo, ranks(8), nil)
-	if pcie.protoOK(algoRing, protoLL128) || !nvl.protoOK(algoRing, protoLL128) {
+	if pcie.protoOK(collAllReduce, algoRing, protoLL128) || !nvl.protoOK(collAllReduce, algoRing, protoLL128) {
 		t.Error("LL128 must be off on PCIe and on over NVLink")
+	}
+	// NCCL_PROTO names LL128 per collective: a broadcast entry turns it on for broadcast alone.
+	forced := newModel(backend(t, "pcie-l40sx4", Options{}).topo, ranks(4), map[string]string{"NCCL_PROTO": "broadcast:LL128"})
+	if !forced.protoOK(collBroadcast, algoRing, protoLL128) || forced.protoOK(collAllReduce, algoRing, protoLL128) {
+		t.Error("NCCL_PROTO=broadcast:LL128 must turn LL128 on for broadcast and only for it")
 	}
 	for size := int64(8); size <= 1<<30; size *= 4 {
 		if c := pcie.collTime(collAllReduce, size); c.proto == "LL128" {

@@ -120,7 +120,7 @@ func (d Decision) Chosen() Candidate { return d.Candidates[0] }
 // bandwidth and latency and ncclTopoGetAlgoTime its time; ok is false where NCCL would not run it.
 func (m *model) candidate(c collKind, a, p int, nBytes int64) (Candidate, bool) {
 	bw, lat, simLat := m.bandwidth(c, a, p), m.latency(c, a, p, 0), m.latency(c, a, p, m.netExtraUS)
-	if bw <= 0 || !m.env.enabled(c, a, p) || !m.algoOK(c, a) || !m.protoOK(a, p) {
+	if bw <= 0 || !m.env.enabled(c, a, p) || !m.algoOK(c, a) || !m.protoOK(c, a, p) {
 		return Candidate{}, false
 	}
 	logSize := log2i(int(nBytes >> 6))
@@ -176,11 +176,11 @@ func (m *model) algoOK(c collKind, a int) bool {
 // protoOK: NVLS, NVLSTree, CollNet and PAT run only Simple; LL128 is on by default only over
 // NVLink from Volta on (NCCL's LL128 rule, its same-capability and PXN clauses being met by the
 // presets).
-func (m *model) protoOK(a, p int) bool {
+func (m *model) protoOK(c collKind, a, p int) bool {
 	switch {
 	case p != protoSimple && (a == algoNVLS || a == algoNVLSTree || a == algoCollNetDirect || a == algoCollNetChain || a == algoPAT):
 		return false
-	case p == protoLL128 && !m.ll128 && !m.env.protoForced(protoLL128):
+	case p == protoLL128 && !m.ll128 && !m.env.protoForce[c][protoLL128]:
 		return false
 	}
 	return true
@@ -413,8 +413,8 @@ func (m *model) collTime(c collKind, nBytes int64) choice {
 
 // tunerEnv is how NCCL_* variables steer the tuner, as they steer NCCL.
 type tunerEnv struct {
-	algo, proto       [numColls][]bool // nil: all enabled (LL128 as its rule says)
-	protoForce        [numProtos]bool  // named in NCCL_PROTO: on even where its rule says off
+	algo, proto       [numColls][]bool          // nil: all enabled (LL128 as its rule says)
+	protoForce        [numColls][numProtos]bool // named in NCCL_PROTO for the collective: on even where its rule says off
 	minCh, maxCh      int
 	nvls, collnet     bool
 	p2pDisable, noPXN bool
@@ -432,8 +432,10 @@ func parseTunerEnv(env map[string]string) tunerEnv {
 		var force [numColls][]bool
 		e.proto, _ = parseNCCLList(v, protoNames[:])
 		force, _ = parseNCCLList(v, protoNames[:])
-		for p := range numProtos {
-			e.protoForce[p] = force[collAllReduce] != nil && force[collAllReduce][p]
+		for c := range numColls {
+			for p := range numProtos {
+				e.protoForce[c][p] = force[c] != nil && force[c][p]
+			}
 		}
 	}
 	e.minCh = envInt(env, "NCCL_MIN_NCHANNELS", 0)
@@ -559,8 +561,6 @@ func (e tunerEnv) enabled(c collKind, a, p int) bool {
 	}
 	return true
 }
-
-func (e tunerEnv) protoForced(p int) bool { return e.protoForce[p] }
 
 // clampChannels applies NCCL_MIN_NCHANNELS and NCCL_MAX_NCHANNELS.
 func (e tunerEnv) clampChannels(n int) int {
