@@ -56,7 +56,8 @@ type model struct {
 	arch    int // 0 Volta, 1 Ampere, 2 Hopper, 3 Blackwell
 	cc      float64
 	amd     bool
-	intraHW int // hwNVLink or hwPCI: how ring neighbours inside a node are joined
+	arm     bool // an Arm CPU (NVIDIA Grace) on the ranks' hosts: NCCL's cpuArch is not x86
+	intraHW int  // hwNVLink or hwPCI: how ring neighbours inside a node are joined
 	ll128   bool
 	nvls    bool // every rank on an NVSwitch with NVLink SHARP, Hopper or later
 	collnet bool // the fabric reduces (SHARP) and NCCL_COLLNET_ENABLE=1
@@ -94,6 +95,7 @@ func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
 		m.nvls = m.nvls && t.NVLS(d)
 		for _, c := range node.CPUs {
 			m.amd = m.amd || strings.Contains(c.Name, "AMD")
+			m.arm = m.arm || strings.Contains(c.Name, "Grace") || strings.Contains(c.Name, "Neoverse")
 		}
 	}
 	m.nodes = len(domains)

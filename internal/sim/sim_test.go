@@ -287,3 +287,18 @@ func TestDomainNICs(t *testing.T) {
 		t.Errorf("2 racks: %d domains, %d heads, %v GB/s of NICs; want 2, 72, 3600", m.nodes, m.heads, m.netGBs)
 	}
 }
+
+// NCCL corrects NVLSTree's bandwidth on Blackwell with x86 hosts only: a GB200's Grace CPUs
+// leave it alone.
+func TestNVLSTreeCorrectionOnX86Only(t *testing.T) {
+	for name, arm := range map[string]bool{"gb200-nvl72": true, "dgx-b200": false} {
+		topo, err := LoadTopology(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := newModel(topo, []int{0, 1}, nil)
+		if m.arm != arm {
+			t.Errorf("%s: arm %v; want %v", name, m.arm, arm)
+		}
+	}
+}

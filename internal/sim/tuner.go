@@ -127,7 +127,7 @@ func (m *model) candidate(c collKind, a, p int, nBytes int64) (Candidate, bool) 
 	if a == algoTree && c == collAllReduce && nBytes>>6 > 0 && logSize < 23 {
 		bw *= treeCorrectionFactor[p][logSize]
 	}
-	if a == algoNVLSTree && c == collAllReduce && nBytes>>6 > 0 && logSize < 24 && m.arch >= 3 {
+	if a == algoNVLSTree && c == collAllReduce && nBytes>>6 > 0 && logSize < 24 && m.arch >= 3 && !m.arm { // x86 only, as NCCL
 		bw *= treeCorrectionFactor[p][logSize]
 	}
 	if a == algoRing && p == protoSimple && m.nodes > 1 && c == collAllReduce &&
