@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -299,6 +301,42 @@ func TestNVLSTreeCorrectionOnX86Only(t *testing.T) {
 		m := newModel(topo, []int{0, 1}, nil)
 		if m.arm != arm {
 			t.Errorf("%s: arm %v; want %v", name, m.arm, arm)
+		}
+	}
+}
+
+// NCCL's list syntax as NCCL parses it: entries and elements split as strtok does, so that empty
+// ones are skipped; names are NCCL's, any case; a later entry replaces an earlier one.
+func TestParseNCCLList(t *testing.T) {
+	for in, want := range map[string][]string{
+		"ring":                     {"allreduce:Ring", "broadcast:Ring"},
+		"Ring,,tree;":              {"allreduce:Tree,Ring", "reduce:Tree,Ring"},
+		"^nvls;allreduce:tree":     {"allreduce:Tree", "allgather:Tree,Ring,CollNetDirect,CollNetChain,NVLSTree,PAT"},
+		";;broadcast:ring;":        {"broadcast:Ring"},
+		"ring;allreduce:^ring,pat": {"allreduce:Tree,CollNetDirect,CollNetChain,NVLS,NVLSTree", "broadcast:Ring"},
+	} {
+		got, err := parseNCCLList(in, algoNames[:])
+		if err != nil {
+			t.Errorf("%q: %v", in, err)
+			continue
+		}
+		for _, w := range want {
+			coll, names, _ := strings.Cut(w, ":")
+			c := slices.IndexFunc(collNames[:], func(x string) bool { return strings.EqualFold(x, coll) })
+			var on []string
+			for a, ok := range got[c] {
+				if ok {
+					on = append(on, algoNames[a])
+				}
+			}
+			if strings.Join(on, ",") != names {
+				t.Errorf("%q: %s gets %v; want %s", in, coll, on, names)
+			}
+		}
+	}
+	for _, bad := range []string{"rings", "allreduce:ring;tree", "allreducer:ring"} {
+		if _, err := parseNCCLList(bad, algoNames[:]); err == nil {
+			t.Errorf("%q: no error", bad)
 		}
 	}
 }

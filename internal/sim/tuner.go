@@ -515,6 +515,9 @@ func CheckEnv(env map[string]string) error {
 func parseNCCLList(s string, elems []string) ([numColls][]bool, error) {
 	var out [numColls][]bool
 	for i, token := range strings.Split(s, ";") {
+		if token == "" {
+			continue // NCCL's strtok skips empty entries ("ring;", ";;")
+		}
 		prefix, list, hasPrefix := strings.Cut(token, ":")
 		if !hasPrefix {
 			if i > 0 {
@@ -537,6 +540,9 @@ func parseNCCLList(s string, elems []string) ([numColls][]bool, error) {
 				row[e] = !set
 			}
 			for _, name := range strings.Split(list, ",") {
+				if name == "" {
+					continue // and empty elements ("ring,,tree")
+				}
 				k := slices.IndexFunc(elems, func(x string) bool { return strings.EqualFold(x, strings.TrimSpace(name)) })
 				if k < 0 {
 					return out, fmt.Errorf("unknown %q: use %s", name, strings.Join(elems, ", "))
