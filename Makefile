@@ -62,6 +62,7 @@ fuzz:
 	$(GO) test ./internal/coll -run '^$$' -fuzz '^FuzzParseSizes$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
 	$(GO) test ./internal/gpu -run '^$$' -fuzz '^FuzzParseTopology$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
 	$(GO) test ./internal/sim -run '^$$' -fuzz '^FuzzParseFault$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
+	$(GO) test ./internal/sim -run '^$$' -fuzz '^FuzzParseNCCLList$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
 	$(GO) test ./internal/p2p -run '^$$' -fuzz '^FuzzParsePairs$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
 	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzParseVisibleDevices$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
 	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzParseBusID$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)

@@ -340,3 +340,25 @@ func TestParseNCCLList(t *testing.T) {
 		}
 	}
 }
+
+// CheckEnv and the list parser take any text: no panic, and an accepted list has a full row per
+// collective it names.
+func FuzzParseNCCLList(f *testing.F) {
+	for _, s := range []string{"ring", "^nvls;allreduce:tree", "Ring,,tree;", ";;", "allreduce:", ":", "^", "allreduce:^", "a:b:c", "ring;tree"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		rows, err := parseNCCLList(s, algoNames[:])
+		if err == nil {
+			for c, row := range rows {
+				if row != nil && len(row) != numAlgos {
+					t.Fatalf("%q: collective %d has %d flags", s, c, len(row))
+				}
+			}
+		}
+		_ = CheckEnv(map[string]string{"NCCL_ALGO": s, "NCCL_PROTO": s, "NCCL_IB_HCA": s, "NCCL_MIN_NCHANNELS": s})
+		if e := parseTunerEnv(map[string]string{"NCCL_ALGO": s, "NCCL_PROTO": s, "NCCL_IB_HCA": s}); e.hca != nil {
+			e.hca("mlx5_0")
+		}
+	})
+}
