@@ -157,3 +157,20 @@ func TestExpectP2P(t *testing.T) {
 		t.Errorf("below: %v; want the pairs through GPU 0's link", named)
 	}
 }
+
+// NCCL_* variables steer NCCL, not the CUDA runtime's copies: NCCL_P2P_DISABLE=1 leaves gpubench
+// p2p's P2P copies direct, as on a real machine.
+func TestP2PIgnoresNCCLVariables(t *testing.T) {
+	out, errOut, code := gpubenchProcess(t, []string{"NCCL_P2P_DISABLE=1"}, "p2p", "--backend", "sim", "--devices", "0,1", "--size", "64MiB", "--samples", "1", "--output", "json")
+	var doc struct {
+		Matrices map[string]struct {
+			Values [][]*float64 `json:"values"`
+		} `json:"matrices"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil {
+		t.Fatalf("exit %d, %v, %s", code, err, errOut)
+	}
+	if v := doc.Matrices["uni_enabled"].Values[0][1]; v == nil || *v < 300 {
+		t.Errorf("0->1 P2P copies with NCCL_P2P_DISABLE=1: %v GB/s; want NVLink's (about 369)", v)
+	}
+}

@@ -165,7 +165,8 @@ func (g *globals) openP2P(e *env) (p2p.Backend, string, error) {
 			return nil, "", err
 		}
 	}
-	b, _, err := g.openSim()
+	// Copies are the CUDA runtime's: NCCL's variables (NCCL_P2P_DISABLE) do not touch them.
+	b, _, err := g.openSimEnv(nil)
 	if err != nil {
 		return nil, "", err
 	}
@@ -186,7 +187,7 @@ func (f *p2pFlags) expected(cmd *cobra.Command, e *env, g *globals, b p2p.Backen
 		}
 		return nil, err
 	}
-	sb, err := sim.New(t, sim.Options{Env: ncclEnv()})
+	sb, err := sim.New(t, sim.Options{})
 	if err != nil {
 		fmt.Fprintf(e.stderr, "gpubench: no expected figures: %v\n", err)
 		return nil, nil

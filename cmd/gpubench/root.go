@@ -165,8 +165,12 @@ func (g *globals) namedLibs(nccl bool) string {
 	return strings.Join(named, " and ")
 }
 
-// openSim returns the simulated backend the flags describe, and its data cap.
-func (g *globals) openSim() (*sim.Backend, int64, error) {
+// openSim returns the simulated backend the flags describe, and its data cap; the environment's
+// NCCL_* variables steer its NCCL.
+func (g *globals) openSim() (*sim.Backend, int64, error) { return g.openSimEnv(ncclEnv()) }
+
+// openSimEnv is openSim with the given NCCL_* variables (nil: none).
+func (g *globals) openSimEnv(env map[string]string) (*sim.Backend, int64, error) {
 	capBytes, err := parseCap(g.dataCap)
 	if err != nil {
 		return nil, 0, usageErr("invalid --sim-data-cap %q: %v", g.dataCap, err)
@@ -177,7 +181,7 @@ func (g *globals) openSim() (*sim.Backend, int64, error) {
 	if !(g.jitter >= 0 && g.jitter <= 1) {
 		return nil, 0, usageErr("invalid --sim-jitter %v: use a fraction from 0 to 1", g.jitter)
 	}
-	opt := sim.Options{DataCap: capBytes, Jitter: g.jitter, Seed: g.seed, HubHost: g.hubHost, Env: ncclEnv()}
+	opt := sim.Options{DataCap: capBytes, Jitter: g.jitter, Seed: g.seed, HubHost: g.hubHost, Env: env}
 	if err := sim.CheckEnv(opt.Env); err != nil {
 		return nil, 0, usageErr("%v", err)
 	}
