@@ -407,10 +407,7 @@ func (f *burninFlags) expectFloors(cmd *cobra.Command, e *env, g *globals, b gpu
 			fmt.Fprintf(e.stderr, "gpubench: p2p floors from the first %v's best: the simulator cannot run these copies on %s: %v\n", opt.Baseline, t.Name, err)
 			return nil
 		}
-		for _, m := range res.Matrices {
-			if m.Key != "uni_enabled" {
-				continue
-			}
+		if m := res.Matrix("uni_enabled"); m != nil {
 			opt.P2PExpected = map[[2]int]float64{}
 			for i, row := range m.Cells {
 				for j, c := range row {

@@ -53,20 +53,30 @@ func newExplainCmd(e *env, g *globals) *cobra.Command {
 	return cmd
 }
 
+// modelOnly refuses what does not apply to a command that reads the simulator's model without
+// running it (explain, plan): a real backend (reads says what the command reads instead), an
+// output other than table or json, and the flags of a simulated or real run.
+func modelOnly(cmd *cobra.Command, g *globals, name, reads string) error {
+	if g.backend != "auto" && g.backend != "sim" {
+		return usageErr("%s: drop --backend %s", reads, g.backend)
+	}
+	if g.output != "table" && g.output != "json" {
+		return usageErr("unknown --output %q for %s: use table or json", g.output, name)
+	}
+	for _, flag := range []string{"seed", "sim-data-cap", "sim-jitter", "sim-fault", "cuda-lib", "nccl-lib"} {
+		if cmd.Flags().Changed(flag) {
+			return usageErr("--%s does not apply to %s: drop it", flag, name)
+		}
+	}
+	return nil
+}
+
 func (f *explainFlags) run(cmd *cobra.Command, e *env, g *globals, name string) error {
 	if !slices.Contains(sim.ExplainCollectives, name) {
 		return usageErr("unknown collective %q: use %s", name, strings.Join(sim.ExplainCollectives, ", "))
 	}
-	if g.backend != "auto" && g.backend != "sim" {
-		return usageErr("explain reads the simulator's model of --topology: drop --backend %s", g.backend)
-	}
-	if g.output != "table" && g.output != "json" {
-		return usageErr("unknown --output %q for explain: use table or json", g.output)
-	}
-	for _, flag := range []string{"seed", "sim-data-cap", "sim-jitter", "sim-fault", "cuda-lib", "nccl-lib"} {
-		if cmd.Flags().Changed(flag) {
-			return usageErr("--%s does not apply to explain: drop it", flag)
-		}
+	if err := modelOnly(cmd, g, "explain", "explain reads the simulator's model of --topology"); err != nil {
+		return err
 	}
 	if !cmd.Flags().Changed("size") {
 		return usageErr("explain needs --size, e.g. --size 1G")

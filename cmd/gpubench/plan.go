@@ -98,16 +98,8 @@ func newPlanCmd(e *env, g *globals) *cobra.Command {
 }
 
 func (f *planFlags) run(cmd *cobra.Command, e *env, g *globals) error {
-	if g.backend != "auto" && g.backend != "sim" {
-		return usageErr("plan prices collectives with the simulator's model of --topology (or --measured files): drop --backend %s", g.backend)
-	}
-	if g.output != "table" && g.output != "json" {
-		return usageErr("unknown --output %q for plan: use table or json", g.output)
-	}
-	for _, flag := range []string{"seed", "sim-data-cap", "sim-jitter", "sim-fault", "cuda-lib", "nccl-lib"} {
-		if cmd.Flags().Changed(flag) {
-			return usageErr("--%s does not apply to plan: drop it", flag)
-		}
+	if err := modelOnly(cmd, g, "plan", "plan prices collectives with the simulator's model of --topology (or --measured files)"); err != nil {
+		return err
 	}
 	if f.top < 1 {
 		return usageErr("invalid --top %d: rank at least 1 layout", f.top)

@@ -101,12 +101,7 @@ func expectedP2P(f *Facts, devs []gpu.Device, opt p2p.Options) *p2p.Matrix {
 	if err != nil {
 		return nil
 	}
-	for i := range res.Matrices {
-		if res.Matrices[i].Key == "uni_enabled" {
-			return &res.Matrices[i]
-		}
-	}
-	return nil
+	return res.Matrix("uni_enabled")
 }
 
 // checkP2PBandwidth: each pair of GPUs that can use P2P copies at 0.75 of what the simulator
@@ -134,12 +129,7 @@ func checkP2PBandwidth(f *Facts) Result {
 		return fail("run gpubench p2p to see which pairs; reset the GPUs, and if it persists suspect the GPU, NVLink or PCIe path",
 			fmt.Sprintf("%d copies delivered wrong data", res.Mismatched)).with("mismatched", res.Mismatched)
 	}
-	var uni *p2p.Matrix
-	for i := range res.Matrices {
-		if res.Matrices[i].Key == "uni_enabled" {
-			uni = &res.Matrices[i]
-		}
-	}
+	uni := res.Matrix("uni_enabled")
 	if uni == nil {
 		return skip("gpubench p2p measured no P2P-enabled copies", "")
 	}

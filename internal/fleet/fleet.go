@@ -427,12 +427,7 @@ func (f *fleet) p2pNode(gpus []int, shape string) (*Figure, [][2]int) {
 		if err != nil {
 			return nil
 		}
-		for i := range r.Matrices {
-			if r.Matrices[i].Key == "uni_enabled" {
-				return &r.Matrices[i]
-			}
-		}
-		return nil
+		return r.Matrix("uni_enabled")
 	}
 	want, ok := f.p2pWant[shape]
 	if !ok {

@@ -87,6 +87,16 @@ type Result struct {
 	Unverified int // copies that carried no data (the simulator's data cap) or were not checked
 }
 
+// Matrix is the result's matrix of that key (uni_enabled, bi_disabled, ...), or nil.
+func (r *Result) Matrix(key string) *Matrix {
+	for i := range r.Matrices {
+		if r.Matrices[i].Key == key {
+			return &r.Matrices[i]
+		}
+	}
+	return nil
+}
+
 // ErrTooBig is returned when the buffers would not fit in a device's free memory.
 var ErrTooBig = errors.New("buffer size larger than free device memory")
 
