@@ -16,8 +16,9 @@ import (
 	"github.com/gpubench/gpubench/internal/gpu"
 )
 
-// A communicator that spans processes: each process is one rank of the topology, on the
-// topology's device with its rank's number, and simulates every device's clock itself, so that
+// A communicator that spans processes: each process is one rank, on a device of the topology
+// (the topology is the whole world; a communicator may use any of its devices, as
+// ncclCommInitRank may join any GPUs), and simulates every device's clock itself, so that
 // all processes agree on every time without talking about time. Data is real: at each call every
 // process sends its own rank's inputs to an exchange in rank 0's process and gets back every
 // rank's, then runs the call as the single-process simulator does, keeping its own rank's output.
@@ -60,8 +61,8 @@ func (b *Backend) Close() error {
 	return nil
 }
 
-// JoinComm joins the communicator whose id rank 0 made, as rank on device dev (which must be the
-// device numbered rank: the topology is the whole world).
+// JoinComm joins the communicator whose id a process made with NewUniqueID, as rank on device dev
+// of the topology; every rank names its own device, and no two the same.
 func (b *Backend) JoinComm(ctx context.Context, id []byte, size, rank, dev int) (gpu.Comm, error) {
 	addr, ok := strings.CutPrefix(string(id), idPrefix)
 	switch {
@@ -69,8 +70,10 @@ func (b *Backend) JoinComm(ctx context.Context, id []byte, size, rank, dev int) 
 		return nil, fmt.Errorf("sim: %q is not a simulator communicator's id: %w", id, gpu.ErrInvalid)
 	case size < 1 || size > len(b.devices):
 		return nil, fmt.Errorf("sim: a world of %d ranks needs a topology with that many GPUs; %s has %d: %w", size, b.topo.Name, len(b.devices), gpu.ErrInvalid)
-	case rank < 0 || rank >= size || dev != rank:
-		return nil, fmt.Errorf("sim: rank %d of %d runs on device %d, not %d: %w", rank, size, rank, dev, gpu.ErrInvalid)
+	case rank < 0 || rank >= size:
+		return nil, fmt.Errorf("sim: rank %d of a world of %d: %w", rank, size, gpu.ErrInvalid)
+	case dev < 0 || dev >= len(b.devices):
+		return nil, fmt.Errorf("sim: rank %d on device %d; %s has devices 0 to %d: %w", rank, dev, b.topo.Name, len(b.devices)-1, gpu.ErrInvalid)
 	}
 	d := net.Dialer{Timeout: joinWait}
 	conn, err := d.DialContext(ctx, "tcp", addr)
@@ -82,12 +85,15 @@ func (b *Backend) JoinComm(ctx context.Context, id []byte, size, rank, dev int) 
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	var ready wireReply
-	err = j.enc.Encode(wireHello{Size: size, Rank: rank})
+	err = j.enc.Encode(wireHello{Size: size, Rank: rank, Dev: dev})
 	if err == nil {
 		err = j.dec.Decode(&ready)
 	}
 	if err == nil && ready.Err != "" {
 		err = errors.New(ready.Err)
+	}
+	if err == nil && (len(ready.Devs) != size || ready.Devs[rank] != dev) {
+		err = fmt.Errorf("the exchange answered with devices %v for rank %d on device %d", ready.Devs, rank, dev)
 	}
 	if err != nil {
 		conn.Close()
@@ -104,10 +110,7 @@ func (b *Backend) JoinComm(ctx context.Context, id []byte, size, rank, dev int) 
 	b.mu.Lock()
 	b.world = max(b.world, size)
 	b.mu.Unlock()
-	devs := make([]int, size)
-	for i := range devs {
-		devs[i] = i
-	}
+	devs := ready.Devs
 	j.c = &comm{b: b, devs: devs, host: []int{dev}, m: newModel(b.topo, devs, b.opt.Env)}
 	return j, nil
 }
@@ -115,7 +118,7 @@ func (b *Backend) JoinComm(ctx context.Context, id []byte, size, rank, dev int) 
 // Wire messages, in gob. A rank says hello once, then at each synchronization sends the calls it
 // queued since the last one, as one batch, and gets back one wireReply holding every rank's parts
 // of each: a timed loop meets the other ranks once, not once per call.
-type wireHello struct{ Size, Rank int }
+type wireHello struct{ Size, Rank, Dev int }
 
 type wireBatch struct{ Calls []wireCall }
 
@@ -135,6 +138,7 @@ type wirePart struct {
 
 type wireReply struct {
 	Err   string
+	Devs  []int          // the first reply: every rank's device, in rank order
 	Parts [][][]wirePart // by call of the batch, then by rank
 }
 
@@ -329,10 +333,10 @@ func (j *joined) part(x gpu.Buffer, n int64, peer int, send bool) wirePart {
 	return p
 }
 
-// ghost stands in, in this process, for a buffer of another rank's: its data, or scratch space
-// for its output; nil data when that rank's buffers are timing-only.
-func ghost(rank int, p wirePart, n int64) *buffer {
-	x := &buffer{dev: rank, n: n}
+// ghost stands in, in this process, for a buffer of another rank's on device dev: its data, or
+// scratch space for its output; nil data when that rank's buffers are timing-only.
+func ghost(dev int, p wirePart, n int64) *buffer {
+	x := &buffer{dev: dev, n: n}
 	switch {
 	case !p.HasData:
 	case p.Send:
@@ -366,7 +370,7 @@ func (j *joined) collective(tag string, send, recv []gpu.Buffer, sendN, recvN in
 			}
 			out := parts[0]
 			out.Send = false
-			s[rank], r[rank] = ghost(rank, parts[0], sendN), ghost(rank, out, recvN)
+			s[rank], r[rank] = ghost(j.c.devs[rank], parts[0], sendN), ghost(j.c.devs[rank], out, recvN)
 		}
 		return run(s, r)
 	}})
@@ -435,7 +439,7 @@ func (j *joined) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 				continue
 			}
 			for _, p := range ps {
-				full = append(full, gpu.P2POp{Rank: rank, Peer: p.Peer, Send: p.Send, Buf: ghost(rank, p, n)})
+				full = append(full, gpu.P2POp{Rank: rank, Peer: p.Peer, Send: p.Send, Buf: ghost(j.c.devs[rank], p, n)})
 			}
 		}
 		return j.c.SendRecv(full, count, dt)
@@ -476,17 +480,23 @@ func serveHub(ln *net.TCPListener) {
 			err = fmt.Errorf("sim: rank %d joined a world of %d ranks, others a world of %d", hi.Rank, hi.Size, size)
 		case slices.ContainsFunc(members, func(o *member) bool { return o.rank == hi.Rank }):
 			err = fmt.Errorf("sim: two processes joined as rank %d", hi.Rank)
+		case slices.ContainsFunc(members, func(o *member) bool { return o.dev == hi.Dev }):
+			err = fmt.Errorf("sim: rank %d joined on device %d, which another rank has", hi.Rank, hi.Dev)
 		}
 		if err != nil {
 			fail(append(members, m), err.Error())
 			return
 		}
-		size, m.rank = hi.Size, hi.Rank
+		size, m.rank, m.dev = hi.Size, hi.Rank, hi.Dev
 		members = append(members, m)
 	}
 	slices.SortFunc(members, func(a, b *member) int { return a.rank - b.rank })
+	devs := make([]int, size)
+	for i, m := range members {
+		devs[i] = m.dev
+	}
 	for _, m := range members {
-		if m.enc.Encode(wireReply{}) != nil {
+		if m.enc.Encode(wireReply{Devs: devs}) != nil {
 			fail(members, fmt.Sprintf("sim: rank %d left the exchange as it started", m.rank))
 			return
 		}
@@ -547,6 +557,7 @@ func serveHub(ln *net.TCPListener) {
 
 type member struct {
 	rank  int
+	dev   int
 	conn  net.Conn
 	enc   *gob.Encoder
 	dec   *gob.Decoder

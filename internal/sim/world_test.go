@@ -1,0 +1,140 @@
+package sim_test
+
+import (
+	"context"
+	"encoding/binary"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/sim"
+)
+
+// A communicator across processes may join any devices of the topology, as ncclCommInitRank may:
+// three ranks on GPUs 3 and 6 of one node and 3 of the other, each in its own backend as each
+// would be in its own process, reduce their data right and take the time one process's
+// communicator over the same GPUs takes when a thread launches each GPU's work.
+func TestJoinCommOnAnyDevices(t *testing.T) {
+	devs := []int{3, 11, 6}
+	n := int64(1 << 20) // floats
+	one, err := sim.New(backed(t).Topology(), sim.Options{LaunchThreads: len(devs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := allReduceTime(t, one, devs, n)
+
+	hub := faulty(t, nil)
+	defer hub.Close()
+	id, err := hub.NewUniqueID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	times := make([]float64, len(devs))
+	errs := make([]error, len(devs))
+	var wg sync.WaitGroup
+	for rank, dev := range devs {
+		wg.Go(func() {
+			b := backed(t)
+			defer b.Close()
+			c, err := b.JoinComm(context.Background(), id, len(devs), rank, dev)
+			if err != nil {
+				errs[rank] = err
+				return
+			}
+			defer c.Close()
+			buf, _ := b.Alloc(dev, 4*n)
+			in := make([]byte, 4*n)
+			for i := range n {
+				binary.LittleEndian.PutUint32(in[4*i:], math.Float32bits(float32(rank+1)))
+			}
+			b.CopyIn(buf, in)
+			bufs := make([]gpu.Buffer, len(devs))
+			bufs[rank] = buf
+			start := b.Now()
+			err = c.AllReduce(bufs, bufs, n, gpu.Float, gpu.Sum)
+			if err == nil {
+				err = c.Synchronize(context.Background())
+			}
+			times[rank] = float64(b.Now() - start)
+			out := make([]byte, 4*n)
+			if err == nil {
+				err = b.CopyOut(out, buf)
+			}
+			if got := math.Float32frombits(binary.LittleEndian.Uint32(out[4*(n-1):])); err == nil && got != 6 {
+				t.Errorf("rank %d on GPU %d: sum %v, want 6", rank, dev, got)
+			}
+			errs[rank] = err
+		})
+	}
+	wg.Wait()
+	for rank, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", rank, err)
+		}
+		if math.Abs(times[rank]-want) > 1e-6*want {
+			t.Errorf("rank %d took %v; one process's communicator over GPUs %v takes %v", rank, times[rank], devs, want)
+		}
+	}
+}
+
+// Two ranks on one device, or a device the topology lacks, are refused with what was wrong.
+func TestJoinCommRefusesDevices(t *testing.T) {
+	b := faulty(t, nil)
+	defer b.Close()
+	id, _ := b.NewUniqueID()
+	if _, err := b.JoinComm(context.Background(), id, 2, 0, 16); err == nil || !strings.Contains(err.Error(), "rank 0 on device 16; dgx-h100 x2 has devices 0 to 15") {
+		t.Errorf("device 16 of 16: %v", err)
+	}
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for rank := range 2 {
+		wg.Go(func() {
+			_, errs[rank] = b.JoinComm(context.Background(), id, 2, rank, 5)
+		})
+	}
+	wg.Wait()
+	if errs[0] == nil || errs[1] == nil || !strings.Contains(errs[0].Error()+errs[1].Error(), "joined on device 5, which another rank has") {
+		t.Errorf("two ranks on device 5: %v, %v", errs[0], errs[1])
+	}
+}
+
+// backed is two simulated DGX H100 whose buffers hold data (64 MiB of it).
+func backed(t *testing.T) *sim.Backend {
+	t.Helper()
+	topo, err := sim.LoadTopology("dgx-h100")
+	if err == nil {
+		topo, err = topo.WithNodes(2)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sim.New(topo, sim.Options{DataCap: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func allReduceTime(t *testing.T, b gpu.Backend, devs []int, n int64) float64 {
+	t.Helper()
+	c, err := b.NewComm(devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufs := make([]gpu.Buffer, len(devs))
+	for i, d := range devs {
+		if bufs[i], err = b.Alloc(d, 4*n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := b.Now()
+	if err := c.AllReduce(bufs, bufs, n, gpu.Float, gpu.Sum); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Synchronize(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return float64(b.Now() - start)
+}
