@@ -535,6 +535,55 @@ func TestRankThatLeavesIsNamed(t *testing.T) {
 	})
 }
 
+// After KeepGoing, a rank that leaves, one that fails and one that stops answering are set aside,
+// each named with why, and the others go on: their figures arrive, the set-aside ranks' are nil.
+func TestKeepGoingSetsRanksAside(t *testing.T) {
+	const size = 5
+	hung := make(chan struct{})
+	world(t, size, listenLoopback(t), 20*time.Second, nil, func(rank int, g *Group, err error) {
+		if err != nil {
+			t.Errorf("rank %d: %v", rank, err)
+			return
+		}
+		g.KeepGoing(500 * time.Millisecond)
+		if _, err := g.AllGather(context.Background(), []float64{1}); err != nil {
+			t.Errorf("rank %d: %v", rank, err)
+		}
+		switch rank {
+		case 2:
+			g.peers[0].conn.Close() // as the kernel does for a killed process
+			return
+		case 3:
+			g.Close(errors.New("out of memory"))
+			return
+		case 4:
+			<-hung // alive, connected, and not at the next step until rank 0 is done
+			g.Close(nil)
+			return
+		}
+		for step := 2; step <= 3; step++ {
+			all, err := g.AllGather(context.Background(), []float64{float64(10*step + rank)})
+			if err != nil {
+				t.Errorf("rank %d step %d: %v", rank, step, err)
+				return
+			}
+			if len(all) != size || all[0][0] != float64(10*step) || all[1][0] != float64(10*step+1) || all[2] != nil || all[3] != nil || all[4] != nil {
+				t.Errorf("rank %d step %d: %v", rank, step, all)
+			}
+		}
+		if rank == 0 {
+			gone := g.Gone()
+			for r, want := range map[int]string{2: "its process exited or lost its connection", 3: "it failed: out of memory", 4: "did not reach step 2 of the run within 500ms of rank 0"} {
+				if !strings.Contains(gone[r], want) {
+					t.Errorf("rank %d set aside for %q, want %q", r, gone[r], want)
+				}
+			}
+			close(hung)
+		}
+		g.Close(nil)
+	})
+}
+
 // A rank that fails tells the others why at once.
 func TestRankFailureReachesEveryRank(t *testing.T) {
 	world(t, 3, listenLoopback(t), 20*time.Second, nil, func(rank int, g *Group, err error) {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"strconv"
 	"strings"
@@ -97,6 +98,11 @@ type Group struct {
 	peers    []*peer
 	failOnce sync.Once
 	closing  chan struct{} // this process is saying goodbye: a dropped connection is expected
+	// After KeepGoing, rank 0 sets aside a rank that leaves or stops answering (gone, why) instead
+	// of ending the group.
+	mu   sync.Mutex
+	keep time.Duration
+	gone map[int]string
 }
 
 type peer struct {
@@ -464,12 +470,16 @@ func (g *Group) read(q *peer) {
 				if !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
 					why += " (" + err.Error() + ")"
 				}
-				g.fail(fmt.Errorf("%s left the run: %s", q.m, why))
+				if !g.setAside(q, why) {
+					g.fail(fmt.Errorf("%s left the run: %s", q.m, why))
+				}
 			}
 			return
 		case m.Abort != "":
 			if g.p.Rank == 0 {
-				g.fail(fmt.Errorf("%s failed: %s", q.m, m.Abort))
+				if !g.setAside(q, "it failed: "+m.Abort) {
+					g.fail(fmt.Errorf("%s failed: %s", q.m, m.Abort))
+				}
 			} else {
 				g.fail(errors.New(m.Abort))
 			}
@@ -498,6 +508,47 @@ func (g *Group) fail(err error) {
 		}
 		g.cancel(err)
 	})
+}
+
+// KeepGoing makes rank 0 carry on without a rank that leaves the run (its process exits, fails
+// or loses its connection) or that has not reached a step of AllGather wait after rank 0 did:
+// that rank is set aside (Gone says why), its figures are nil in every later AllGather, and the
+// others go on. Rank 0 leaving still ends the run for all: it is where the figures meet. Every
+// rank calls it, at the same point of the run; on the others it does nothing.
+func (g *Group) KeepGoing(wait time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.p.Rank == 0 {
+		g.keep, g.gone = wait, map[int]string{}
+	}
+}
+
+// Gone says, by rank, why KeepGoing set each rank aside.
+func (g *Group) Gone() map[int]string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return maps.Clone(g.gone)
+}
+
+// setAside sets q's rank aside with why, closing its connection, when KeepGoing allows it.
+func (g *Group) setAside(q *peer, why string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.keep == 0 {
+		return false
+	}
+	if _, ok := g.gone[q.m.Rank]; !ok {
+		g.gone[q.m.Rank] = why
+		q.conn.Close()
+	}
+	return true
+}
+
+func (g *Group) isGone(q *peer) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.gone[q.m.Rank]
+	return ok
 }
 
 // ID is the communicator's id, from rank 0's newID.
@@ -555,8 +606,25 @@ func (g *Group) AllGather(ctx context.Context, vals []float64) ([][]float64, err
 	}
 	all := make([][]float64, g.p.Size)
 	all[0] = vals
+	g.mu.Lock()
+	keep := g.keep
+	g.mu.Unlock()
+	var late <-chan time.Time
+	if keep > 0 {
+		timer := time.NewTimer(keep)
+		defer timer.Stop()
+		late = timer.C
+	}
 	for r, q := range g.peers[1:] {
-		m, err := wait(q)
+		var m message
+		var err error
+		if keep > 0 { // a rank set aside, or one that leaves or is late now, is left out
+			if m, err = g.waitKept(ctx, q, late, keep); err == nil && m.Seq == 0 {
+				continue
+			}
+		} else {
+			m, err = wait(q)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -566,11 +634,47 @@ func (g *Group) AllGather(ctx context.Context, vals []float64) ([][]float64, err
 		all[r+1] = m.Vals
 	}
 	for _, q := range g.peers[1:] {
-		if err := q.send(message{Gather: true, Seq: g.seq, All: all}); err != nil {
+		if g.isGone(q) {
+			continue
+		}
+		if err := q.send(message{Gather: true, Seq: g.seq, All: all}); err != nil && !g.setAside(q, "it could not be reached: "+err.Error()) {
 			return nil, g.failed(fmt.Errorf("%s left the run: %w", q.m, err))
 		}
 	}
 	return all, nil
+}
+
+// waitKept is rank 0's wait for q's part of this step after KeepGoing: its message, or a
+// message of Seq 0 when q is set aside (already, or now, for leaving or for being late).
+func (g *Group) waitKept(ctx context.Context, q *peer, late <-chan time.Time, keep time.Duration) (message, error) {
+	if g.isGone(q) {
+		return message{}, nil
+	}
+	var m message
+	why := ""
+	select {
+	case m = <-q.in:
+	case <-q.ended:
+		select {
+		case m = <-q.in: // its last words came before it left
+		default:
+			why = fmt.Sprintf("it left the run before its part of step %d", g.seq)
+		}
+	case <-late:
+		why = fmt.Sprintf("it did not reach step %d of the run within %v of rank 0", g.seq, keep)
+	case <-g.ctx.Done():
+		return m, context.Cause(g.ctx)
+	case <-ctx.Done():
+		return m, ctx.Err()
+	}
+	if why != "" {
+		g.setAside(q, why)
+		return message{}, nil
+	}
+	if m.Seq != g.seq {
+		return m, g.failed(fmt.Errorf("%s is at step %d of the run, this process at %d", q.m, m.Seq, g.seq))
+	}
+	return m, nil
 }
 
 // failed ends the group with err unless it has already ended, and returns the cause.
