@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -285,27 +286,39 @@ func writeFleetMetrics(path string, rep *fleet.Report) error {
 }
 
 // acrossProcesses is the fleet under a launcher, one process per node: each process tests its
-// own node (the per-node round; on the simulator, node RANK of the topology), and the processes
-// meet at the rendezvous to gather every node's verdict. The rounds across nodes (rails, groups)
-// need communicators over some of the processes, which gpubench does not make yet: they are
-// left out, and rank 0 says so.
+// own node (the per-node round; on the simulator, node RANK of the topology), rank 0 gathers the
+// verdicts, then drives the rails across the processes (crossing) and hands every rank the
+// report. A process that leaves the run or stops answering is reported failed, and the others go
+// on (launch.Group.KeepGoing).
 func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, proc launch.Process, opt fleet.Options, simulated bool) (*fleet.Report, error) {
 	addr, err := proc.Address(f.launch.rendezvous)
 	if err != nil {
 		return nil, usageErr("%v", launchMsg(err))
 	}
 	host, _ := os.Hostname()
+	x := &crossing{f: f, e: e, g: g, proc: proc, simulated: simulated}
 	if simulated {
-		t, err := g.loadTopology()
+		if x.topo, err = g.loadTopology(); err != nil {
+			return nil, err
+		}
+		x.nodes = nodeGPUs(x.topo)
+		if proc.Size != len(x.nodes) {
+			return nil, usageErr("gpubench fleet runs one process per node: %d processes for the %d nodes of %s; start %d", proc.Size, len(x.nodes), x.topo.Name, len(x.nodes))
+		}
+		k := proc.Rank
+		opt.Only, host = &k, x.topo.Nodes[k].Hostname
+	} else {
+		one, _, err := expectTopology(cmd, g, false, 0)
 		if err != nil {
 			return nil, err
 		}
-		nodes := len(t.Nodes)
-		if proc.Size != nodes {
-			return nil, usageErr("gpubench fleet runs one process per node: %d processes for the %d nodes of %s; start %d", proc.Size, nodes, t.Name, nodes)
+		if one == nil {
+			return nil, usageErr("fleet sets every figure beside what the machine should do: give --topology FILE for one node")
 		}
-		k := proc.Rank
-		opt.Only, host = &k, t.Nodes[k].Hostname
+		if x.topo, err = one.WithNodes(proc.Size); err != nil {
+			return nil, usageErr("invalid --topology for %d nodes: %v", proc.Size, err)
+		}
+		x.nodes = nodeGPUs(x.topo)
 	}
 	run := fmt.Sprintf("fleet topology %s nodes %d floor %g repeat %d size %s sim-faults %v", g.topology, g.nodes, f.floor, f.repeat, f.size, g.faults)
 	grp, err := launch.Join(cmd.Context(), proc, addr, f.launch.timeout, launch.Member{Host: host, PID: e.pid, Run: run},
@@ -316,29 +329,335 @@ func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, pro
 		}
 		return nil, runtimeErr(fmt.Errorf("rank %d: %w", proc.Rank, err))
 	}
+	x.grp = grp
+	grp.KeepGoing(f.launch.timeout)
 	mine, runErr := fleet.Run(grp.Context(), opt)
 	if runErr != nil { // this node could not be tested: it is reported, and the others go on
 		mine = &fleet.Report{Nodes: []fleet.Node{{Host: host, Status: fleet.Untestable, Why: runErr.Error()}}}
 	}
-	all, err := gatherReports(grp, mine)
+	rep, err := x.rounds(opt, mine)
 	grp.Close(err)
 	if err != nil {
 		return nil, runtimeErr(err)
 	}
-	rep := &fleet.Report{Floor: opt.Floor, Rounds: 1, Rails: []fleet.Rail{}, Suspects: []fleet.Suspect{}}
-	for _, r := range all {
-		rep.Nodes = append(rep.Nodes, r.Nodes...)
-		rep.Suspects = append(rep.Suspects, r.Suspects...)
-		rep.Tests += r.Tests
-	}
-	if proc.Rank == 0 {
-		fmt.Fprintf(e.stderr, "gpubench: fleet: %d processes tested their own nodes; the rounds across nodes (rails, groups) run from one process only (docs/fleet.md)\n", proc.Size)
-	}
 	return rep, nil
 }
 
-// gatherReports gives every process every process's report. The rendezvous carries numbers: a
-// report travels as its JSON, a byte per number, padded to the longest.
+// nodeGPUs lists each node's GPUs, by node.
+func nodeGPUs(t *gpu.Topology) [][]int {
+	out := make([][]int, len(t.Nodes))
+	for g := range t.NumGPUs() {
+		n := t.NodeOf(g)
+		out[n] = append(out[n], g)
+	}
+	return out
+}
+
+// crossing is one process's part in the rounds across the processes. Rank 0 decides each test
+// and sends it to all (a step of the rendezvous: the rail, the size, the communicator's id and
+// which processes are its ranks); the processes named join the communicator on their GPU of that
+// rail and time an all-reduce; every process then sends its result (another step), and rank 0
+// turns them into the test's busbw. The steps run in lockstep on every process, so that no
+// process waits on another that is not coming.
+type crossing struct {
+	f         *fleetFlags
+	e         *env
+	g         *globals
+	proc      launch.Process
+	grp       *launch.Group
+	simulated bool
+	topo      *gpu.Topology // the whole fleet's machine
+	nodes     [][]int       // its GPUs by node
+	real      gpu.Backend   // on real GPUs: the backend the tests across nodes join communicators with
+}
+
+// A command is [op, rail, bytes, id length, id (idMax), member of each process (0: no; r+1: rank
+// r)]; a result is [status, seconds, message length, message (msgMax)].
+const (
+	opTest, opDone = 1, 2
+	idMax, msgMax  = 512, 256
+
+	resNone, resOK, resErr, resHang = 0, 1, 2, 3
+)
+
+// rounds gathers every process's per-node report, runs the rails across the processes from rank
+// 0, and returns rank 0's report on every process.
+func (x *crossing) rounds(opt fleet.Options, mine *fleet.Report) (*fleet.Report, error) {
+	defer func() {
+		if x.real != nil {
+			x.real.Close()
+		}
+	}()
+	all, err := gatherReports(x.grp, mine)
+	if err != nil {
+		return nil, err
+	}
+	var rep *fleet.Report
+	if x.proc.Rank == 0 {
+		gone := x.grp.Gone()
+		for r := range all {
+			if all[r] == nil {
+				why := "its process left the run: " + gone[r]
+				all[r] = &fleet.Report{Nodes: []fleet.Node{{Host: x.host(r), Status: fleet.Failed, Why: why}},
+					Suspects: []fleet.Suspect{{Kind: "node", Host: x.host(r), Status: fleet.Failed, Why: why}}}
+			}
+		}
+		aopt := opt
+		aopt.Only = nil
+		aopt.Open = x.expected
+		rep, err = fleet.Across(x.grp.Context(), aopt, all, x.test)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := x.grp.AllGather(x.grp.Context(), x.command(opDone, 0, 0, nil, nil)); err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(x.e.stderr, "gpubench: fleet: %d processes tested their own nodes and the rails across them; groups of whole nodes need a rank per GPU and are left out under a launcher (docs/fleet.md)\n", x.proc.Size)
+	} else {
+		if err := x.follow(); err != nil {
+			return nil, err
+		}
+		rep = &fleet.Report{}
+	}
+	final, err := gatherReports(x.grp, rep)
+	if err != nil {
+		return nil, err
+	}
+	if final[0] == nil {
+		return nil, errors.New("rank 0 sent no report")
+	}
+	return final[0], nil
+}
+
+// host names node r for the report: the topology's name on the simulator, the process's host on
+// real GPUs.
+func (x *crossing) host(r int) string {
+	if x.simulated {
+		return x.topo.Nodes[r].Hostname
+	}
+	return x.grp.Members()[r].Host
+}
+
+// expected is the whole fleet's machine without faults, for rank 0's expected figures.
+func (x *crossing) expected(env map[string]string, _ bool) (gpu.Backend, error) {
+	all := ncclEnv()
+	maps.Copy(all, env)
+	return sim.New(x.topo, sim.Options{Env: all}) // no faults: x.topo stays as it is
+}
+
+// follow is a process other than rank 0: it runs the tests rank 0 sends until it says done.
+func (x *crossing) follow() error {
+	ctx := x.grp.Context()
+	for {
+		all, err := x.grp.AllGather(ctx, x.command(0, 0, 0, nil, nil))
+		if err != nil {
+			return err
+		}
+		c := all[0]
+		if int(c[0]) != opTest {
+			return nil
+		}
+		if _, err := x.grp.AllGather(ctx, x.part(c)); err != nil {
+			return err
+		}
+	}
+}
+
+// test is rank 0's fleet.CrossTest: one command, every process's part, the results.
+func (x *crossing) test(rail int, nodes []int, bytes int64) (float64, error) {
+	ctx := x.grp.Context()
+	idb, err := x.backend(rail)
+	if err != nil {
+		return 0, err
+	}
+	if x.simulated { // its exchange must outlive the test
+		defer idb.Close()
+	}
+	id, err := idb.(gpu.Joiner).NewUniqueID()
+	if err != nil {
+		return 0, err
+	}
+	c := x.command(opTest, rail, bytes, id, nodes)
+	if _, err := x.grp.AllGather(ctx, c); err != nil {
+		return 0, err
+	}
+	res, err := x.grp.AllGather(ctx, x.part(c))
+	if err != nil {
+		return 0, err
+	}
+	gone := &fleet.GoneError{Why: map[int]string{}}
+	why := x.grp.Gone()
+	var secs float64
+	var firstErr error
+	for _, n := range nodes {
+		r := res[n]
+		switch {
+		case r == nil:
+			gone.Why[n] = why[n]
+		case int(r[0]) == resHang:
+			firstErr = &gpu.HangError{Err: fmt.Errorf("%s: %s", x.host(n), message(r))}
+		case int(r[0]) == resErr && firstErr == nil:
+			firstErr = fmt.Errorf("%s: %s", x.host(n), message(r))
+		case int(r[0]) == resOK:
+			secs = max(secs, r[1])
+		}
+	}
+	switch {
+	case len(gone.Why) > 0:
+		return 0, gone
+	case firstErr != nil:
+		return 0, firstErr
+	case secs <= 0:
+		return 0, fmt.Errorf("the all-reduce across %d nodes took no time", len(nodes))
+	}
+	return float64(bytes) / secs / 1e9 * coll.AllReduce.Factor(len(nodes)), nil
+}
+
+func message(r []float64) string {
+	b := make([]byte, min(int(r[2]), msgMax))
+	for i := range b {
+		b[i] = byte(r[3+i])
+	}
+	return string(b)
+}
+
+func (x *crossing) command(op, rail int, bytes int64, id []byte, nodes []int) []float64 {
+	c := make([]float64, 4+idMax+x.proc.Size)
+	c[0], c[1], c[2], c[3] = float64(op), float64(rail), float64(bytes), float64(len(id))
+	for i, b := range id[:min(len(id), idMax)] {
+		c[4+i] = float64(b)
+	}
+	for r, n := range nodes {
+		c[4+idMax+n] = float64(r + 1)
+	}
+	return c
+}
+
+// part runs this process's rank of the test c, if it has one, and returns its result.
+func (x *crossing) part(c []float64) []float64 {
+	res := make([]float64, 3+msgMax)
+	rank := int(c[4+idMax+x.proc.Rank]) - 1
+	if rank < 0 {
+		return res
+	}
+	size := 0
+	for _, m := range c[4+idMax:] {
+		if m > 0 {
+			size++
+		}
+	}
+	id := make([]byte, int(c[3]))
+	for i := range id {
+		id[i] = byte(c[4+i])
+	}
+	secs, err := x.allReduce(int(c[1]), int64(c[2]), id, size, rank)
+	var hang *gpu.HangError
+	switch {
+	case errors.As(err, &hang):
+		res[0] = resHang
+	case err != nil:
+		res[0] = resErr
+	default:
+		res[0], res[1] = resOK, secs
+		return res
+	}
+	msg := err.Error()[:min(len(err.Error()), msgMax)]
+	res[2] = float64(len(msg))
+	for i := range len(msg) {
+		res[3+i] = float64(msg[i])
+	}
+	return res
+}
+
+// backend is what a test across nodes on rail runs on: on the simulator, the fleet with the run's
+// faults and NCCL_IB_HCA pinned to the rail's NIC (the caller closes it); on real GPUs, this
+// node's NCCL, opened once (NCCL reads NCCL_IB_HCA when it loads, so NCCL picks the NIC).
+func (x *crossing) backend(rail int) (gpu.Backend, error) {
+	if !x.simulated {
+		if x.real == nil {
+			b, _, err := x.g.openColl(x.e)
+			if err != nil {
+				return nil, err
+			}
+			x.real = b
+		}
+		return x.real, nil
+	}
+	env := ncclEnv()
+	if nic := x.topo.NICOf(x.nodes[0][rail]); nic != "" {
+		env["NCCL_IB_HCA"] = "=" + nic
+	}
+	capBytes, _ := parseCap(x.g.dataCap)
+	var faults []sim.Fault
+	for _, s := range x.g.faults {
+		f, _ := sim.ParseFault(s) // checked as the run began
+		faults = append(faults, f)
+	}
+	t, err := x.g.loadTopology() // a fresh one: the faults change the topology they are given
+	if err != nil {
+		return nil, err
+	}
+	return sim.New(t, sim.Options{DataCap: capBytes, Env: env, Faults: faults, Jitter: x.g.jitter, Seed: x.g.seed})
+}
+
+// allReduce joins the communicator id as rank of size on this node's GPU of rail and times an
+// all-reduce of bytes (after one to warm up), in seconds per call.
+func (x *crossing) allReduce(rail int, bytes int64, id []byte, size, rank int) (float64, error) {
+	b, err := x.backend(rail)
+	if err != nil {
+		return 0, err
+	}
+	dev := rail
+	if x.simulated {
+		defer b.Close()
+		dev = x.nodes[x.proc.Rank][rail]
+	}
+	j, ok := b.(gpu.Joiner)
+	if !ok {
+		return 0, fmt.Errorf("the %s backend cannot join a communicator across processes", b.Name())
+	}
+	wait := time.Duration(x.f.timeout * float64(time.Second))
+	jctx, cancel := context.WithTimeout(x.grp.Context(), wait+30*time.Second)
+	comm, err := j.JoinComm(jctx, id, size, rank, dev)
+	cancel()
+	if err != nil {
+		return 0, err
+	}
+	defer comm.Close()
+	buf, err := b.Alloc(dev, bytes)
+	if err != nil {
+		return 0, err
+	}
+	defer b.Free(buf)
+	bufs := make([]gpu.Buffer, size)
+	bufs[rank] = buf
+	sync := func() error {
+		ctx, cancel := context.WithTimeout(x.grp.Context(), wait)
+		defer cancel()
+		return comm.Synchronize(ctx)
+	}
+	if err := comm.AllReduce(bufs, bufs, bytes/4, gpu.Float, gpu.Sum); err != nil {
+		return 0, err
+	}
+	if err := sync(); err != nil {
+		return 0, err
+	}
+	const iters = 2
+	start := b.Now()
+	for range iters {
+		if err := comm.AllReduce(bufs, bufs, bytes/4, gpu.Float, gpu.Sum); err != nil {
+			return 0, err
+		}
+	}
+	if err := sync(); err != nil {
+		return 0, err
+	}
+	return (b.Now() - start).Seconds() / iters, nil
+}
+
+// gatherReports gives every process every process's report (nil for a process set aside). The
+// rendezvous carries numbers: a report travels as its JSON, a byte per number, padded to the
+// longest.
 func gatherReports(grp *launch.Group, mine *fleet.Report) ([]*fleet.Report, error) {
 	data, err := json.Marshal(mine)
 	if err != nil {
@@ -350,7 +669,9 @@ func gatherReports(grp *launch.Group, mine *fleet.Report) ([]*fleet.Report, erro
 	}
 	longest := 0
 	for _, l := range lens {
-		longest = max(longest, int(l[0]))
+		if l != nil {
+			longest = max(longest, int(l[0]))
+		}
 	}
 	vals := make([]float64, longest)
 	for i, c := range data {
@@ -362,6 +683,9 @@ func gatherReports(grp *launch.Group, mine *fleet.Report) ([]*fleet.Report, erro
 	}
 	out := make([]*fleet.Report, len(all))
 	for r, v := range all {
+		if v == nil || lens[r] == nil {
+			continue
+		}
 		b := make([]byte, int(lens[r][0]))
 		for i := range b {
 			b[i] = byte(v[i])

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -140,31 +141,71 @@ func TestFleetRefuses(t *testing.T) {
 	}
 }
 
-// Under a launcher, one process per node: each tests its own node, and rank 0 reports every
-// node's verdict (the corrupting GPU named), saying that the rounds across nodes were left out;
-// every rank exits as the fleet's verdict says.
+// Under a launcher, one process per node: each tests its own node, rank 0 tests the rails across
+// the processes (a slow NIC is found on its node and rail), and a process that stops answering is
+// reported failed while the others finish; rank 0 reports every node, and every rank that finished
+// exits as the fleet's verdict says.
 func TestFleetAcrossProcesses(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ps := startRanks(t, ctx, 4, nil, "fleet", "--backend", "sim", "--nodes", "4", "--sim-fault", "corrupt=9", "--size", "16MiB", "--output", "json")
-	for _, p := range ps {
-		<-p.done
+	ps := startRanks(t, ctx, 6, nil, "fleet", "--backend", "sim", "--nodes", "6", "--size", "16MiB", "--output", "json",
+		"--sim-fault", "corrupt=9", // GPU 1 of node 1
+		"--sim-fault", "slow-nic=dgx-h100-2/mlx5_3,0.4",
+		"--sim-fault", "hang=33", "-T", "100", // node 4's process is stuck for 100 s in its own round
+		"--rendezvous-timeout", "5s") // and rank 0 waits 5 s for it at each step
+	for rank, p := range ps {
+		if rank != 4 {
+			<-p.done
+		}
 	}
 	for rank, p := range ps {
-		if p.code != exitCheck || !strings.Contains(p.stderr.String(), "gpubench: fleet: 1 suspect: GPU 1 of dgx-h100-1 FAILED") {
+		if rank == 4 {
+			continue
+		}
+		if p.code != exitCheck || !strings.Contains(p.stderr.String(), "gpubench: fleet: 3 suspects: ") {
 			t.Errorf("rank %d: exit %d, stderr %q", rank, p.code, p.stderr.String())
 		}
 		if rank > 0 && p.stdout.String() != "" {
 			t.Errorf("rank %d printed %q", rank, p.stdout.String())
 		}
 	}
-	if !strings.Contains(ps[0].stderr.String(), "4 processes tested their own nodes; the rounds across nodes (rails, groups) run from one process only") {
+	if !strings.Contains(ps[0].stderr.String(), "6 processes tested their own nodes and the rails across them") {
 		t.Errorf("rank 0's stderr %q", ps[0].stderr.String())
 	}
 	var rep struct {
-		Nodes []struct{ Host, Status string }
+		Nodes    []struct{ Host, Status, Why string }
+		Suspects []struct {
+			Kind, Host, NIC, Status string
+			GPU, Rail               *int
+		}
+		Rails []struct{ Rail int }
 	}
-	if err := json.Unmarshal([]byte(ps[0].stdout.String()), &rep); err != nil || len(rep.Nodes) != 4 || rep.Nodes[1].Host != "dgx-h100-1" || rep.Nodes[1].Status != "failed" || rep.Nodes[2].Status != "healthy" {
-		t.Errorf("%v: %+v", err, rep)
+	if err := json.Unmarshal([]byte(ps[0].stdout.String()), &rep); err != nil || len(rep.Nodes) != 6 {
+		t.Fatalf("%v: %s", err, ps[0].stdout.String())
+	}
+	for n, want := range []string{"healthy", "failed", "degraded", "healthy", "failed", "healthy"} {
+		if rep.Nodes[n].Host != fmt.Sprintf("dgx-h100-%d", n) || rep.Nodes[n].Status != want {
+			t.Errorf("node %d: %+v, want %s", n, rep.Nodes[n], want)
+		}
+	}
+	if w := rep.Nodes[4].Why; !strings.Contains(w, "its process left the run: it did not reach step 1 of the run within 5s of rank 0") {
+		t.Errorf("node 4: %q", w)
+	}
+	var got []string
+	for _, s := range rep.Suspects {
+		what := s.Kind + " " + s.Host + " " + s.Status
+		if s.GPU != nil {
+			what += fmt.Sprint(" gpu", *s.GPU)
+		}
+		if s.Rail != nil {
+			what += fmt.Sprint(" ", s.NIC, " rail", *s.Rail)
+		}
+		got = append(got, what)
+	}
+	if want := []string{"gpu dgx-h100-1 failed gpu1", "nic dgx-h100-2 degraded mlx5_3 rail3", "node dgx-h100-4 failed"}; !slices.Equal(got, want) {
+		t.Errorf("suspects %q, want %q", got, want)
+	}
+	if len(rep.Rails) != 8 {
+		t.Errorf("%d rails tested across the processes, want 8", len(rep.Rails))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -133,6 +134,8 @@ type fleet struct {
 	confirmed map[int]bool
 	slow      map[int][][2]int       // per node: the P2P pairs under the floor
 	p2pWant   map[string]*p2p.Matrix // the fault-free machine's P2P matrix, by node shape
+	cross     CrossTest              // the tests across nodes, run by other processes (Across)
+	gone      map[int]bool           // nodes whose process left the run (Across)
 }
 
 // Run tests the cluster: per node, per rail, then across nodes in groups, bisecting what falls
@@ -158,19 +161,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if t == nil || t.NumGPUs() != len(b.Devices()) {
 		return nil, fmt.Errorf("fleet: the backend has %d GPUs and the machine it is set beside another count: give --topology for this machine", len(b.Devices()))
 	}
-	if opt.Bytes <= 0 {
-		opt.Bytes = defaultBytes
-	}
-	f := &fleet{ctx: ctx, opt: opt, b: b, twin: twin, topo: t, rep: &Report{Floor: opt.Floor, Nodes: []Node{}, Rails: []Rail{}, Suspects: []Suspect{}},
-		bad: map[int]bool{}, expected: map[string]float64{}, confirmed: map[int]bool{}, slow: map[int][][2]int{}, p2pWant: map[string]*p2p.Matrix{}}
-	for g := range t.NumGPUs() {
-		n := t.NodeOf(g)
-		for len(f.nodes) <= n {
-			f.nodes = append(f.nodes, nil)
-			f.hosts = append(f.hosts, t.Nodes[len(f.hosts)].Hostname)
-		}
-		f.nodes[n] = append(f.nodes[n], g)
-	}
+	f := newFleet(ctx, opt, b, twin, t)
 	if k := opt.Only; k != nil {
 		if *k < 0 || *k >= len(f.nodes) {
 			return nil, fmt.Errorf("fleet: node %d of %d", *k, len(f.nodes))
@@ -187,12 +178,94 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		f.progress("the nodes together, in groups of %d", f.opt.Group)
 		f.groupRound()
 	}
+	return f.report()
+}
+
+func newFleet(ctx context.Context, opt Options, b, twin gpu.Backend, t *gpu.Topology) *fleet {
+	if opt.Bytes <= 0 {
+		opt.Bytes = defaultBytes
+	}
+	f := &fleet{ctx: ctx, opt: opt, b: b, twin: twin, topo: t, rep: &Report{Floor: opt.Floor, Nodes: []Node{}, Rails: []Rail{}, Suspects: []Suspect{}},
+		bad: map[int]bool{}, expected: map[string]float64{}, confirmed: map[int]bool{}, slow: map[int][][2]int{}, p2pWant: map[string]*p2p.Matrix{}, gone: map[int]bool{}}
+	for g := range t.NumGPUs() {
+		n := t.NodeOf(g)
+		for len(f.nodes) <= n {
+			f.nodes = append(f.nodes, nil)
+			f.hosts = append(f.hosts, t.Nodes[len(f.hosts)].Hostname)
+		}
+		f.nodes[n] = append(f.nodes[n], g)
+	}
+	return f
+}
+
+func (f *fleet) report() (*Report, error) {
 	f.rep.Rounds += f.depth
 	if len(f.confirmed) > 0 {
-		f.rep.Rounds += opt.Repeat
+		f.rep.Rounds += f.opt.Repeat
 	}
 	sort.SliceStable(f.rep.Suspects, func(i, j int) bool { return f.rep.Suspects[i].Host < f.rep.Suspects[j].Host })
-	return f.rep, ctx.Err()
+	return f.rep, f.ctx.Err()
+}
+
+// CrossTest runs, in other processes, an all-reduce of bytes over GPU rail of each of nodes (one
+// process per node) and returns its busbw; an error wrapping a *gpu.HangError for a hang, a
+// *GoneError for nodes whose process left the run.
+type CrossTest func(rail int, nodes []int, bytes int64) (busbw float64, err error)
+
+// GoneError names the nodes whose process left the run, and why.
+type GoneError struct{ Why map[int]string }
+
+func (e *GoneError) Error() string {
+	var out []string
+	for _, n := range slices.Sorted(maps.Keys(e.Why)) {
+		out = append(out, fmt.Sprintf("node %d: %s", n, e.Why[n]))
+	}
+	return "processes left the run: " + strings.Join(out, "; ")
+}
+
+// Across runs the rounds across nodes of a launcher's run, one process per node: reports are the
+// per-node round of each process, in process order (one node each; for a process that left the
+// run, that node failed), and test runs each test across the processes. opt.Open(env, true) gives the whole
+// fleet's fault-free machine, whose figures the tests are set beside. The nodes are also held to
+// the robust outlier rule among themselves, which no process could apply alone. The rails are
+// tested; the groups of whole nodes are not, since they need a rank for every GPU and each
+// process holds one.
+func Across(ctx context.Context, opt Options, reports []*Report, test CrossTest) (*Report, error) {
+	twin, err := opt.Open(nil, true)
+	if err != nil {
+		return nil, err
+	}
+	defer twin.Close()
+	t := twin.Topology()
+	f := newFleet(ctx, opt, nil, twin, t)
+	if len(f.nodes) != len(reports) {
+		return nil, fmt.Errorf("fleet: %d processes for the %d nodes of %s", len(reports), len(f.nodes), t.Name)
+	}
+	f.cross = test
+	f.rep.Rounds = 1
+	for n, r := range reports {
+		if len(r.Nodes) != 1 {
+			return nil, fmt.Errorf("fleet: process %d reported %d nodes, not its own alone", n, len(r.Nodes))
+		}
+		f.hosts[n] = r.Nodes[0].Host
+		f.rep.Nodes = append(f.rep.Nodes, r.Nodes[0])
+		f.rep.Suspects = append(f.rep.Suspects, r.Suspects...)
+		f.rep.Tests += r.Tests
+		if r.Nodes[0].Status != Healthy {
+			f.bad[n] = true
+		}
+	}
+	for _, n := range f.judgeNodes() {
+		f.bad[n] = true
+		f.suspectNode(n, f.rep.Nodes[n].Why)
+	}
+	if len(f.nodes) > 1 {
+		f.progress("each rail across the nodes")
+		if err := f.railRound(); err != nil {
+			return nil, err
+		}
+	}
+	return f.report()
 }
 
 // crossBytes is what the tests across nodes time: a quarter of a node's, at least 1 KiB.
@@ -316,7 +389,28 @@ func (f *fleet) nodeRound() {
 		}
 		f.rep.Nodes = append(f.rep.Nodes, node)
 	}
-	// Below the floor of what is expected, or far below the other nodes.
+	f.judgeNodes()
+	for n := range f.rep.Nodes {
+		if node := &f.rep.Nodes[n]; node.Status == Healthy && len(f.slow[n]) > 0 {
+			p := node.P2P
+			node.Status, node.Why = Degraded, fmt.Sprintf("%d P2P pairs under %.0f%% of expected, the slowest %.1f GB/s of %.1f", len(f.slow[n]), 100*f.opt.Floor, p.BusBW, p.Expected)
+		}
+	}
+	for n, node := range f.rep.Nodes {
+		switch node.Status {
+		case Failed:
+			f.bad[n] = true
+		case Degraded:
+			f.bad[n] = true
+			f.suspectNode(n, node.Why)
+		}
+	}
+}
+
+// judgeNodes marks degraded the healthy nodes whose collectives are below the floor of what is
+// expected, or far below the other nodes', and returns them.
+func (f *fleet) judgeNodes() []int {
+	var marked []int
 	for _, c := range []string{coll.AllReduce.Name, coll.AllToAll.Name} {
 		var ratios []float64
 		for _, node := range f.rep.Nodes {
@@ -336,24 +430,13 @@ func (f *fleet) nodeRound() {
 				node.Status, node.Why = Degraded, fmt.Sprintf("%s %.1f GB/s busbw, %.0f%% of the expected %.1f", c, fig.BusBW, 100*fig.Ratio, fig.Expected)
 			case fig.Ratio < low:
 				node.Status, node.Why = Degraded, fmt.Sprintf("%s %.1f GB/s busbw, an outlier among the nodes (%.0f%% of expected, the fleet's median %.0f%%)", c, fig.BusBW, 100*fig.Ratio, 100*median(ratios))
+			default:
+				continue
 			}
+			marked = append(marked, n)
 		}
 	}
-	for n := range f.rep.Nodes {
-		if node := &f.rep.Nodes[n]; node.Status == Healthy && len(f.slow[n]) > 0 {
-			p := node.P2P
-			node.Status, node.Why = Degraded, fmt.Sprintf("%d P2P pairs under %.0f%% of expected, the slowest %.1f GB/s of %.1f", len(f.slow[n]), 100*f.opt.Floor, p.BusBW, p.Expected)
-		}
-	}
-	for n, node := range f.rep.Nodes {
-		switch node.Status {
-		case Failed:
-			f.bad[n] = true
-		case Degraded:
-			f.bad[n] = true
-			f.suspectNode(n, node.Why)
-		}
-	}
+	return marked
 }
 
 func nodeFigure(n Node, c string) *Figure {
@@ -468,16 +551,10 @@ func (f *fleet) railRound() error {
 			continue
 		}
 		env := map[string]string{"NCCL_IB_HCA": "=" + nic}
-		b, err := f.opt.Open(env, false)
-		if err != nil {
-			return err
-		}
 		twin, err := f.opt.Open(env, true)
 		if err != nil {
-			b.Close()
 			return err
 		}
-		rail := Rail{Rail: k, NIC: nic, Status: Healthy}
 		ords := func(nodes []int) []int {
 			var out []int
 			for _, n := range nodes {
@@ -487,8 +564,18 @@ func (f *fleet) railRound() error {
 			}
 			return out
 		}
+		run := func(nodes []int) outcome { return f.crossRun(k, nodes) }
+		var b gpu.Backend
+		if f.cross == nil {
+			if b, err = f.opt.Open(env, false); err != nil {
+				twin.Close()
+				return err
+			}
+			run = func(nodes []int) outcome { return f.run(b, coll.AllReduce, ords(nodes), f.crossBytes(), false) }
+		}
+		rail := Rail{Rail: k, NIC: nic, Status: Healthy}
 		test := func(nodes []int) (bool, *Figure) {
-			o := f.run(b, coll.AllReduce, ords(nodes), f.crossBytes(), false)
+			o := run(nodes)
 			fig := figure(o, f.expect(fmt.Sprintf("rail %d %v", k, nodes), twin, coll.AllReduce, ords(nodes), f.crossBytes()))
 			return !o.failed() && fig.Ratio >= f.opt.Floor, fig
 		}
@@ -499,6 +586,9 @@ func (f *fleet) railRound() error {
 			if !ok {
 				rail.Status = Degraded
 				for _, n := range f.bisect(good, test) {
+					if f.gone[n] { // its process left the run: reported as such, not as its NIC
+						continue
+					}
 					k := k
 					f.bad[n] = true
 					f.markNode(n, Degraded, fmt.Sprintf("NIC %s (rail %d) falls short of what its rail should do", nic, k))
@@ -508,10 +598,46 @@ func (f *fleet) railRound() error {
 			}
 		}
 		f.rep.Rails = append(f.rep.Rails, rail)
-		b.Close()
+		if b != nil {
+			b.Close()
+		}
 		twin.Close()
 	}
 	return nil
+}
+
+// crossRun runs a rail's all-reduce across the processes of nodes. A node whose process has left
+// the run fails the test at once; one that leaves now is reported failed, and left out of the
+// tests after it.
+func (f *fleet) crossRun(rail int, nodes []int) outcome {
+	var o outcome
+	for _, n := range nodes {
+		if f.gone[n] {
+			o.err = fmt.Errorf("the process of %s left the run", f.hosts[n])
+			return o
+		}
+	}
+	f.rep.Tests++
+	bw, err := f.cross(rail, nodes, f.crossBytes())
+	var gone *GoneError
+	switch {
+	case errors.As(err, &gone):
+		for n, why := range gone.Why {
+			if !f.gone[n] {
+				f.gone[n], f.bad[n] = true, true
+				why = "its process left the run: " + why
+				f.rep.Nodes[n].Status, f.rep.Nodes[n].Why = Failed, why
+				f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "node", Host: f.hosts[n], Status: Failed, Why: why})
+			}
+		}
+		o.err = err
+	case errors.As(err, &o.hang):
+	case err != nil:
+		o.err = err
+	default:
+		o.busbw, o.measured = bw, true
+	}
+	return o
 }
 
 // groupRound tests the good nodes together in groups of opt.Group (all their GPUs), and bisects
@@ -564,22 +690,33 @@ func (f *fleet) markNode(n int, s Status, why string) {
 }
 
 // bisect finds the nodes of set that make test fail: each half is tested beside as many nodes
-// known good (outside set), so that a half of one node is still a test across nodes; a half that
-// fails is split again. A node found is confirmed Repeat times beside good nodes before it is
-// named; one that passes a confirmation is not.
+// cleared of suspicion (good nodes outside set, then nodes that passed a test of this bisection,
+// then set's nodes outside the part that failed), so that a half of one node is still a test
+// across nodes; a half that fails is split again. A node found is confirmed Repeat times beside
+// cleared nodes before it is named; one that passes a confirmation is not.
 func (f *fleet) bisect(set []int, test func([]int) (bool, *Figure)) []int {
+	cleared := map[int]bool{}
+	try := func(nodes []int) bool {
+		ok, _ := test(nodes)
+		if ok {
+			for _, n := range nodes {
+				cleared[n] = true
+			}
+		}
+		return ok
+	}
 	var found []int
 	var walk func(part []int, depth int)
 	walk = func(part []int, depth int) {
 		f.depth = max(f.depth, depth)
 		if len(part) == 1 {
-			if f.confirm(part[0], set, test) {
+			if f.confirm(part[0], f.padded([]int{part[0]}, set, nil, cleared), try) {
 				found = append(found, part[0])
 			}
 			return
 		}
 		for _, half := range [][]int{part[:len(part)/2], part[len(part)/2:]} {
-			if ok, _ := test(f.padded(half, set)); !ok {
+			if !try(f.padded(half, set, part, cleared)) {
 				walk(half, depth+1)
 			}
 		}
@@ -588,34 +725,31 @@ func (f *fleet) bisect(set []int, test func([]int) (bool, *Figure)) []int {
 	return found
 }
 
-// padded is part beside as many good nodes from outside set (or, lacking them, from set's other
-// nodes already passed), at least one.
-func (f *fleet) padded(part, set []int) []int {
+// padded is part beside as many other nodes (at least one), the least suspect first: good nodes
+// outside set, nodes of set cleared by a passed test, set's nodes outside avoid (the part that
+// failed, part's sibling being as suspect as part), and lacking those, set's other nodes.
+func (f *fleet) padded(part, set, avoid []int, cleared map[int]bool) []int {
 	out := slices.Clone(part)
-	want := max(len(part), 1)
-	for _, n := range f.good() {
-		if len(out) >= len(part)+want {
-			break
-		}
-		if !slices.Contains(set, n) && !slices.Contains(out, n) {
-			out = append(out, n)
-		}
-	}
-	for _, n := range set { // a fleet too small for outsiders: the set's other nodes
-		if len(out) >= len(part)+want {
-			break
-		}
-		if !slices.Contains(out, n) {
-			out = append(out, n)
+	want := len(part) + max(len(part), 1)
+	add := func(ok func(n int) bool, from []int) {
+		for _, n := range from {
+			if len(out) < want && ok(n) && !slices.Contains(out, n) {
+				out = append(out, n)
+			}
 		}
 	}
+	add(func(n int) bool { return !slices.Contains(set, n) }, f.good())
+	add(func(n int) bool { return cleared[n] }, set)
+	add(func(n int) bool { return !slices.Contains(avoid, n) }, set)
+	add(func(int) bool { return true }, set)
 	return out
 }
 
-// confirm tests node n beside good nodes Repeat times: a suspect only if it fails every time.
-func (f *fleet) confirm(n int, set []int, test func([]int) (bool, *Figure)) bool {
+// confirm tests node n beside the nodes with it in padded Repeat times: a suspect only if it
+// fails every time.
+func (f *fleet) confirm(n int, padded []int, try func([]int) bool) bool {
 	for range f.opt.Repeat {
-		if ok, _ := test(f.padded([]int{n}, set)); ok {
+		if try(padded) {
 			return false
 		}
 	}
