@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/diag"
 	"github.com/gpubench/gpubench/internal/fleet"
 	"github.com/gpubench/gpubench/internal/gpu"
 	"github.com/gpubench/gpubench/internal/input"
@@ -97,6 +98,9 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 		return err
 	}
 	opt := fleet.Options{Open: open, Floor: f.floor, Repeat: f.repeat, Group: f.group, Timeout: time.Duration(f.timeout * float64(time.Second)), Bytes: bytes}
+	if !simulated { // a simulated node has no hardware of its own to check
+		opt.Diag = func() ([]string, []string) { return quickDiag(cmd, g) }
+	}
 	if e.progress {
 		opt.Progress = func(s string) { fmt.Fprintf(e.stderr, "gpubench: fleet: %s\n", s) }
 	}
@@ -130,6 +134,18 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 		return &exitError{code: exitCheck, err: fmt.Errorf("fleet: %d suspect%s: %s", len(rep.Suspects), plural(len(rep.Suspects)), strings.Join(rep.Summary(), "; "))}
 	}
 	return nil
+}
+
+// quickDiag is `gpubench diag --quick` of this machine, as fleet runs it on each node it tests
+// on its own: its failed checks, the hardware's apart from the rest.
+func quickDiag(cmd *cobra.Command, g *globals) (hw, other []string) {
+	o := diag.Options{Env: diagEnviron(), Quick: true, Context: cmd.Context()}
+	var b gpu.Backend
+	o.CUDA, o.NCCL, b, o.BackendErr = diag.OpenLibraries(g.cudaLib, g.ncclLib)
+	if b != nil {
+		defer b.Close()
+	}
+	return diag.Run(o).Failures()
 }
 
 // opener returns how the fleet opens its cluster: on the simulator, the topology with the run's
@@ -196,6 +212,11 @@ func writeFleet(w io.Writer, format string, rep *fleet.Report) error {
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", n.Host, n.Status, pct(n.AllReduce), pct(n.AllToAll), pct(n.P2P), n.Why)
 		}
 		fmt.Fprintln(w)
+		for _, n := range rep.Nodes {
+			if len(n.Diag) > 0 {
+				fmt.Fprintf(w, "- diag on %s: %s\n", n.Host, strings.Join(n.Diag, "; "))
+			}
+		}
 		for _, s := range rep.Summary() {
 			fmt.Fprintf(w, "- %s\n", s)
 		}
@@ -208,6 +229,11 @@ func writeFleet(w io.Writer, format string, rep *fleet.Report) error {
 		}
 		for _, r := range rep.Rails {
 			fmt.Fprintf(w, "# rail %d (%s): %s, %s of expected\n", r.Rail, r.NIC, r.Status, pct(r.Figure))
+		}
+		for _, n := range rep.Nodes {
+			if len(n.Diag) > 0 {
+				fmt.Fprintf(w, "# diag on %s: %s\n", n.Host, strings.Join(n.Diag, "; "))
+			}
 		}
 		if len(rep.Suspects) == 0 {
 			_, err := fmt.Fprintln(w, "# every node, GPU and NIC healthy")
@@ -332,8 +358,13 @@ func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, pro
 	x.grp = grp
 	grp.KeepGoing(f.launch.timeout)
 	mine, runErr := fleet.Run(grp.Context(), opt)
-	if runErr != nil { // this node could not be tested: it is reported, and the others go on
-		mine = &fleet.Report{Nodes: []fleet.Node{{Host: host, Status: fleet.Untestable, Why: runErr.Error()}}}
+	if runErr != nil { // this node could not be tested: it is reported, with what diag finds, and the others go on
+		node := fleet.Node{Host: host, Status: fleet.Untestable, Why: runErr.Error()}
+		if opt.Diag != nil {
+			hw, other := opt.Diag()
+			node.Diag = append(hw, other...)
+		}
+		mine = &fleet.Report{Nodes: []fleet.Node{node}}
 	}
 	rep, err := x.rounds(opt, mine)
 	grp.Close(err)

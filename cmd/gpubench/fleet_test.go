@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpubench/gpubench/internal/fleet"
 )
 
 // 32 simulated DGX H100 with six faults of six kinds: each is found and named for what it is,
@@ -207,5 +209,22 @@ func TestFleetAcrossProcesses(t *testing.T) {
 	}
 	if len(rep.Rails) != 8 {
 		t.Errorf("%d rails tested across the processes, want 8", len(rep.Rails))
+	}
+}
+
+// What a node's quick diag found is printed with the node, in the table and in Markdown.
+func TestFleetPrintsDiag(t *testing.T) {
+	rep := &fleet.Report{Floor: 0.75, Nodes: []fleet.Node{
+		{Host: "n0", Status: fleet.Failed, Why: "diag: ecc: GPU 3: 2 uncorrected errors", Diag: []string{"ecc: GPU 3: 2 uncorrected errors", "nccl: no NCCL library"}},
+		{Host: "n1", Status: fleet.Healthy},
+	}, Suspects: []fleet.Suspect{{Kind: "node", Host: "n0", Status: fleet.Failed, Why: "diag: ecc: GPU 3: 2 uncorrected errors"}}}
+	for format, want := range map[string]string{
+		"table":    "# diag on n0: ecc: GPU 3: 2 uncorrected errors; nccl: no NCCL library\n",
+		"markdown": "- diag on n0: ecc: GPU 3: 2 uncorrected errors; nccl: no NCCL library\n",
+	} {
+		var b strings.Builder
+		if err := writeFleet(&b, format, rep); err != nil || !strings.Contains(b.String(), want) || strings.Contains(b.String(), "diag on n1") {
+			t.Errorf("%s: %v\n%s", format, err, b.String())
+		}
 	}
 }

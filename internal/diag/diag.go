@@ -117,6 +117,27 @@ func (r *Report) Failed() []string {
 	return f
 }
 
+// hardware names the checks whose failure is the machine's hardware (a GPU, its memory, a PCIe or
+// NVLink link, an RDMA port) rather than its software or settings.
+var hardware = map[string]bool{"ecc": true, "retired-memory": true, "throttle": true, "pcie-link": true, "nvlink": true, "rdma-ports": true}
+
+// Failures are the failed checks as "check: finding", the hardware's apart from the rest (software,
+// settings), so that a missing library is never taken for a bad node.
+func (r *Report) Failures() (hw, other []string) {
+	for _, x := range r.Results {
+		if x.Status != Fail {
+			continue
+		}
+		s := x.Check + ": " + x.Finding
+		if hardware[x.Check] {
+			hw = append(hw, s)
+		} else {
+			other = append(other, s)
+		}
+	}
+	return hw, other
+}
+
 // Checks lists every check in the order diag runs and prints them.
 func Checks() []Check {
 	var all []Check

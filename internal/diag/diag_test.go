@@ -386,3 +386,19 @@ func FuzzParseACSControl(f *testing.F) {
 		}
 	})
 }
+
+// A failed check of the hardware is told apart from one of software or settings: fleet fails a
+// node for the first, never for the second.
+func TestFailures(t *testing.T) {
+	rep := &Report{Results: []Result{
+		{Check: "ecc", Status: Fail, Finding: "GPU 3: 2 uncorrected errors"},
+		{Check: "nccl", Status: Fail, Finding: "no NCCL library"},
+		{Check: "nvlink", Status: Warn, Finding: "a link at reduced speed"},
+		{Check: "rdma-ports", Status: Fail, Finding: "mlx5_3 port 1 is DOWN"},
+		{Check: "dev-shm", Status: Pass, Finding: "64 GiB"},
+	}}
+	hw, other := rep.Failures()
+	if strings.Join(hw, "|") != "ecc: GPU 3: 2 uncorrected errors|rdma-ports: mlx5_3 port 1 is DOWN" || strings.Join(other, "|") != "nccl: no NCCL library" {
+		t.Errorf("hardware %q, other %q", hw, other)
+	}
+}

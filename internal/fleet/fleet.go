@@ -50,6 +50,11 @@ type Options struct {
 	// Only, when set, tests that node alone (its index in the topology): the per-node round of a
 	// process that drives one node of many.
 	Only *int
+	// Diag, when set, is a quick diag of the machine this process runs on, run before the node's
+	// tests when the process tests its own node: the failed checks of its hardware (a GPU, its
+	// memory, PCIe or NVLink links, RDMA ports), and the others (software, settings). A hardware
+	// failure fails the node; the others are reported with it, never as bad hardware.
+	Diag func() (hardware, other []string)
 	// Progress, when set, hears each phase.
 	Progress func(string)
 }
@@ -72,6 +77,8 @@ type Node struct {
 	// P2P is the node's slowest P2P pair (unidirectional copies), against the same pair on the
 	// fault-free machine; nil where P2P was not measured.
 	P2P *Figure `json:"p2p"`
+	// Diag lists the checks of a quick diag that failed on the node (Options.Diag), if it ran.
+	Diag []string `json:"diag,omitempty"`
 }
 
 // Rail is one rail's test across the nodes.
@@ -387,6 +394,9 @@ func (f *fleet) nodeRound() {
 		if node.Status == Healthy {
 			node.P2P, f.slow[n] = f.p2pNode(gpus, shape)
 		}
+		if f.opt.Diag != nil && len(f.nodes) == 1 {
+			f.diagNode(&node)
+		}
 		f.rep.Nodes = append(f.rep.Nodes, node)
 	}
 	f.judgeNodes()
@@ -437,6 +447,19 @@ func (f *fleet) judgeNodes() []int {
 		}
 	}
 	return marked
+}
+
+// diagNode runs the quick diag of the node this process runs on: a failed hardware check fails
+// the node, unless its tests already failed it; the other failed checks are listed with it.
+func (f *fleet) diagNode(node *Node) {
+	hw, other := f.opt.Diag()
+	node.Diag = append(hw, other...)
+	if len(hw) == 0 || node.Status == Failed {
+		return
+	}
+	why := "diag: " + strings.Join(hw, "; ")
+	node.Status, node.Why = Failed, why
+	f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "node", Host: node.Host, Status: Failed, Why: why})
 }
 
 func nodeFigure(n Node, c string) *Figure {

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/sim"
 )
 
 // The outlier rule names a node far below the others, and no one in a fleet whose figures
@@ -34,5 +36,39 @@ func TestRunRefuses(t *testing.T) {
 	}
 	if _, err := Run(context.Background(), Options{Open: open, Floor: 0.75, Repeat: 1, Group: 2}); err == nil || err.Error() != "no cluster" {
 		t.Errorf("a cluster that does not open: %v", err)
+	}
+}
+
+// A process testing its own node runs the quick diag too: a failed hardware check fails the node
+// and names it; a failed software check is listed with the node and fails nothing.
+func TestDiagPerNode(t *testing.T) {
+	open := func(env map[string]string, _ bool) (gpu.Backend, error) {
+		topo, err := sim.LoadTopology("dgx-h100")
+		if err != nil {
+			return nil, err
+		}
+		return sim.New(topo, sim.Options{Env: env})
+	}
+	for _, tc := range []struct {
+		hw, other []string
+		status    Status
+		suspects  int
+	}{
+		{nil, []string{"nccl: no NCCL library"}, Healthy, 0},
+		{[]string{"ecc: GPU 3: 2 uncorrected errors"}, []string{"dev-shm: 64 MiB"}, Failed, 1},
+	} {
+		opt := Options{Open: open, Floor: 0.75, Repeat: 1, Group: 2, Bytes: 4 << 20, Timeout: time.Second,
+			Diag: func() ([]string, []string) { return tc.hw, tc.other }}
+		rep, err := Run(context.Background(), opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := rep.Nodes[0]
+		if n.Status != tc.status || len(rep.Suspects) != tc.suspects || len(n.Diag) != len(tc.hw)+len(tc.other) {
+			t.Errorf("diag %q %q: node %+v, suspects %+v", tc.hw, tc.other, n, rep.Suspects)
+		}
+		if tc.status == Failed && n.Why != "diag: ecc: GPU 3: 2 uncorrected errors" {
+			t.Errorf("why %q", n.Why)
+		}
 	}
 }
