@@ -334,12 +334,12 @@ func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, pro
 		k := proc.Rank
 		opt.Only, host = &k, x.topo.Nodes[k].Hostname
 	} else {
-		one, _, err := expectTopology(cmd, g, false, 0)
+		one, source, err := expectTopology(cmd, g, false, 0)
 		if err != nil {
 			return nil, err
 		}
 		if one == nil {
-			return nil, usageErr("fleet sets every figure beside what the machine should do: give --topology FILE for one node")
+			return nil, usageErr("fleet sets every figure beside what the machine should do, and %s: give --topology FILE for one node", source)
 		}
 		if x.topo, err = one.WithNodes(proc.Size); err != nil {
 			return nil, usageErr("invalid --topology for %d nodes: %v", proc.Size, err)
