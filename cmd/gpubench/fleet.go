@@ -9,7 +9,9 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -313,8 +315,8 @@ func writeFleetMetrics(path string, rep *fleet.Report) error {
 
 // acrossProcesses is the fleet under a launcher, one process per node: each process tests its
 // own node (the per-node round; on the simulator, node RANK of the topology), rank 0 gathers the
-// verdicts, then drives the rails across the processes (crossing) and hands every rank the
-// report. A process that leaves the run or stops answering is reported failed, and the others go
+// verdicts, then drives the rails and the groups across the processes (crossing) and hands every
+// rank the report. A process that leaves the run or stops answering is reported failed, and the others go
 // on (launch.Group.KeepGoing).
 func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, proc launch.Process, opt fleet.Options, simulated bool) (*fleet.Report, error) {
 	addr, err := proc.Address(f.launch.rendezvous)
@@ -385,9 +387,9 @@ func nodeGPUs(t *gpu.Topology) [][]int {
 }
 
 // crossing is one process's part in the rounds across the processes. Rank 0 decides each test
-// and sends it to all (a step of the rendezvous: the rail, the size, the communicator's id and
-// which processes are its ranks); the processes named join the communicator on their GPU of that
-// rail and time an all-reduce; every process then sends its result (another step), and rank 0
+// and sends it to all (a step of the rendezvous: the rail or -1 for whole nodes, the size, the
+// communicator's id and which processes take part); the processes named join the communicator on
+// their GPU of that rail, or on every GPU, and time an all-reduce; every process then sends its result (another step), and rank 0
 // turns them into the test's busbw. The steps run in lockstep on every process, so that no
 // process waits on another that is not coming.
 type crossing struct {
@@ -443,7 +445,6 @@ func (x *crossing) rounds(opt fleet.Options, mine *fleet.Report) (*fleet.Report,
 		if _, err := x.grp.AllGather(x.grp.Context(), x.command(opDone, 0, 0, nil, nil)); err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(x.e.stderr, "gpubench: fleet: %d processes tested their own nodes and the rails across them; groups of whole nodes need a rank per GPU and are left out under a launcher (docs/fleet.md)\n", x.proc.Size)
 	} else {
 		if err := x.follow(); err != nil {
 			return nil, err
@@ -541,7 +542,11 @@ func (x *crossing) test(rail int, nodes []int, bytes int64) (float64, error) {
 	case secs <= 0:
 		return 0, fmt.Errorf("the all-reduce across %d nodes took no time", len(nodes))
 	}
-	return float64(bytes) / secs / 1e9 * coll.AllReduce.Factor(len(nodes)), nil
+	ranks := len(nodes)
+	if rail < 0 {
+		ranks *= len(x.nodes[0])
+	}
+	return float64(bytes) / secs / 1e9 * coll.AllReduce.Factor(ranks), nil
 }
 
 func message(r []float64) string {
@@ -564,24 +569,29 @@ func (x *crossing) command(op, rail int, bytes int64, id []byte, nodes []int) []
 	return c
 }
 
-// part runs this process's rank of the test c, if it has one, and returns its result.
+// part runs this process's ranks of the test c, if it has any, and returns its result: on a rail,
+// one rank (GPU rail); across whole nodes (rail -1), a rank per GPU of the node.
 func (x *crossing) part(c []float64) []float64 {
 	res := make([]float64, 3+msgMax)
-	rank := int(c[4+idMax+x.proc.Rank]) - 1
-	if rank < 0 {
+	idx := int(c[4+idMax+x.proc.Rank]) - 1
+	if idx < 0 {
 		return res
 	}
-	size := 0
+	members := 0
 	for _, m := range c[4+idMax:] {
 		if m > 0 {
-			size++
+			members++
 		}
 	}
 	id := make([]byte, int(c[3]))
 	for i := range id {
 		id[i] = byte(c[4+i])
 	}
-	secs, err := x.allReduce(int(c[1]), int64(c[2]), id, size, rank)
+	rail, per := int(c[1]), 1
+	if rail < 0 {
+		per = len(x.nodes[0])
+	}
+	secs, err := x.allReduce(rail, int64(c[2]), id, members*per, idx*per, per)
 	var hang *gpu.HangError
 	switch {
 	case errors.As(err, &hang):
@@ -615,8 +625,8 @@ func (x *crossing) backend(rail int) (gpu.Backend, error) {
 		return x.real, nil
 	}
 	env := ncclEnv()
-	if nic := x.topo.NICOf(x.nodes[0][rail]); nic != "" {
-		env["NCCL_IB_HCA"] = "=" + nic
+	if rail >= 0 && x.topo.NICOf(x.nodes[0][rail]) != "" {
+		env["NCCL_IB_HCA"] = "=" + x.topo.NICOf(x.nodes[0][rail])
 	}
 	capBytes, _ := parseCap(x.g.dataCap)
 	var faults []sim.Fault
@@ -631,17 +641,54 @@ func (x *crossing) backend(rail int) (gpu.Backend, error) {
 	return sim.New(t, sim.Options{DataCap: capBytes, Env: env, Faults: faults, Jitter: x.g.jitter, Seed: x.g.seed})
 }
 
-// allReduce joins the communicator id as rank of size on this node's GPU of rail and times an
+// allReduce runs this process's n ranks, first to first+n-1, of the communicator id of size ranks,
+// each on its own goroutine (NCCL's one device per thread): on a rail (rail >= 0, n = 1) on this
+// node's GPU of the rail, across whole nodes (rail -1) on each of its GPUs. It returns the slowest
+// rank's seconds per call.
+func (x *crossing) allReduce(rail int, bytes int64, id []byte, size, first, n int) (float64, error) {
+	if !x.simulated { // open this node's NCCL once, before the ranks share it
+		if _, err := x.backend(rail); err != nil {
+			return 0, err
+		}
+	}
+	secs := make([]float64, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for l := range n {
+		wg.Go(func() {
+			local := l
+			if rail >= 0 {
+				local = rail
+			}
+			secs[l], errs[l] = x.rankAllReduce(rail, bytes, id, size, first+l, local)
+		})
+	}
+	wg.Wait()
+	var hang *gpu.HangError
+	for _, err := range errs {
+		if errors.As(err, &hang) {
+			return 0, err
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return 0, err
+		}
+	}
+	return slices.Max(secs), nil
+}
+
+// rankAllReduce joins the communicator id as rank of size on this node's GPU local and times an
 // all-reduce of bytes (after one to warm up), in seconds per call.
-func (x *crossing) allReduce(rail int, bytes int64, id []byte, size, rank int) (float64, error) {
+func (x *crossing) rankAllReduce(rail int, bytes int64, id []byte, size, rank, local int) (float64, error) {
 	b, err := x.backend(rail)
 	if err != nil {
 		return 0, err
 	}
-	dev := rail
-	if x.simulated {
+	dev := local
+	if x.simulated { // each rank its own simulator of the whole fleet, as each process is
 		defer b.Close()
-		dev = x.nodes[x.proc.Rank][rail]
+		dev = x.nodes[x.proc.Rank][local]
 	}
 	j, ok := b.(gpu.Joiner)
 	if !ok {
@@ -662,7 +709,7 @@ func (x *crossing) allReduce(rail int, bytes int64, id []byte, size, rank int) (
 	defer b.Free(buf)
 	bufs := make([]gpu.Buffer, size)
 	bufs[rank] = buf
-	sync := func() error {
+	finish := func() error {
 		ctx, cancel := context.WithTimeout(x.grp.Context(), wait)
 		defer cancel()
 		return comm.Synchronize(ctx)
@@ -670,7 +717,7 @@ func (x *crossing) allReduce(rail int, bytes int64, id []byte, size, rank int) (
 	if err := comm.AllReduce(bufs, bufs, bytes/4, gpu.Float, gpu.Sum); err != nil {
 		return 0, err
 	}
-	if err := sync(); err != nil {
+	if err := finish(); err != nil {
 		return 0, err
 	}
 	const iters = 2
@@ -680,7 +727,7 @@ func (x *crossing) allReduce(rail int, bytes int64, id []byte, size, rank int) (
 			return 0, err
 		}
 	}
-	if err := sync(); err != nil {
+	if err := finish(); err != nil {
 		return 0, err
 	}
 	return (b.Now() - start).Seconds() / iters, nil

@@ -215,8 +215,8 @@ func (f *fleet) report() (*Report, error) {
 }
 
 // CrossTest runs, in other processes, an all-reduce of bytes over GPU rail of each of nodes (one
-// process per node) and returns its busbw; an error wrapping a *gpu.HangError for a hang, a
-// *GoneError for nodes whose process left the run.
+// process per node), or over every GPU of each when rail is -1, and returns its busbw; an error
+// wrapping a *gpu.HangError for a hang, a *GoneError for nodes whose process left the run.
 type CrossTest func(rail int, nodes []int, bytes int64) (busbw float64, err error)
 
 // GoneError names the nodes whose process left the run, and why.
@@ -234,9 +234,8 @@ func (e *GoneError) Error() string {
 // per-node round of each process, in process order (one node each; for a process that left the
 // run, that node failed), and test runs each test across the processes. opt.Open(env, true) gives the whole
 // fleet's fault-free machine, whose figures the tests are set beside. The nodes are also held to
-// the robust outlier rule among themselves, which no process could apply alone. The rails are
-// tested; the groups of whole nodes are not, since they need a rank for every GPU and each
-// process holds one.
+// the robust outlier rule among themselves, which no process could apply alone; then the rails
+// and the groups are tested as in Run.
 func Across(ctx context.Context, opt Options, reports []*Report, test CrossTest) (*Report, error) {
 	twin, err := opt.Open(nil, true)
 	if err != nil {
@@ -271,6 +270,8 @@ func Across(ctx context.Context, opt Options, reports []*Report, test CrossTest)
 		if err := f.railRound(); err != nil {
 			return nil, err
 		}
+		f.progress("the nodes together, in groups of %d", f.opt.Group)
+		f.groupRound()
 	}
 	return f.report()
 }
@@ -672,7 +673,12 @@ func (f *fleet) groupRound() {
 		for _, n := range nodes {
 			ords = append(ords, f.nodes[n]...)
 		}
-		o := f.run(f.b, coll.AllReduce, ords, f.crossBytes(), false)
+		var o outcome
+		if f.cross != nil {
+			o = f.crossRun(-1, nodes)
+		} else {
+			o = f.run(f.b, coll.AllReduce, ords, f.crossBytes(), false)
+		}
 		fig := figure(o, f.expect(fmt.Sprint("group ", nodes), f.twin, coll.AllReduce, ords, f.crossBytes()))
 		return !o.failed() && fig.Ratio >= f.opt.Floor, fig
 	}
@@ -686,6 +692,9 @@ func (f *fleet) groupRound() {
 			continue
 		}
 		for _, n := range f.bisect(group, test) {
+			if f.gone[n] {
+				continue
+			}
 			f.bad[n] = true
 			f.markNode(n, Degraded, "falls short of what the nodes should do together")
 			f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "node", Host: f.hosts[n], Status: Degraded,
