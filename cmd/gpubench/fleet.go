@@ -336,6 +336,9 @@ func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, pro
 		k := proc.Rank
 		opt.Only, host = &k, x.topo.Nodes[k].Hostname
 	} else {
+		if proc.LocalSize > 1 { // each would test the same node's GPUs as its own
+			return nil, usageErr("gpubench fleet runs one process per node, and %d run on this host: start one per node (srun --ntasks-per-node=1, mpirun --map-by ppr:1:node)", proc.LocalSize)
+		}
 		one, source, err := expectTopology(cmd, g, false, 0)
 		if err != nil {
 			return nil, err
