@@ -95,6 +95,11 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	if err != nil {
 		return err
 	}
+	if g.backend == "cuda" { // before loading CUDA: the launch is wrong whatever the machine has
+		if err := onePerHost(proc); err != nil {
+			return err
+		}
+	}
 	open, simulated, err := f.opener(cmd, e, g)
 	if err != nil {
 		return err
@@ -336,8 +341,8 @@ func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, pro
 		k := proc.Rank
 		opt.Only, host = &k, x.topo.Nodes[k].Hostname
 	} else {
-		if proc.LocalSize > 1 { // each would test the same node's GPUs as its own
-			return nil, usageErr("gpubench fleet runs one process per node, and %d run on this host: start one per node (srun --ntasks-per-node=1, mpirun --map-by ppr:1:node)", proc.LocalSize)
+		if err := onePerHost(proc); err != nil {
+			return nil, err
 		}
 		one, source, err := expectTopology(cmd, g, false, 0)
 		if err != nil {
@@ -377,6 +382,15 @@ func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, pro
 		return nil, runtimeErr(err)
 	}
 	return rep, nil
+}
+
+// onePerHost refuses a launch of several processes on one host for real GPUs: each would test
+// the same node's GPUs as its own.
+func onePerHost(proc launch.Process) error {
+	if proc.Multi() && proc.LocalSize > 1 {
+		return usageErr("gpubench fleet runs one process per node, and %d run on this host: start one per node (srun --ntasks-per-node=1, mpirun --map-by ppr:1:node)", proc.LocalSize)
+	}
+	return nil
 }
 
 // nodeGPUs lists each node's GPUs, by node.

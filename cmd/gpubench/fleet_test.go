@@ -142,6 +142,10 @@ func TestFleetRefuses(t *testing.T) {
 	if _, errOut, code := gpubench(t, "fleet", "--backend", "sim"); code != exitUsage || errOut != "gpubench: gpubench fleet runs one process per node: 2 processes for the 1 nodes of dgx-h100; start 1\n" {
 		t.Errorf("2 processes for 1 node: exit %d, %q", code, errOut)
 	}
+	t.Setenv("LOCAL_WORLD_SIZE", "2")
+	if _, errOut, code := gpubench(t, "fleet", "--backend", "cuda"); code != exitUsage || errOut != "gpubench: gpubench fleet runs one process per node, and 2 run on this host: start one per node (srun --ntasks-per-node=1, mpirun --map-by ppr:1:node)\n" {
+		t.Errorf("2 processes on one host: exit %d, %q", code, errOut)
+	}
 }
 
 // Under a launcher, one process per node: each tests its own node, rank 0 tests the rails across
