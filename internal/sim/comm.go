@@ -30,6 +30,16 @@ type comm struct {
 	p2pUS map[string]float64
 	a2a   []gpu.Flow   // the all-to-all's flows of one unit per pair (gpu.Topology.AllToAllFlows)
 	flaky []*flakyLink // flaky-link faults its rings cross
+	// remote, while set, stands in for the data movement of the call being run: in a
+	// communicator across processes (world.go) the exchange has moved the data, and the other
+	// ranks' buffers here are stand-ins that hold none.
+	remote *remoteData
+}
+
+// remoteData is a call's data as the exchange of a communicator across processes moved it.
+type remoteData struct {
+	moved bool   // every rank's buffers held data, so the exchange ran the call's data movement
+	write func() // writes this process's rank's outputs
 }
 
 // p2pCost is the time of a point-to-point call, computed once per key from flows().
@@ -191,6 +201,9 @@ func (c *comm) run(bytes int64, us float64, dt gpu.DType, data bool, out []gpu.B
 		return fmt.Errorf("sim: the cost model gives %g µs for %d bytes on %s: the topology's links cannot carry this call: %w", us, bytes, c.m.topo.Name, gpu.ErrInvalid)
 	}
 	data = data && !c.skipData
+	if c.remote != nil {
+		data, move = c.remote.moved, c.remote.write
+	}
 	if c.recorded != nil {
 		*c.recorded = append(*c.recorded, func() { c.exec(us, dt, data, out, move, false) })
 		return nil
@@ -218,7 +231,7 @@ func (c *comm) exec(us float64, dt gpu.DType, data bool, out []gpu.Buffer, move 
 	}
 	move()
 	for r, bad := range corrupt {
-		if bad && out[r] != nil && out[r].Len() >= int64(dt.Size()) {
+		if bad && out[r] != nil && out[r].HasData() && out[r].Len() >= int64(dt.Size()) {
 			x := out[r].(*buffer).bytes()
 			x[dt.Size()-1] ^= 0x40
 		}
@@ -261,10 +274,7 @@ func (c *comm) AllReduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op 
 		return err
 	}
 	return c.run(n, c.collUS(collAllReduce, n, send, recv), dt, hasData(send, recv), recv, func() {
-		res := reduceAll(send, n, dt, op)
-		for _, x := range recv {
-			copy(bytesOf(x, n), res)
-		}
+		allReduceData(send, recv, n, dt, op)
 	})
 }
 
@@ -275,16 +285,7 @@ func (c *comm) AllGather(send, recv []gpu.Buffer, sendCount int64, dt gpu.DType)
 		return err
 	}
 	return c.run(n, c.collUS(collAllGather, n*ranks, send, recv), dt, hasData(send, recv), recv, func() {
-		chunks := make([][]byte, len(send))
-		for r, x := range send {
-			chunks[r] = append([]byte(nil), bytesOf(x, n)...)
-		}
-		for _, x := range recv {
-			out := bytesOf(x, n*ranks)
-			for r, chunk := range chunks {
-				copy(out[int64(r)*n:], chunk)
-			}
-		}
+		allGatherData(send, recv, n)
 	})
 }
 
@@ -295,10 +296,7 @@ func (c *comm) ReduceScatter(send, recv []gpu.Buffer, recvCount int64, dt gpu.DT
 		return err
 	}
 	return c.run(n, c.collUS(collReduceScatter, n*ranks, send, recv), dt, hasData(send, recv), recv, func() {
-		res := reduceAll(send, n*ranks, dt, op)
-		for r, x := range recv {
-			copy(bytesOf(x, n), res[int64(r)*n:])
-		}
+		reduceScatterData(send, recv, n, dt, op)
 	})
 }
 
@@ -311,10 +309,7 @@ func (c *comm) Broadcast(send, recv []gpu.Buffer, count int64, dt gpu.DType, roo
 		return err
 	}
 	return c.run(n, c.collUS(collBroadcast, n, send, recv), dt, hasData([]gpu.Buffer{send[root]}, recv), recv, func() {
-		data := append([]byte(nil), bytesOf(send[root], n)...)
-		for _, x := range recv {
-			copy(bytesOf(x, n), data)
-		}
+		broadcastData(send, recv, n, root)
 	})
 }
 
@@ -327,7 +322,7 @@ func (c *comm) Reduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op gpu
 		return err
 	}
 	return c.run(n, c.collUS(collReduce, n, send, recv), dt, hasData(send, []gpu.Buffer{recv[root]}), recv, func() {
-		copy(bytesOf(recv[root], n), reduceAll(send, n, dt, op))
+		reduceData(send, recv, n, dt, op, root)
 	})
 }
 
@@ -357,23 +352,13 @@ func (c *comm) AllToAll(send, recv []gpu.Buffer, count int64, dt gpu.DType) erro
 		return fmt.Errorf("sim alltoall: %v: %w", err, gpu.ErrInvalid)
 	}
 	return c.run(n, us, dt, hasData(send, recv), recv, func() {
-		in := make([][]byte, ranks)
-		for r, x := range send {
-			in[r] = append([]byte(nil), bytesOf(x, n*int64(ranks))...)
-		}
-		for j, x := range recv {
-			out := bytesOf(x, n*int64(ranks))
-			for i := range ranks {
-				copy(out[int64(i)*n:], in[i][int64(j)*n:int64(j+1)*n])
-			}
-		}
+		allToAllData(send, recv, n)
 	})
 }
 
 func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 	n := count * int64(dt.Size())
 	ranks := len(c.devs)
-	type pair struct{ from, to int }
 	sends, recvs := map[pair]gpu.Buffer{}, map[pair]gpu.Buffer{}
 	for _, o := range ops {
 		if o.Rank < 0 || o.Rank >= ranks || o.Peer < 0 || o.Peer >= ranks {
@@ -412,12 +397,81 @@ func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 		return flows, nil
 	})
 	return c.run(n, us, dt, hasData(bufs), out, func() {
-		data := map[pair][]byte{}
-		for p, s := range sends {
-			data[p] = append([]byte(nil), bytesOf(s, n)...)
-		}
-		for p, r := range recvs {
-			copy(bytesOf(r, n), data[p])
-		}
+		sendRecvData(sends, recvs, n)
 	})
+}
+
+// pair is a send from one rank to another.
+type pair struct{ from, to int }
+
+// The calls' data movement over every rank's buffers, all holding data: in the simulator's own
+// communicator, and in the exchange of one across processes (world.go). n is a rank's share in
+// bytes, as each call's method counts it; inputs are read before any output is written, so that
+// buffers may overlap (in place).
+
+func allReduceData(send, recv []gpu.Buffer, n int64, dt gpu.DType, op gpu.RedOp) {
+	res := reduceAll(send, n, dt, op)
+	for _, x := range recv {
+		copy(bytesOf(x, n), res)
+	}
+}
+
+func allGatherData(send, recv []gpu.Buffer, n int64) {
+	ranks := int64(len(send))
+	chunks := make([][]byte, len(send))
+	for r, x := range send {
+		chunks[r] = append([]byte(nil), bytesOf(x, n)...)
+	}
+	for _, x := range recv {
+		out := bytesOf(x, n*ranks)
+		for r, chunk := range chunks {
+			copy(out[int64(r)*n:], chunk)
+		}
+	}
+}
+
+func reduceScatterData(send, recv []gpu.Buffer, n int64, dt gpu.DType, op gpu.RedOp) {
+	res := reduceAll(send, n*int64(len(send)), dt, op)
+	for r, x := range recv {
+		copy(bytesOf(x, n), res[int64(r)*n:])
+	}
+}
+
+func broadcastData(send, recv []gpu.Buffer, n int64, root int) {
+	data := append([]byte(nil), bytesOf(send[root], n)...)
+	for _, x := range recv {
+		copy(bytesOf(x, n), data)
+	}
+}
+
+// reduceData writes only the root's output.
+func reduceData(send, recv []gpu.Buffer, n int64, dt gpu.DType, op gpu.RedOp, root int) {
+	copy(bytesOf(recv[root], n), reduceAll(send, n, dt, op))
+}
+
+func allToAllData(send, recv []gpu.Buffer, n int64) {
+	ranks := len(send)
+	in := make([][]byte, ranks)
+	for r, x := range send {
+		in[r] = append([]byte(nil), bytesOf(x, n*int64(ranks))...)
+	}
+	for j, x := range recv {
+		out := bytesOf(x, n*int64(ranks))
+		for i := range ranks {
+			copy(out[int64(i)*n:], in[i][int64(j)*n:int64(j+1)*n])
+		}
+	}
+}
+
+// sendRecvData moves each send to its matching receive.
+func sendRecvData(sends, recvs map[pair]gpu.Buffer, n int64) {
+	data := map[pair][]byte{}
+	for p, s := range sends {
+		data[p] = append([]byte(nil), bytesOf(s, n)...)
+	}
+	for p, r := range recvs {
+		if d, ok := data[p]; ok {
+			copy(bytesOf(r, n), d)
+		}
+	}
 }

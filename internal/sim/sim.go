@@ -153,7 +153,7 @@ type buffer struct {
 	data   []byte // nil when timing-only, or not used yet; in a view, see base
 	off, n int64
 	root   bool
-	base   *buffer  // the allocation this is a view of (nil for world.go's ghosts)
+	base   *buffer  // the allocation this is a view of (nil for world.go's stand-ins and exchange)
 	lazy   *Backend // an allocation that has host memory to take on first use
 }
 

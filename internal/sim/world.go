@@ -20,10 +20,13 @@ import (
 // (the topology is the whole world; a communicator may use any of its devices, as
 // ncclCommInitRank may join any GPUs), and simulates every device's clock itself, so that
 // all processes agree on every time without talking about time. Data is real: at each call every
-// process sends its own rank's inputs to an exchange in rank 0's process and gets back every
-// rank's, then runs the call as the single-process simulator does, keeping its own rank's output.
-// Every call is thus also a meeting of all ranks, as an NCCL collective is: a process that is
-// gone is seen at once, and named.
+// process sends its own rank's inputs to an exchange (in the process that made the communicator's
+// id), which runs the call's data movement once, with the single-process simulator's code, and
+// sends each rank only its own outputs; each process then runs the call on timing-only stand-ins
+// for the other ranks' buffers and writes its rank's outputs. So a process holds its own rank's
+// data and no other's; the exchange's process holds one synchronization's inputs and outputs
+// while it serves it. Every call is thus also a meeting of all ranks, as an NCCL collective is:
+// a process that is gone is seen at once, and named.
 
 var _ gpu.Joiner = (*Backend)(nil)
 
@@ -80,7 +83,8 @@ func (b *Backend) JoinComm(ctx context.Context, id []byte, size, rank, dev int) 
 	if err != nil {
 		return nil, fmt.Errorf("sim: joining the exchange at %s: %w", addr, err)
 	}
-	j := &joined{rank: rank, conn: conn, enc: gob.NewEncoder(conn), dec: gob.NewDecoder(conn)}
+	j := &joined{rank: rank, conn: conn, enc: gob.NewEncoder(conn)}
+	j.dec = gob.NewDecoder(countReader{conn, &j.received})
 	conn.SetDeadline(time.Now().Add(joinWait))
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
@@ -116,30 +120,64 @@ func (b *Backend) JoinComm(ctx context.Context, id []byte, size, rank, dev int) 
 }
 
 // Wire messages, in gob. A rank says hello once, then at each synchronization sends the calls it
-// queued since the last one, as one batch, and gets back one wireReply holding every rank's parts
-// of each: a timed loop meets the other ranks once, not once per call.
+// queued since the last one, as one batch, and gets back one wireReply holding its own outputs of
+// each: a timed loop meets the other ranks once, not once per call.
 type wireHello struct{ Size, Rank, Dev int }
 
 type wireBatch struct{ Calls []wireCall }
 
+// wireCall is one call and this rank's parts of it.
 type wireCall struct {
-	Tag   string // the call and its arguments, which every rank must agree on
+	Coll  string // allreduce, allgather, reducescatter, broadcast, reduce, alltoall or sendrecv
+	Count int64  // as the call's method takes it
+	DT    gpu.DType
+	Op    gpu.RedOp
+	Root  int
 	Parts []wirePart
 }
 
-// wirePart is one buffer a rank brings to a call: a collective's input, or one operation of a
-// send/receive group.
+// String is the call and the arguments every rank must agree on, as errors name it.
+func (c wireCall) String() string {
+	switch c.Coll {
+	case "allreduce", "reducescatter":
+		return fmt.Sprintf("%s(%d %s %s)", c.Coll, c.Count, c.DT, c.Op)
+	case "broadcast":
+		return fmt.Sprintf("broadcast(%d %s root %d)", c.Count, c.DT, c.Root)
+	case "reduce":
+		return fmt.Sprintf("reduce(%d %s %s root %d)", c.Count, c.DT, c.Op, c.Root)
+	}
+	return fmt.Sprintf("%s(%d %s)", c.Coll, c.Count, c.DT)
+}
+
+// wirePart is one buffer a rank brings to a call: a collective's input (whose output goes to the
+// rank's receive buffer), or one operation of a send/receive group (a receive brings no data).
 type wirePart struct {
 	Peer    int
 	Send    bool
-	HasData bool // false: timing-only buffers (the data cap)
+	HasData bool // false: timing-only buffers (the data cap), or data skipped
 	Data    []byte
 }
 
+// wireOp is a send/receive group's operation, as every rank learns the others'.
+type wireOp struct {
+	Peer int
+	Send bool
+}
+
 type wireReply struct {
-	Err   string
-	Devs  []int          // the first reply: every rank's device, in rank order
-	Parts [][][]wirePart // by call of the batch, then by rank
+	Err  string
+	Devs []int     // the first reply: every rank's device, in rank order
+	Out  []wireOut // by call of the batch: this rank's outputs
+}
+
+// wireOut is what a call wrote to one rank's buffers.
+type wireOut struct {
+	Peers [][]wireOp // a send/receive group's: every rank's operations, by rank, to time it
+	Moved bool       // every rank brought data, and the exchange moved it; false: timing only
+	// Data holds, by part of the rank's, the bytes its output buffer then holds: a collective's
+	// receive buffer, a group's receive. Empty for a buffer the call does not write (a reduce's
+	// ranks other than the root, a group's sends).
+	Data [][]byte
 }
 
 // joined is one process's rank of a communicator across processes.
@@ -150,17 +188,18 @@ type joined struct {
 	conn     net.Conn
 	enc      *gob.Encoder
 	dec      *gob.Decoder
+	received int64     // bytes read from the exchange
 	broken   error     // the exchange failed; nothing more can run
 	pending  []*call   // enqueued, run at Synchronize
 	recorded *[]*call  // non-nil while capturing a graph
 	graphs   [][]*call // the launches queued in pending, by marker
 }
 
-// call is one enqueued call: this rank's parts, and how to run it once every rank's are known.
+// call is one enqueued call: what the exchange gets of it, and how to run it once the exchange
+// has sent this rank's outputs.
 type call struct {
-	tag   string
-	parts []wirePart
-	run   func(all [][]wirePart) error
+	wire  wireCall
+	run   func(out wireOut) error
 	local func() // instead of run: this process's own step, with no exchange (a mark)
 	graph bool   // part of a graph launch, which paid the host's launch cost
 	start bool   // the first call of a graph launch: it pays
@@ -220,7 +259,7 @@ func (j *joined) Synchronize(ctx context.Context) error {
 			batch = append(batch, c)
 		}
 	}
-	all, err := j.exchange(batch)
+	outs, err := j.exchange(batch)
 	if err != nil {
 		if ctx.Err() != nil {
 			err = &gpu.HangError{Err: ctx.Err()}
@@ -233,13 +272,13 @@ func (j *joined) Synchronize(ctx context.Context) error {
 			c.local()
 			continue
 		}
-		parts := all[0]
-		all = all[1:]
+		out := outs[0]
+		outs = outs[1:]
 		if c.start {
 			j.c.b.hostLaunch(j.c.host)
 		}
 		j.c.replaying = c.graph
-		err = c.run(parts)
+		err = c.run(out)
 		j.c.replaying = false
 		if err != nil {
 			return err
@@ -248,17 +287,17 @@ func (j *joined) Synchronize(ctx context.Context) error {
 	return j.c.Synchronize(ctx)
 }
 
-// exchange sends this rank's parts of a batch of calls and returns every rank's, by call. An
-// empty batch sends nothing.
-func (j *joined) exchange(calls []*call) ([][][]wirePart, error) {
+// exchange sends this rank's parts of a batch of calls and returns its outputs, by call. An empty
+// batch sends nothing.
+func (j *joined) exchange(calls []*call) ([]wireOut, error) {
 	if len(calls) == 0 {
 		return nil, nil
 	}
 	b := wireBatch{Calls: make([]wireCall, len(calls))}
 	for i, c := range calls {
-		b.Calls[i] = wireCall{Tag: c.tag, Parts: c.parts}
+		b.Calls[i] = c.wire
 	}
-	what := calls[0].tag
+	what := calls[0].wire.String()
 	if len(calls) > 1 {
 		what = fmt.Sprintf("%d calls from %s on", len(calls), what)
 	}
@@ -272,10 +311,10 @@ func (j *joined) exchange(calls []*call) ([][][]wirePart, error) {
 	if r.Err != "" {
 		return nil, errors.New(r.Err)
 	}
-	if len(r.Parts) != len(calls) {
-		return nil, fmt.Errorf("sim: rank %d sent %d calls to the exchange and got %d back", j.rank, len(calls), len(r.Parts))
+	if len(r.Out) != len(calls) {
+		return nil, fmt.Errorf("sim: rank %d sent %d calls to the exchange and got %d back", j.rank, len(calls), len(r.Out))
 	}
-	return r.Parts, nil
+	return r.Out, nil
 }
 
 // Mark records, in order with the queued calls, when this rank's stream ends its work.
@@ -333,92 +372,111 @@ func (j *joined) part(x gpu.Buffer, n int64, peer int, send bool) wirePart {
 	return p
 }
 
-// ghost stands in, in this process, for a buffer of another rank's on device dev: its data, or
-// scratch space for its output; nil data when that rank's buffers are timing-only.
-func ghost(dev int, p wirePart, n int64) *buffer {
-	x := &buffer{dev: dev, n: n}
-	switch {
-	case !p.HasData:
-	case p.Send:
-		x.data = p.Data
-	default:
-		x.data = make([]byte, n)
+// standIns are timing-only buffers of n bytes on every rank's device, but for this rank's, which
+// the caller sets: the other ranks' buffers, whose data lives in their own processes.
+func (j *joined) standIns(n int64) []gpu.Buffer {
+	bufs, s := make([]buffer, j.Size()), make([]gpu.Buffer, j.Size())
+	for rank, dev := range j.c.devs {
+		bufs[rank] = buffer{dev: dev, n: n}
+		s[rank] = &bufs[rank]
 	}
-	return x
+	return s
+}
+
+// runRemote runs a call of the communicator over every rank's devices with the exchange's data
+// movement standing in for its own: write puts this rank's outputs in place when data moved.
+func (j *joined) runRemote(out wireOut, write func(), run func() error) error {
+	j.c.remote = &remoteData{moved: out.Moved, write: write}
+	defer func() { j.c.remote = nil }()
+	return run()
+}
+
+// output is the part-th output of out, which must be n bytes or none.
+func output(out wireOut, part int, n int64) ([]byte, error) {
+	if part >= len(out.Data) || len(out.Data[part]) == 0 {
+		return nil, nil
+	}
+	if d := out.Data[part]; int64(len(d)) != n {
+		return nil, fmt.Errorf("sim: the exchange sent %d bytes of an output of %d", len(d), n)
+	}
+	return out.Data[part], nil
 }
 
 // collective enqueues a call that every rank makes with one input of sendN bytes and one output
-// of recvN bytes; run gets every rank's buffers, this rank's own and the others' ghosts.
-func (j *joined) collective(tag string, send, recv []gpu.Buffer, sendN, recvN int64, run func(send, recv []gpu.Buffer) error) error {
+// of recvN bytes; run gets every rank's buffers: this rank's own, the others' stand-ins.
+func (j *joined) collective(w wireCall, send, recv []gpu.Buffer, sendN, recvN int64, run func(send, recv []gpu.Buffer) error) error {
 	if len(send) != j.Size() || len(recv) != j.Size() || send[j.rank] == nil || recv[j.rank] == nil {
-		return fmt.Errorf("sim %s: rank %d needs its send and receive buffers among %d: %w", tag, j.rank, j.Size(), gpu.ErrInvalid)
+		return fmt.Errorf("sim %s: rank %d needs its send and receive buffers among %d: %w", w, j.rank, j.Size(), gpu.ErrInvalid)
 	}
 	if send[j.rank].Len() < sendN || recv[j.rank].Len() < recvN {
-		return fmt.Errorf("sim %s: rank %d's buffers are smaller than %d and %d bytes: %w", tag, j.rank, sendN, recvN, gpu.ErrInvalid)
+		return fmt.Errorf("sim %s: rank %d's buffers are smaller than %d and %d bytes: %w", w, j.rank, sendN, recvN, gpu.ErrInvalid)
 	}
 	mine := j.part(send[j.rank], sendN, -1, true)
 	mine.HasData = mine.HasData && recv[j.rank].HasData()
-	return j.enqueue(&call{tag: tag, parts: []wirePart{mine}, run: func(all [][]wirePart) error {
-		s, r := make([]gpu.Buffer, j.Size()), make([]gpu.Buffer, j.Size())
-		for rank, parts := range all {
-			if rank == j.rank {
-				s[rank], r[rank] = send[rank], recv[rank]
-				continue
-			}
-			if len(parts) != 1 {
-				return fmt.Errorf("sim %s: rank %d brought %d buffers: %w", tag, rank, len(parts), gpu.ErrInvalid)
-			}
-			out := parts[0]
-			out.Send = false
-			s[rank], r[rank] = ghost(j.c.devs[rank], parts[0], sendN), ghost(j.c.devs[rank], out, recvN)
+	if !mine.HasData || w.Coll == "broadcast" && w.Root != j.rank { // a broadcast reads the root's alone
+		mine.Data = nil
+	}
+	w.Parts = []wirePart{mine}
+	return j.enqueue(&call{wire: w, run: func(out wireOut) error {
+		data, err := output(out, 0, recvN)
+		if err != nil {
+			return err
 		}
-		return run(s, r)
+		s, r := j.standIns(sendN), j.standIns(recvN)
+		s[j.rank], r[j.rank] = send[j.rank], recv[j.rank]
+		write := func() {
+			if data != nil { // a reduce writes the root's output alone
+				copy(bytesOf(recv[j.rank], recvN), data)
+			}
+		}
+		return j.runRemote(out, write, func() error { return run(s, r) })
 	}})
 }
 
 func (j *joined) AllReduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op gpu.RedOp) error {
 	n := count * int64(dt.Size())
-	return j.collective(fmt.Sprintf("allreduce(%d %s %s)", count, dt, op), send, recv, n, n, func(s, r []gpu.Buffer) error {
+	return j.collective(wireCall{Coll: "allreduce", Count: count, DT: dt, Op: op}, send, recv, n, n, func(s, r []gpu.Buffer) error {
 		return j.c.AllReduce(s, r, count, dt, op)
 	})
 }
 
 func (j *joined) AllGather(send, recv []gpu.Buffer, sendCount int64, dt gpu.DType) error {
 	n := sendCount * int64(dt.Size())
-	return j.collective(fmt.Sprintf("allgather(%d %s)", sendCount, dt), send, recv, n, n*int64(j.Size()), func(s, r []gpu.Buffer) error {
+	return j.collective(wireCall{Coll: "allgather", Count: sendCount, DT: dt}, send, recv, n, n*int64(j.Size()), func(s, r []gpu.Buffer) error {
 		return j.c.AllGather(s, r, sendCount, dt)
 	})
 }
 
 func (j *joined) ReduceScatter(send, recv []gpu.Buffer, recvCount int64, dt gpu.DType, op gpu.RedOp) error {
 	n := recvCount * int64(dt.Size())
-	return j.collective(fmt.Sprintf("reducescatter(%d %s %s)", recvCount, dt, op), send, recv, n*int64(j.Size()), n, func(s, r []gpu.Buffer) error {
+	return j.collective(wireCall{Coll: "reducescatter", Count: recvCount, DT: dt, Op: op}, send, recv, n*int64(j.Size()), n, func(s, r []gpu.Buffer) error {
 		return j.c.ReduceScatter(s, r, recvCount, dt, op)
 	})
 }
 
 func (j *joined) Broadcast(send, recv []gpu.Buffer, count int64, dt gpu.DType, root int) error {
 	n := count * int64(dt.Size())
-	return j.collective(fmt.Sprintf("broadcast(%d %s root %d)", count, dt, root), send, recv, n, n, func(s, r []gpu.Buffer) error {
+	return j.collective(wireCall{Coll: "broadcast", Count: count, DT: dt, Root: root}, send, recv, n, n, func(s, r []gpu.Buffer) error {
 		return j.c.Broadcast(s, r, count, dt, root)
 	})
 }
 
 func (j *joined) Reduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op gpu.RedOp, root int) error {
 	n := count * int64(dt.Size())
-	return j.collective(fmt.Sprintf("reduce(%d %s %s root %d)", count, dt, op, root), send, recv, n, n, func(s, r []gpu.Buffer) error {
+	return j.collective(wireCall{Coll: "reduce", Count: count, DT: dt, Op: op, Root: root}, send, recv, n, n, func(s, r []gpu.Buffer) error {
 		return j.c.Reduce(s, r, count, dt, op, root)
 	})
 }
 
 func (j *joined) AllToAll(send, recv []gpu.Buffer, count int64, dt gpu.DType) error {
 	n := count * int64(dt.Size()) * int64(j.Size())
-	return j.collective(fmt.Sprintf("alltoall(%d %s)", count, dt), send, recv, n, n, func(s, r []gpu.Buffer) error {
+	return j.collective(wireCall{Coll: "alltoall", Count: count, DT: dt}, send, recv, n, n, func(s, r []gpu.Buffer) error {
 		return j.c.AllToAll(s, r, count, dt)
 	})
 }
 
-// SendRecv takes this rank's operations; the other ranks bring theirs.
+// SendRecv takes this rank's operations; the other ranks bring theirs, and each process knows
+// every rank's (without data) to time the group.
 func (j *joined) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 	n := count * int64(dt.Size())
 	var parts []wirePart
@@ -432,23 +490,38 @@ func (j *joined) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 		parts = append(parts, j.part(o.Buf, n, o.Peer, o.Send))
 	}
 	mine := slices.Clone(ops)
-	return j.enqueue(&call{tag: fmt.Sprintf("sendrecv(%d %s)", count, dt), parts: parts, run: func(all [][]wirePart) error {
+	w := wireCall{Coll: "sendrecv", Count: count, DT: dt, Parts: parts}
+	return j.enqueue(&call{wire: w, run: func(out wireOut) error {
+		data := make([][]byte, len(mine))
+		for i := range mine {
+			var err error
+			if data[i], err = output(out, i, n); err != nil {
+				return err
+			}
+		}
 		full := slices.Clone(mine)
-		for rank, ps := range all {
+		for rank, ps := range out.Peers {
 			if rank == j.rank {
 				continue
 			}
 			for _, p := range ps {
-				full = append(full, gpu.P2POp{Rank: rank, Peer: p.Peer, Send: p.Send, Buf: ghost(j.c.devs[rank], p, n)})
+				full = append(full, gpu.P2POp{Rank: rank, Peer: p.Peer, Send: p.Send, Buf: &buffer{dev: j.c.devs[rank], n: n}})
 			}
 		}
-		return j.c.SendRecv(full, count, dt)
+		return j.runRemote(out, func() {
+			for i, o := range mine {
+				if !o.Send && data[i] != nil {
+					copy(bytesOf(o.Buf, n), data[i])
+				}
+			}
+		}, func() error { return j.c.SendRecv(full, count, dt) })
 	}})
 }
 
-// serveHub is the exchange: it waits for every rank's hello, then, for each call, for every
-// rank's parts, and hands all of them to every rank. A rank that leaves or disagrees ends it, with
-// an error naming that rank sent to the others.
+// serveHub is the exchange: it waits for every rank's hello, then, at each synchronization, for
+// every rank's batch of calls; it runs each call's data movement and hands every rank its own
+// outputs. A rank that leaves or disagrees ends it, with an error naming that rank sent to the
+// others.
 func serveHub(ln *net.TCPListener) {
 	defer ln.Close()
 	ln.SetDeadline(time.Now().Add(joinWait))
@@ -504,8 +577,7 @@ func serveHub(ln *net.TCPListener) {
 		go m.read(done)
 	}
 	for {
-		var reply wireReply
-		var tag string
+		batches := make([]wireBatch, size)
 		for _, m := range members {
 			b, ok := <-m.calls
 			if !ok {
@@ -519,30 +591,27 @@ func serveHub(ln *net.TCPListener) {
 				}
 				return
 			}
-			if reply.Parts == nil {
-				reply.Parts = make([][][]wirePart, len(b.Calls))
-				for i := range reply.Parts {
-					reply.Parts[i] = make([][]wirePart, size)
-				}
-				if len(b.Calls) > 0 {
-					tag = b.Calls[0].Tag
-				}
-			}
-			if why := mismatch(members[0].batch, b, m.rank); why != "" {
+			if why := mismatch(batches[0], b, m.rank); why != "" {
 				fail(members, why)
 				return
 			}
-			m.batch = b
-			for i, c := range b.Calls {
-				reply.Parts[i][m.rank] = c.Parts
-			}
+			batches[m.rank] = b
 		}
-		// Every rank gets the reply at once; one that cannot be reached ends the run for all,
+		replies, err := outputs(batches)
+		if err != nil {
+			fail(members, err.Error())
+			return
+		}
+		tag := ""
+		if len(batches[0].Calls) > 0 {
+			tag = batches[0].Calls[0].String()
+		}
+		// Every rank gets its reply at once; one that cannot be reached ends the run for all,
 		// named, rather than leaving the others waiting on a call it never finishes.
 		var g errgroup.Group
 		for _, m := range members {
 			g.Go(func() error {
-				if err := m.enc.Encode(reply); err != nil {
+				if err := m.enc.Encode(replies[m.rank]); err != nil {
 					return fmt.Errorf("rank %d: %w", m.rank, err)
 				}
 				return nil
@@ -555,6 +624,134 @@ func serveHub(ln *net.TCPListener) {
 	}
 }
 
+// outputs runs every call of one synchronization, given every rank's batch, and returns each
+// rank's reply.
+func outputs(batches []wireBatch) ([]wireReply, error) {
+	replies := make([]wireReply, len(batches))
+	for rank := range replies {
+		replies[rank].Out = make([]wireOut, len(batches[0].Calls))
+	}
+	for i, c := range batches[0].Calls {
+		parts := make([][]wirePart, len(batches))
+		for rank, b := range batches {
+			parts[rank] = b.Calls[i].Parts
+			b.Calls[i].Parts = nil // the inputs go once this call is done
+		}
+		out, err := callData(c, parts)
+		if err != nil {
+			return nil, err
+		}
+		var peers [][]wireOp
+		if c.Coll == "sendrecv" {
+			peers = make([][]wireOp, len(parts))
+			for rank, ps := range parts {
+				for _, p := range ps {
+					peers[rank] = append(peers[rank], wireOp{Peer: p.Peer, Send: p.Send})
+				}
+			}
+		}
+		for rank := range replies {
+			replies[rank].Out[i] = wireOut{Moved: out != nil, Peers: peers}
+			if out != nil {
+				replies[rank].Out[i].Data = out[rank]
+			}
+		}
+	}
+	return replies, nil
+}
+
+// callData runs one call's data movement over every rank's parts with the simulator's own code
+// (comm.go), and returns each rank's outputs, by part; nil when some rank's buffers carry timing
+// only, as then the call moves no data (as in one process).
+func callData(c wireCall, parts [][]wirePart) ([][][]byte, error) {
+	for _, ps := range parts {
+		for _, p := range ps {
+			if !p.HasData {
+				return nil, nil
+			}
+		}
+	}
+	ranks := int64(len(parts))
+	n := c.Count * int64(c.DT.Size())
+	if c.Coll == "sendrecv" {
+		return sendRecvOutputs(parts, n)
+	}
+	if c.Root < 0 || c.Root >= int(ranks) {
+		return nil, nil // each rank's process refuses the call
+	}
+	sendN, recvN := n, n
+	switch c.Coll {
+	case "allgather":
+		recvN = n * ranks
+	case "reducescatter":
+		sendN = n * ranks
+	case "alltoall":
+		sendN, recvN = n*ranks, n*ranks
+	}
+	send, recv := make([]gpu.Buffer, ranks), make([]gpu.Buffer, ranks)
+	for rank, ps := range parts {
+		if len(ps) != 1 {
+			return nil, fmt.Errorf("sim %s: rank %d brought %d buffers: %w", c, rank, len(ps), gpu.ErrInvalid)
+		}
+		if int64(len(ps[0].Data)) != sendN && (c.Coll != "broadcast" || rank == c.Root) {
+			return nil, fmt.Errorf("sim %s: rank %d brought %d bytes of %d: %w", c, rank, len(ps[0].Data), sendN, gpu.ErrInvalid)
+		}
+		send[rank] = &buffer{data: ps[0].Data, n: sendN}
+		recv[rank] = &buffer{data: make([]byte, recvN), n: recvN}
+	}
+	switch c.Coll {
+	case "allreduce":
+		allReduceData(send, recv, n, c.DT, c.Op)
+	case "allgather":
+		allGatherData(send, recv, n)
+	case "reducescatter":
+		reduceScatterData(send, recv, n, c.DT, c.Op)
+	case "broadcast":
+		broadcastData(send, recv, n, c.Root)
+	case "reduce":
+		reduceData(send, recv, n, c.DT, c.Op, c.Root)
+	case "alltoall":
+		allToAllData(send, recv, n)
+	default:
+		return nil, fmt.Errorf("sim: the exchange got an unknown call %s: %w", c, gpu.ErrInvalid)
+	}
+	out := make([][][]byte, ranks)
+	for rank, x := range recv {
+		if c.Coll != "reduce" || rank == c.Root {
+			out[rank] = [][]byte{x.(*buffer).data}
+		}
+	}
+	return out, nil
+}
+
+// sendRecvOutputs moves a send/receive group's data: each receive gets its matching send's.
+func sendRecvOutputs(parts [][]wirePart, n int64) ([][][]byte, error) {
+	sends, recvs := map[pair]gpu.Buffer{}, map[pair]gpu.Buffer{}
+	for rank, ps := range parts {
+		for _, p := range ps {
+			switch {
+			case p.Send && int64(len(p.Data)) != n:
+				return nil, fmt.Errorf("sim sendrecv: rank %d brought %d bytes of %d: %w", rank, len(p.Data), n, gpu.ErrInvalid)
+			case p.Send:
+				sends[pair{rank, p.Peer}] = &buffer{data: p.Data, n: n}
+			default:
+				recvs[pair{p.Peer, rank}] = &buffer{data: make([]byte, n), n: n}
+			}
+		}
+	}
+	sendRecvData(sends, recvs, n)
+	out := make([][][]byte, len(parts))
+	for rank, ps := range parts {
+		out[rank] = make([][]byte, len(ps))
+		for i, p := range ps {
+			if _, sent := sends[pair{p.Peer, rank}]; !p.Send && sent {
+				out[rank][i] = recvs[pair{p.Peer, rank}].(*buffer).data
+			}
+		}
+	}
+	return out, nil
+}
+
 type member struct {
 	rank  int
 	dev   int
@@ -562,8 +759,7 @@ type member struct {
 	enc   *gob.Encoder
 	dec   *gob.Decoder
 	calls chan wireBatch
-	batch wireBatch // the last batch it sent
-	err   error     // why calls was closed
+	err   error // why calls was closed
 }
 
 // mismatch says how rank's batch differs from rank 0's, or "" when every call is the same.
@@ -572,7 +768,7 @@ func mismatch(first, b wireBatch, rank int) string {
 		return ""
 	}
 	for i := range min(len(first.Calls), len(b.Calls)) {
-		if x, y := b.Calls[i].Tag, first.Calls[i].Tag; x != y {
+		if x, y := b.Calls[i].String(), first.Calls[i].String(); x != y {
 			return fmt.Sprintf("sim: rank %d called %s while rank 0 called %s", rank, x, y)
 		}
 	}
@@ -603,4 +799,16 @@ func fail(members []*member, why string) {
 		m.conn.SetWriteDeadline(time.Now().Add(time.Second))
 		m.enc.Encode(wireReply{Err: why})
 	}
+}
+
+// countReader counts the bytes read through it.
+type countReader struct {
+	r io.Reader
+	n *int64
+}
+
+func (c countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	*c.n += int64(n)
+	return n, err
 }

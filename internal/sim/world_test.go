@@ -100,8 +100,80 @@ func TestJoinCommRefusesDevices(t *testing.T) {
 	}
 }
 
+// Each process moves its own rank's data alone: the exchange runs an all-reduce's data once and
+// sends each rank its own output, so a rank reads about its output's size from the exchange, not
+// every rank's data; and a corrupt fault on one rank's GPU spoils that rank's output, no other's.
+// The exchange is served by a process that is no rank of the communicator.
+func TestJoinCommSendsEachRankItsOwn(t *testing.T) {
+	devs := []int{0, 1, 8, 9}
+	const n = 1 << 18 // floats: 1 MiB per rank
+	faults := []sim.Fault{{Kind: "corrupt", Device: 8}}
+	hub := backed(t)
+	defer hub.Close()
+	id, err := hub.NewUniqueID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := make([]int64, len(devs))
+	wrong := make([]int, len(devs))
+	errs := make([]error, len(devs))
+	var wg sync.WaitGroup
+	for rank, dev := range devs {
+		wg.Go(func() {
+			b := backed(t, faults...)
+			defer b.Close()
+			c, err := b.JoinComm(context.Background(), id, len(devs), rank, dev)
+			if err != nil {
+				errs[rank] = err
+				return
+			}
+			defer c.Close()
+			buf, _ := b.Alloc(dev, 4*n)
+			in := make([]byte, 4*n)
+			for i := range n {
+				binary.LittleEndian.PutUint32(in[4*i:], math.Float32bits(float32(rank+1)))
+			}
+			b.CopyIn(buf, in)
+			bufs := make([]gpu.Buffer, len(devs))
+			bufs[rank] = buf
+			before := sim.Received(c)
+			err = c.AllReduce(bufs, bufs, n, gpu.Float, gpu.Sum)
+			if err == nil {
+				err = c.Synchronize(context.Background())
+			}
+			read[rank] = sim.Received(c) - before
+			out := make([]byte, 4*n)
+			if err == nil {
+				err = b.CopyOut(out, buf)
+			}
+			for i := range n {
+				if math.Float32frombits(binary.LittleEndian.Uint32(out[4*i:])) != 10 {
+					wrong[rank]++
+				}
+			}
+			errs[rank] = err
+		})
+	}
+	wg.Wait()
+	for rank, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", rank, err)
+		}
+		if read[rank] < 4*n || read[rank] > 4*n+4*n/8 {
+			t.Errorf("rank %d read %d bytes from the exchange for its output of %d", rank, read[rank], 4*n)
+		}
+		want := 0 // wrong elements: the fault flips a bit of the first
+		if devs[rank] == 8 {
+			want = 1
+		}
+		if wrong[rank] != want {
+			t.Errorf("rank %d on GPU %d: %d wrong elements, want %d", rank, devs[rank], wrong[rank], want)
+		}
+	}
+}
+
 // backed is two simulated DGX H100 whose buffers hold data (64 MiB of it).
-func backed(t *testing.T) *sim.Backend {
+func backed(t *testing.T, faults ...sim.Fault) *sim.Backend {
 	t.Helper()
 	topo, err := sim.LoadTopology("dgx-h100")
 	if err == nil {
@@ -110,7 +182,7 @@ func backed(t *testing.T) *sim.Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := sim.New(topo, sim.Options{DataCap: 64 << 20})
+	b, err := sim.New(topo, sim.Options{DataCap: 64 << 20, Faults: faults})
 	if err != nil {
 		t.Fatal(err)
 	}
