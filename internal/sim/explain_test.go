@@ -272,3 +272,28 @@ func TestCollectiveTime(t *testing.T) {
 		t.Error("GPU 99: no error")
 	}
 }
+
+// NCCL's tree latency counts nRanks / nNodes GPUs per node in integers (tuning.cc): 4 and 3 GPUs on
+// two nodes cost what 3 and 3 do, not what 4 and 4 do.
+func TestTreeLatencyTruncatesRanksPerNode(t *testing.T) {
+	t.Parallel()
+	tp, err := LoadTopology("dgx-h100")
+	if err == nil {
+		tp, err = tp.WithNodes(2)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"NCCL_ALGO": "Tree", "NCCL_PROTO": "LL"}
+	lat := func(devs []int) float64 {
+		x, err := Explain(tp, devs, env, "allreduce", 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x.Chosen.LatencyUS
+	}
+	uneven, even3, even4 := lat([]int{0, 1, 2, 3, 8, 9, 10}), lat([]int{0, 1, 2, 8, 9, 10}), lat([]int{0, 1, 2, 3, 8, 9, 10, 11})
+	if uneven != even3 || even4 <= even3 {
+		t.Errorf("tree latency: 4+3 GPUs %v µs, 3+3 %v, 4+4 %v; want 4+3 = 3+3 < 4+4", uneven, even3, even4)
+	}
+}

@@ -304,7 +304,7 @@ func (m *model) latency(c collKind, a, p int, netExtra float64) float64 {
 		inter = hwLat[hwNet][algoTree][p] + netExtra
 	}
 	lat := baseLat[a][p]
-	ppn := int(math.Round(m.ppn))
+	ppn := m.n / m.nodes // NCCL's latencies divide the ranks by the nodes in integers (nRanks / nNodes)
 	switch a {
 	case algoRing:
 		hw := intraHW
