@@ -482,6 +482,16 @@ func (t *Topology) GPUName(i int) string {
 
 // NVLS reports whether GPU i sits on an NVSwitch with NVLink SHARP.
 func (t *Topology) NVLS(i int) bool {
+	s := t.nvSwitchOf(i)
+	return s != nil && s.NVLS
+}
+
+// NVSwitch reports whether GPU i reaches the other GPUs through an NVSwitch, as NCCL's topology
+// holds an NVS node (ncclTopoGetNvsCount).
+func (t *Topology) NVSwitch(i int) bool { return t.nvSwitchOf(i) != nil }
+
+// nvSwitchOf is the NVSwitch GPU i has an NVLink to, or nil.
+func (t *Topology) nvSwitchOf(i int) *Switch {
 	_, n := t.GPU(i)
 	for _, ei := range t.adj[t.gpus[i].vert] {
 		e := t.edges[ei]
@@ -489,13 +499,13 @@ func (t *Topology) NVLS(i int) bool {
 			continue
 		}
 		other := e.a + e.b - t.gpus[i].vert
-		for _, s := range n.Switches {
-			if t.verts[n.Hostname+"/"+s.ID] == other && s.NVLS {
-				return true
+		for k := range n.Switches {
+			if s := &n.Switches[k]; s.Kind == "nvswitch" && t.verts[n.Hostname+"/"+s.ID] == other {
+				return s
 			}
 		}
 	}
-	return false
+	return nil
 }
 
 // SlowLink makes the links between parts a and b deliver only f (0 < f <= 1) of their bandwidth:

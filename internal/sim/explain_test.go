@@ -297,3 +297,39 @@ func TestTreeLatencyTruncatesRanksPerNode(t *testing.T) {
 		t.Errorf("tree latency: 4+3 GPUs %v µs, 3+3 %v, 4+4 %v; want 4+3 = 3+3 < 4+4", uneven, even3, even4)
 	}
 }
+
+// CollNetDirect needs an NVSwitch in the node, as NCCL disables it where its topology has none
+// (tuning.cc: nvsCount == 0); CollNetChain does not.
+func TestCollNetDirectNeedsNVSwitch(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"NCCL_COLLNET_ENABLE": "1"}
+	algos := func(tp *gpu.Topology, devs []int) map[string]bool {
+		tp.Network.SHARP = true
+		x, err := Explain(tp, devs, env, "allreduce", 1<<30)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, c := range x.Candidates {
+			seen[c.Algo] = true
+		}
+		return seen
+	}
+	dgx, err := LoadTopology("dgx-h100")
+	if err == nil {
+		dgx, err = dgx.WithNodes(2)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := algos(dgx, ranks(16)); !a["CollNetDirect"] || !a["CollNetChain"] {
+		t.Errorf("two DGX H100 on SHARP weigh %v; want CollNetDirect and CollNetChain", a)
+	}
+	pcie, err := LoadTopology("../../accuracy/topologies/eth-l40s-x2.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := algos(pcie, ranks(2)); a["CollNetDirect"] || !a["CollNetChain"] {
+		t.Errorf("two PCIe L40S servers on SHARP weigh %v; want CollNetChain and no CollNetDirect", a)
+	}
+}

@@ -60,6 +60,7 @@ type model struct {
 	intraHW int  // hwNVLink or hwPCI: how ring neighbours inside a node are joined
 	ll128   bool
 	nvls    bool // every rank on an NVSwitch with NVLink SHARP, Hopper or later
+	nvs     bool // every rank on an NVSwitch (NCCL's nvsCount > 0): CollNetDirect needs one
 	collnet bool // the fabric reduces (SHARP) and NCCL_COLLNET_ENABLE=1
 	heads   int  // NICs per NVLink domain, the fewest (CollNet's heads)
 	sameCh  bool // ring channels all take the same path (one NVLink node)
@@ -83,7 +84,7 @@ type searchGraph struct {
 }
 
 func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
-	m := &model{topo: t, devs: devs, n: len(devs), cc: math.Inf(1), nvls: true, memGBs: math.Inf(1), env: parseTunerEnv(env)}
+	m := &model{topo: t, devs: devs, n: len(devs), cc: math.Inf(1), nvls: true, nvs: true, memGBs: math.Inf(1), env: parseTunerEnv(env)}
 	domains, hosts := map[int]bool{}, map[int]int{} // hosts: host -> its domain
 	for _, d := range devs {
 		g, node := t.GPU(d)
@@ -93,6 +94,7 @@ func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
 		m.cc = math.Min(m.cc, cc)
 		m.memGBs = math.Min(m.memGBs, g.MemoryGBs)
 		m.nvls = m.nvls && t.NVLS(d)
+		m.nvs = m.nvs && t.NVSwitch(d)
 		for _, c := range node.CPUs {
 			m.amd = m.amd || strings.Contains(c.Name, "AMD")
 			m.arm = m.arm || strings.Contains(c.Name, "Grace") || strings.Contains(c.Name, "Neoverse")

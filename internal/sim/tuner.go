@@ -162,6 +162,8 @@ func (m *model) algoOK(c collKind, a int) bool {
 		return false
 	case (a == algoCollNetDirect || a == algoCollNetChain) && !m.collnet:
 		return false
+	case a == algoCollNetDirect && !m.nvs: // NCCL: "Disable CollNet+Direct if not on an NVSwitch system"
+		return false
 	case a == algoNVLS && m.nodes > 1 && !m.collnet: // NVLS across nodes runs with CollNet
 		return false
 	case (a == algoNVLS || a == algoCollNetDirect) && (c == collAllGather || c == collReduceScatter) && m.nodes > 1 &&
