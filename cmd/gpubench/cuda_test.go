@@ -3,9 +3,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpubench/gpubench/internal/cuda/cudatest"
 )
@@ -149,5 +152,52 @@ func TestFleetOnStandins(t *testing.T) {
 	_, errOut, code = gpubenchProcess(t, env, append([]string{"fleet", "--topology", "dgx-h100", "--size", "1MiB"}, backend...)...)
 	if code != exitFailure || !strings.Contains(errOut, "the backend has 4 GPUs and the machine it is set beside another count") {
 		t.Errorf("4 GPUs beside an 8-GPU topology: exit %d, %q", code, errOut)
+	}
+}
+
+// Under a launcher, a node whose GPU libraries do not load is untestable, never a bad node, and
+// the others finish: rank 1 names an NCCL that is not there, rank 0 tests its node on the
+// stand-ins and reports both.
+func TestFleetUntestableNodeOnStandins(t *testing.T) {
+	env, backend := standinEnv(t, "GPUBENCH_STANDIN_DEVICES=8")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	env = append(env, "LOCAL_WORLD_SIZE=1", "LOCAL_RANK=0") // as if each on its own host
+	ps := startRanksWith(t, ctx, 2, env, func(rank int) []string {
+		args := append([]string{"fleet", "--topology", "dgx-h100", "--size", "1MiB", "--output", "json", "-T", "30", "--rendezvous-timeout", "30s",
+			"--floor", "0.0001"}, backend...) // the stand-ins are far slower than a DGX H100
+		if rank == 1 {
+			args = append(args, "--nccl-lib", filepath.Join(t.TempDir(), "libnccl.so.2"))
+		}
+		return args
+	}, nil)
+	for _, p := range ps {
+		<-p.done
+	}
+	for rank, p := range ps {
+		if p.code != exitCheck || !strings.Contains(p.stderr.String(), "gpubench: fleet: 1 suspect: node ") || !strings.Contains(p.stderr.String(), "names a library that did not load") {
+			t.Errorf("rank %d: exit %d, stderr %q", rank, p.code, p.stderr.String())
+		}
+	}
+	var rep struct {
+		Nodes []struct {
+			Status, Why string
+			Diag        []string
+		}
+		Suspects []struct{ Kind, Status string }
+	}
+	if err := json.Unmarshal([]byte(ps[0].stdout.String()), &rep); err != nil || len(rep.Nodes) != 2 {
+		t.Fatalf("%v: %s", err, ps[0].stdout.String())
+	}
+	if n := rep.Nodes[1]; n.Status != "untestable" || !strings.Contains(n.Why, "names a library that did not load") || len(n.Diag) == 0 {
+		t.Errorf("node 1: %+v", n)
+	}
+	if rep.Nodes[0].Status != "healthy" {
+		t.Errorf("node 0: %+v", rep.Nodes[0])
+	}
+	for _, s := range rep.Suspects {
+		if s.Status != "untestable" {
+			t.Errorf("suspect %+v: an untestable node is not bad hardware", s)
+		}
 	}
 }

@@ -100,20 +100,29 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 			return err
 		}
 	}
-	open, simulated, err := f.opener(cmd, e, g)
+	open, simulated, err := f.opener(cmd, e, g, proc)
+	var broken error
+	if ee := (*exitError)(nil); errors.As(err, &ee) && ee.code == exitNoGPU && proc.Multi() && proc.Rank != 0 {
+		// Under a launcher, a node whose GPU libraries do not load is reported untestable, with
+		// what its quick diag finds, and the others go on. Rank 0 cannot be spared: it makes the
+		// communicators the tests across nodes join.
+		broken, err = err, nil
+		open = func(map[string]string, bool) (gpu.Backend, error) { return nil, broken }
+	}
 	if err != nil {
 		return err
 	}
 	opt := fleet.Options{Open: open, Floor: f.floor, Repeat: f.repeat, Group: f.group, Timeout: time.Duration(f.timeout * float64(time.Second)), Bytes: bytes}
 	if !simulated { // a simulated node has no hardware of its own to check
 		opt.Diag = func() ([]string, []string) { return quickDiag(cmd, g) }
+		opt.Host, _ = os.Hostname()
 	}
 	if e.progress {
 		opt.Progress = func(s string) { fmt.Fprintf(e.stderr, "gpubench: fleet: %s\n", s) }
 	}
 	var rep *fleet.Report
 	if proc.Multi() {
-		rep, err = f.acrossProcesses(cmd, e, g, proc, opt, simulated)
+		rep, err = f.acrossProcesses(cmd, e, g, proc, opt, simulated, broken)
 		if err != nil {
 			return err
 		}
@@ -158,8 +167,20 @@ func quickDiag(cmd *cobra.Command, g *globals) (hw, other []string) {
 // opener returns how the fleet opens its cluster: on the simulator, the topology with the run's
 // faults, or without them for the expected figures; on real GPUs, this machine, and the
 // simulator of it (as --expect finds it) for the expected figures.
-func (f *fleetFlags) opener(cmd *cobra.Command, e *env, g *globals) (open func(map[string]string, bool) (gpu.Backend, error), simulated bool, err error) {
-	b, _, err := g.openColl(e)
+//
+// Under a launcher whose processes are not one per node of the simulated topology, --backend
+// auto does not fall back to the simulator when the GPU libraries do not load: the run is on
+// real GPUs, and that node is untestable.
+func (f *fleetFlags) opener(cmd *cobra.Command, e *env, g *globals, proc launch.Process) (open func(map[string]string, bool) (gpu.Backend, error), simulated bool, err error) {
+	opens := g
+	if proc.Multi() && g.backend == "auto" {
+		if t, err := g.loadTopology(); err != nil || len(t.Nodes) != proc.Size {
+			real := *g
+			real.backend = "cuda"
+			opens = &real
+		}
+	}
+	b, _, err := opens.openColl(e)
 	if err != nil {
 		return nil, false, err
 	}
@@ -323,7 +344,10 @@ func writeFleetMetrics(path string, rep *fleet.Report) error {
 // verdicts, then drives the rails and the groups across the processes (crossing) and hands every
 // rank the report. A process that leaves the run or stops answering is reported failed, and the others go
 // on (launch.Group.KeepGoing).
-func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, proc launch.Process, opt fleet.Options, simulated bool) (*fleet.Report, error) {
+//
+// broken, when set, is why this node's GPUs could not be opened: the process joins the others,
+// its node is reported untestable, and it takes part in no test across nodes.
+func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, proc launch.Process, opt fleet.Options, simulated bool, broken error) (*fleet.Report, error) {
 	addr, err := proc.Address(f.launch.rendezvous)
 	if err != nil {
 		return nil, usageErr("%v", launchMsg(err))
@@ -340,7 +364,7 @@ func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, pro
 		}
 		k := proc.Rank
 		opt.Only, host = &k, x.topo.Nodes[k].Hostname
-	} else {
+	} else if broken == nil {
 		if err := onePerHost(proc); err != nil {
 			return nil, err
 		}
@@ -374,7 +398,7 @@ func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, pro
 			hw, other := opt.Diag()
 			node.Diag = append(hw, other...)
 		}
-		mine = &fleet.Report{Nodes: []fleet.Node{node}}
+		mine = &fleet.Report{Nodes: []fleet.Node{node}, Suspects: []fleet.Suspect{{Kind: "node", Host: host, Status: fleet.Untestable, Why: node.Why}}}
 	}
 	rep, err := x.rounds(opt, mine)
 	grp.Close(err)

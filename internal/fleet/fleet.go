@@ -50,6 +50,9 @@ type Options struct {
 	// Only, when set, tests that node alone (its index in the topology): the per-node round of a
 	// process that drives one node of many.
 	Only *int
+	// Host names the machine on real GPUs (the backend has no topology of its own, and the node
+	// the expected figures come from is named after the topology).
+	Host string
 	// Diag, when set, is a quick diag of the machine this process runs on, run before the node's
 	// tests when the process tests its own node: the failed checks of its hardware (a GPU, its
 	// memory, PCIe or NVLink links, RDMA ports), and the others (software, settings). A hardware
@@ -169,6 +172,9 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		return nil, fmt.Errorf("fleet: the backend has %d GPUs and the machine it is set beside another count: give --topology for this machine", len(b.Devices()))
 	}
 	f := newFleet(ctx, opt, b, twin, t)
+	if b.Topology() == nil && opt.Host != "" && len(f.hosts) == 1 {
+		f.hosts[0] = opt.Host
+	}
 	if k := opt.Only; k != nil {
 		if *k < 0 || *k >= len(f.nodes) {
 			return nil, fmt.Errorf("fleet: node %d of %d", *k, len(f.nodes))
