@@ -342,8 +342,8 @@ func writeFleetMetrics(path string, rep *fleet.Report) error {
 // acrossProcesses is the fleet under a launcher, one process per node: each process tests its
 // own node (the per-node round; on the simulator, node RANK of the topology), rank 0 gathers the
 // verdicts, then drives the rails and the groups across the processes (crossing) and hands every
-// rank the report. A process that leaves the run or stops answering is reported failed, and the others go
-// on (launch.Group.KeepGoing).
+// rank the report. A process that leaves the run or stops answering is reported failed, and the
+// others go on (launch.Group.KeepGoing).
 //
 // broken, when set, is why this node's GPUs could not be opened: the process joins the others,
 // its node is reported untestable, and it takes part in no test across nodes.
@@ -430,9 +430,9 @@ func nodeGPUs(t *gpu.Topology) [][]int {
 // crossing is one process's part in the rounds across the processes. Rank 0 decides each test
 // and sends it to all (a step of the rendezvous: the rail or -1 for whole nodes, the size, the
 // communicator's id and which processes take part); the processes named join the communicator on
-// their GPU of that rail, or on every GPU, and time an all-reduce; every process then sends its result (another step), and rank 0
-// turns them into the test's busbw. The steps run in lockstep on every process, so that no
-// process waits on another that is not coming.
+// their GPU of that rail, or on every GPU, and time an all-reduce; every process then sends its
+// result (another step), and rank 0 turns them into the test's busbw. The steps run in lockstep
+// on every process, so that no process waits on another that is not coming.
 type crossing struct {
 	f         *fleetFlags
 	e         *env
@@ -454,8 +454,8 @@ const (
 	resNone, resOK, resErr, resHang = 0, 1, 2, 3
 )
 
-// rounds gathers every process's per-node report, runs the rails across the processes from rank
-// 0, and returns rank 0's report on every process.
+// rounds gathers every process's per-node report, runs the rails and groups across the processes
+// from rank 0, and returns rank 0's report on every process.
 func (x *crossing) rounds(opt fleet.Options, mine *fleet.Report) (*fleet.Report, error) {
 	defer func() {
 		if x.real != nil {
