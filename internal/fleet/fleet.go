@@ -53,7 +53,7 @@ type Options struct {
 	// Host names the machine on real GPUs (the backend has no topology of its own, and the node
 	// the expected figures come from is named after the topology).
 	Host string
-	// Diag, when set, is a quick diag of the machine this process runs on, run before the node's
+	// Diag, when set, is a quick diag of the machine this process runs on, run with the node's
 	// tests when the process tests its own node: the failed checks of its hardware (a GPU, its
 	// memory, PCIe or NVLink links, RDMA ports), and the others (software, settings). A hardware
 	// failure fails the node; the others are reported with it, never as bad hardware.
