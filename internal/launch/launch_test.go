@@ -558,6 +558,10 @@ func TestKeepGoingSetsRanksAside(t *testing.T) {
 			return
 		case 4:
 			<-hung // alive, connected, and not at the next step until rank 0 is done
+			<-g.Context().Done()
+			if cause := context.Cause(g.Context()); cause == nil || !strings.Contains(cause.Error(), "rank 0 went on without rank 4 (h4, pid 104): it did not reach step 2") {
+				t.Errorf("rank 4 set aside hears %v", cause)
+			}
 			g.Close(nil)
 			return
 		}

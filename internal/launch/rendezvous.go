@@ -539,6 +539,7 @@ func (g *Group) setAside(q *peer, why string) bool {
 	}
 	if _, ok := g.gone[q.m.Rank]; !ok {
 		g.gone[q.m.Rank] = why
+		q.send(message{Abort: fmt.Sprintf("rank 0 went on without %s: %s", q.m, why)}) // if it is still there to hear
 		q.conn.Close()
 	}
 	return true
