@@ -513,13 +513,16 @@ func (g *Group) fail(err error) {
 // KeepGoing makes rank 0 carry on without a rank that leaves the run (its process exits, fails
 // or loses its connection) or that has not reached a step of AllGather wait after rank 0 did:
 // that rank is set aside (Gone says why), its figures are nil in every later AllGather, and the
-// others go on. Rank 0 leaving still ends the run for all: it is where the figures meet. Every
-// rank calls it, at the same point of the run; on the others it does nothing.
+// others go on. Rank 0 leaving still ends the run for all: it is where the figures meet. Calling
+// it again changes the wait for the steps after; on ranks other than 0 it does nothing.
 func (g *Group) KeepGoing(wait time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.p.Rank == 0 {
-		g.keep, g.gone = wait, map[int]string{}
+		g.keep = wait
+		if g.gone == nil {
+			g.gone = map[int]string{}
+		}
 	}
 }
 
@@ -539,8 +542,10 @@ func (g *Group) setAside(q *peer, why string) bool {
 	}
 	if _, ok := g.gone[q.m.Rank]; !ok {
 		g.gone[q.m.Rank] = why
-		q.send(message{Abort: fmt.Sprintf("rank 0 went on without %s: %s", q.m, why)}) // if it is still there to hear
-		q.conn.Close()
+		go func() { // if it is still there to hear, without holding up the others
+			q.send(message{Abort: fmt.Sprintf("rank 0 went on without %s: %s", q.m, why)})
+			q.conn.Close()
+		}()
 	}
 	return true
 }
@@ -610,11 +615,11 @@ func (g *Group) AllGather(ctx context.Context, vals []float64) ([][]float64, err
 	g.mu.Lock()
 	keep := g.keep
 	g.mu.Unlock()
-	var late <-chan time.Time
+	var late <-chan struct{} // closed once the step's wait is over, for every rank still awaited
 	if keep > 0 {
-		timer := time.NewTimer(keep)
-		defer timer.Stop()
-		late = timer.C
+		lctx, cancel := context.WithTimeout(context.Background(), keep)
+		defer cancel()
+		late = lctx.Done()
 	}
 	for r, q := range g.peers[1:] {
 		var m message
@@ -647,26 +652,30 @@ func (g *Group) AllGather(ctx context.Context, vals []float64) ([][]float64, err
 
 // waitKept is rank 0's wait for q's part of this step after KeepGoing: its message, or a
 // message of Seq 0 when q is set aside (already, or now, for leaving or for being late).
-func (g *Group) waitKept(ctx context.Context, q *peer, late <-chan time.Time, keep time.Duration) (message, error) {
+func (g *Group) waitKept(ctx context.Context, q *peer, late <-chan struct{}, keep time.Duration) (message, error) {
 	if g.isGone(q) {
 		return message{}, nil
 	}
 	var m message
 	why := ""
 	select {
-	case m = <-q.in:
-	case <-q.ended:
+	case m = <-q.in: // a part already here is taken, however late the step
+	default:
 		select {
-		case m = <-q.in: // its last words came before it left
-		default:
-			why = fmt.Sprintf("it left the run before its part of step %d", g.seq)
+		case m = <-q.in:
+		case <-q.ended:
+			select {
+			case m = <-q.in: // its last words came before it left
+			default:
+				why = fmt.Sprintf("it left the run before its part of step %d", g.seq)
+			}
+		case <-late:
+			why = fmt.Sprintf("it did not reach step %d of the run within %v of rank 0", g.seq, keep)
+		case <-g.ctx.Done():
+			return m, context.Cause(g.ctx)
+		case <-ctx.Done():
+			return m, ctx.Err()
 		}
-	case <-late:
-		why = fmt.Sprintf("it did not reach step %d of the run within %v of rank 0", g.seq, keep)
-	case <-g.ctx.Done():
-		return m, context.Cause(g.ctx)
-	case <-ctx.Done():
-		return m, ctx.Err()
 	}
 	if why != "" {
 		g.setAside(q, why)
