@@ -581,14 +581,13 @@ func serveHub(ln *net.TCPListener) {
 		for _, m := range members {
 			b, ok := <-m.calls
 			if !ok {
-				// Rank 0's process serves the exchange, so it leaves only when it is done.
-				if m.rank != 0 {
-					why := m.err.Error()
-					if errors.Is(m.err, io.EOF) || errors.Is(m.err, io.ErrUnexpectedEOF) {
-						why = "its process exited or closed the communicator"
-					}
-					fail(members, fmt.Sprintf("sim: rank %d left the communicator: %s", m.rank, why))
+				// At the end every rank closes the communicator after its last reply, and none
+				// reads again; a rank still running hears who left.
+				why := m.err.Error()
+				if errors.Is(m.err, io.EOF) || errors.Is(m.err, io.ErrUnexpectedEOF) {
+					why = "its process exited or closed the communicator"
 				}
+				fail(members, fmt.Sprintf("sim: rank %d left the communicator: %s", m.rank, why))
 				return
 			}
 			if why := mismatch(batches[0], b, m.rank); why != "" {

@@ -210,3 +210,40 @@ func allReduceTime(t *testing.T, b gpu.Backend, devs []int, n int64) float64 {
 	}
 	return float64(b.Now() - start)
 }
+
+// Rank 0 of a communicator need not be the process serving its exchange (fleet's tests across
+// nodes): when it leaves while another rank still calls, that rank hears who left.
+func TestJoinCommNamesRankZeroLeaving(t *testing.T) {
+	hub := backed(t)
+	defer hub.Close()
+	id, err := hub.NewUniqueID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for rank := range 2 {
+		wg.Go(func() {
+			b := backed(t)
+			defer b.Close()
+			c, err := b.JoinComm(context.Background(), id, 2, rank, 8*rank)
+			if err != nil {
+				errs[rank] = err
+				return
+			}
+			defer c.Close()
+			buf, _ := b.Alloc(8*rank, 1<<10)
+			bufs := make([]gpu.Buffer, 2)
+			bufs[rank] = buf
+			for range 1 + rank { // rank 1 calls once more than rank 0
+				if errs[rank] = c.AllReduce(bufs, bufs, 256, gpu.Float, gpu.Sum); errs[rank] == nil {
+					errs[rank] = c.Synchronize(context.Background())
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if errs[0] != nil || errs[1] == nil || !strings.Contains(errs[1].Error(), "rank 0 left the communicator") {
+		t.Errorf("rank 0: %v; rank 1: %v; want rank 1 told that rank 0 left", errs[0], errs[1])
+	}
+}
