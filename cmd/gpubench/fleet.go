@@ -380,7 +380,11 @@ func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, pro
 		}
 		x.nodes = nodeGPUs(x.topo)
 	}
-	run := fmt.Sprintf("fleet topology %s nodes %d floor %g repeat %d size %s sim-faults %v", g.topology, g.nodes, f.floor, f.repeat, f.size, g.faults)
+	kind := "real GPUs" // the processes must agree: a run half simulated is not a fleet
+	if simulated {
+		kind = "simulator"
+	}
+	run := fmt.Sprintf("fleet on the %s, topology %s nodes %d floor %g repeat %d size %s sim-faults %v", kind, g.topology, g.nodes, f.floor, f.repeat, f.size, g.faults)
 	grp, err := launch.Join(cmd.Context(), proc, addr, f.launch.timeout, launch.Member{Host: host, PID: e.pid, Run: run},
 		func() ([]byte, error) { return []byte("gpubench fleet"), nil })
 	if err != nil {
@@ -389,7 +393,7 @@ func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, pro
 		}
 		return nil, runtimeErr(fmt.Errorf("rank %d: %w", proc.Rank, err))
 	}
-	x.grp = grp
+	x.grp, x.hub = grp, hubHost(addr)
 	grp.KeepGoing(f.launch.timeout)
 	mine, runErr := fleet.Run(grp.Context(), opt)
 	if runErr != nil { // this node could not be tested: it is reported, with what diag finds, and the others go on
@@ -417,6 +421,9 @@ func onePerHost(proc launch.Process) error {
 	return nil
 }
 
+// joinGrace is how much longer than -T a test across nodes waits for its communicator to form.
+const joinGrace = 30 * time.Second
+
 // nodeGPUs lists each node's GPUs, by node.
 func nodeGPUs(t *gpu.Topology) [][]int {
 	out := make([][]int, len(t.Nodes))
@@ -443,15 +450,18 @@ type crossing struct {
 	topo      *gpu.Topology // the whole fleet's machine
 	nodes     [][]int       // its GPUs by node
 	real      gpu.Backend   // on real GPUs: the backend the tests across nodes join communicators with
+	hub       string        // on the simulator: where rank 0's exchanges listen, as the others reach it
 }
 
-// A command is [op, rail, bytes, id length, id (idMax), member of each process (0: no; r+1: rank
-// r)]; a result is [status, seconds, message length, message (msgMax)].
+// A command is [op, rail, bytes, ranks per member, id length, id (idMax), member of each process
+// (0: no; i+1: the test's i-th)]; a result is [status, seconds, message length, message (msgMax)],
+// status 0 for a process not in the test.
 const (
 	opTest, opDone = 1, 2
+	head           = 5
 	idMax, msgMax  = 512, 256
 
-	resNone, resOK, resErr, resHang = 0, 1, 2, 3
+	resOK, resErr, resHang = 1, 2, 3
 )
 
 // rounds gathers every process's per-node report, runs the rails and groups across the processes
@@ -476,6 +486,9 @@ func (x *crossing) rounds(opt fleet.Options, mine *fleet.Report) (*fleet.Report,
 					Suspects: []fleet.Suspect{{Kind: "node", Host: x.host(r), Status: fleet.Failed, Why: why}}}
 			}
 		}
+		// A test's result step takes its communicator's forming and two waits on the GPUs at most.
+		t := time.Duration(x.f.timeout * float64(time.Second))
+		x.grp.KeepGoing(max(x.f.launch.timeout, 3*t+joinGrace+10*time.Second))
 		aopt := opt
 		aopt.Only = nil
 		aopt.Open = x.expected
@@ -539,6 +552,16 @@ func (x *crossing) follow() error {
 // test is rank 0's fleet.CrossTest: one command, every process's part, the results.
 func (x *crossing) test(rail int, nodes []int, bytes int64) (float64, error) {
 	ctx := x.grp.Context()
+	gone := &fleet.GoneError{Why: map[int]string{}}
+	why := x.grp.Gone()
+	for _, n := range nodes { // set aside at another step: no test can include it
+		if w, ok := why[n]; ok {
+			gone.Why[n] = w
+		}
+	}
+	if len(gone.Why) > 0 {
+		return 0, gone
+	}
 	idb, err := x.backend(rail)
 	if err != nil {
 		return 0, err
@@ -546,7 +569,11 @@ func (x *crossing) test(rail int, nodes []int, bytes int64) (float64, error) {
 	if x.simulated { // its exchange must outlive the test
 		defer idb.Close()
 	}
-	id, err := idb.(gpu.Joiner).NewUniqueID()
+	j, ok := idb.(gpu.Joiner)
+	if !ok {
+		return 0, fmt.Errorf("the %s backend cannot make a communicator across processes", idb.Name())
+	}
+	id, err := j.NewUniqueID()
 	if err != nil {
 		return 0, err
 	}
@@ -558,35 +585,33 @@ func (x *crossing) test(rail int, nodes []int, bytes int64) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	gone := &fleet.GoneError{Why: map[int]string{}}
-	why := x.grp.Gone()
+	why = x.grp.Gone()
 	var secs float64
-	var firstErr error
+	var failed []string // each failing node's own words
+	hung := false
 	for _, n := range nodes {
 		r := res[n]
 		switch {
 		case r == nil:
 			gone.Why[n] = why[n]
-		case int(r[0]) == resHang:
-			firstErr = &gpu.HangError{Err: fmt.Errorf("%s: %s", x.host(n), message(r))}
-		case int(r[0]) == resErr && firstErr == nil:
-			firstErr = fmt.Errorf("%s: %s", x.host(n), message(r))
 		case int(r[0]) == resOK:
 			secs = max(secs, r[1])
+		default:
+			hung = hung || int(r[0]) == resHang
+			failed = append(failed, x.host(n)+": "+message(r))
 		}
 	}
 	switch {
 	case len(gone.Why) > 0:
 		return 0, gone
-	case firstErr != nil:
-		return 0, firstErr
+	case hung:
+		return 0, &gpu.HangError{Err: errors.New(strings.Join(failed, "; "))}
+	case len(failed) > 0:
+		return 0, errors.New(strings.Join(failed, "; "))
 	case secs <= 0:
 		return 0, fmt.Errorf("the all-reduce across %d nodes took no time", len(nodes))
 	}
-	ranks := len(nodes)
-	if rail < 0 {
-		ranks *= len(x.nodes[0])
-	}
+	ranks := len(nodes) * x.perMember(rail)
 	return float64(bytes) / secs / 1e9 * coll.AllReduce.Factor(ranks), nil
 }
 
@@ -599,39 +624,45 @@ func message(r []float64) string {
 }
 
 func (x *crossing) command(op, rail int, bytes int64, id []byte, nodes []int) []float64 {
-	c := make([]float64, 4+idMax+x.proc.Size)
-	c[0], c[1], c[2], c[3] = float64(op), float64(rail), float64(bytes), float64(len(id))
+	c := make([]float64, head+idMax+x.proc.Size)
+	c[0], c[1], c[2], c[3], c[4] = float64(op), float64(rail), float64(bytes), float64(x.perMember(rail)), float64(len(id))
 	for i, b := range id[:min(len(id), idMax)] {
-		c[4+i] = float64(b)
+		c[head+i] = float64(b)
 	}
-	for r, n := range nodes {
-		c[4+idMax+n] = float64(r + 1)
+	for i, n := range nodes {
+		c[head+idMax+n] = float64(i + 1)
 	}
 	return c
+}
+
+// perMember is how many ranks each process brings to a test on rail: one, or for whole nodes
+// (rail -1) a rank per GPU of rank 0's node, which every process uses.
+func (x *crossing) perMember(rail int) int {
+	if rail >= 0 || len(x.nodes) == 0 {
+		return 1
+	}
+	return len(x.nodes[0])
 }
 
 // part runs this process's ranks of the test c, if it has any, and returns its result: on a rail,
 // one rank (GPU rail); across whole nodes (rail -1), a rank per GPU of the node.
 func (x *crossing) part(c []float64) []float64 {
 	res := make([]float64, 3+msgMax)
-	idx := int(c[4+idMax+x.proc.Rank]) - 1
+	idx := int(c[head+idMax+x.proc.Rank]) - 1
 	if idx < 0 {
 		return res
 	}
 	members := 0
-	for _, m := range c[4+idMax:] {
+	for _, m := range c[head+idMax:] {
 		if m > 0 {
 			members++
 		}
 	}
-	id := make([]byte, int(c[3]))
+	id := make([]byte, int(c[4]))
 	for i := range id {
-		id[i] = byte(c[4+i])
+		id[i] = byte(c[head+i])
 	}
-	rail, per := int(c[1]), 1
-	if rail < 0 {
-		per = len(x.nodes[0])
-	}
+	rail, per := int(c[1]), int(c[3])
 	secs, err := x.allReduce(rail, int64(c[2]), id, members*per, idx*per, per)
 	var hang *gpu.HangError
 	switch {
@@ -679,7 +710,7 @@ func (x *crossing) backend(rail int) (gpu.Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return sim.New(t, sim.Options{DataCap: capBytes, Env: env, Faults: faults, Jitter: x.g.jitter, Seed: x.g.seed})
+	return sim.New(t, sim.Options{DataCap: capBytes, Env: env, Faults: faults, Jitter: x.g.jitter, Seed: x.g.seed, HubHost: x.hub})
 }
 
 // allReduce runs this process's n ranks, first to first+n-1, of the communicator id of size ranks,
@@ -736,9 +767,12 @@ func (x *crossing) rankAllReduce(rail int, bytes int64, id []byte, size, rank, l
 		return 0, fmt.Errorf("the %s backend cannot join a communicator across processes", b.Name())
 	}
 	wait := time.Duration(x.f.timeout * float64(time.Second))
-	jctx, cancel := context.WithTimeout(x.grp.Context(), wait+30*time.Second)
+	jctx, cancel := context.WithTimeout(x.grp.Context(), wait+joinGrace)
 	comm, err := j.JoinComm(jctx, id, size, rank, dev)
 	cancel()
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = fmt.Errorf("the communicator of %d ranks did not form within %v: a member never joined", size, wait+joinGrace)
+	}
 	if err != nil {
 		return 0, err
 	}

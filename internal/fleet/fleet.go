@@ -611,19 +611,29 @@ func (f *fleet) railRound() error {
 		}
 		good := f.good()
 		if len(good) >= 2 {
+			lost := len(f.gone)
 			ok, fig := test(good)
 			rail.Figure = fig
 			if !ok {
 				rail.Status = Degraded
+				named := 0
 				for _, n := range f.bisect(good, test) {
 					if f.gone[n] { // its process left the run: reported as such, not as its NIC
 						continue
 					}
+					named++
 					k := k
 					f.bad[n] = true
 					f.markNode(n, Degraded, fmt.Sprintf("NIC %s (rail %d) falls short of what its rail should do", nic, k))
 					f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "nic", Host: f.hosts[n], NIC: nic, Rail: &k, Status: Degraded,
 						Why: fmt.Sprintf("rail %d's all-reduce through %s is below %.0f%% of expected with this node, and at it without", k, nic, 100*f.opt.Floor)})
+				}
+				// A process that left during the rail's tests failed them: the rail is judged
+				// again without it.
+				if again := f.good(); named == 0 && len(f.gone) > lost && len(again) >= 2 {
+					if ok, fig := test(again); ok {
+						rail.Status, rail.Figure = Healthy, fig
+					}
 				}
 			}
 		}
@@ -728,45 +738,55 @@ func (f *fleet) markNode(n int, s Status, why string) {
 }
 
 // bisect finds the nodes of set that make test fail: each half is tested beside as many nodes
-// cleared of suspicion (good nodes outside set, then nodes that passed a test of this bisection,
-// then set's nodes outside the part that failed), so that a half of one node is still a test
-// across nodes; a half that fails is split again. A node found is confirmed Repeat times beside
-// cleared nodes before it is named; one that passes a confirmation is not.
+// cleared of suspicion as it has (padded), so that a half of one node is still a test across
+// nodes; a half that fails is split again. A node found is confirmed beside cleared nodes Repeat
+// times before it is named (confirm).
 func (f *fleet) bisect(set []int, test func([]int) (bool, *Figure)) []int {
-	cleared := map[int]bool{}
-	try := func(nodes []int) bool {
-		ok, _ := test(nodes)
-		if ok {
-			for _, n := range nodes {
-				cleared[n] = true
-			}
-		}
-		return ok
-	}
-	var found []int
+	b := &bisection{f: f, set: set, cleared: map[int]bool{}, test: test}
 	var walk func(part []int, depth int)
 	walk = func(part []int, depth int) {
 		f.depth = max(f.depth, depth)
 		if len(part) == 1 {
-			if f.confirm(part[0], f.padded([]int{part[0]}, set, nil, cleared), try) {
-				found = append(found, part[0])
+			if b.confirm(part[0]) {
+				b.found = append(b.found, part[0])
 			}
 			return
 		}
 		for _, half := range [][]int{part[:len(part)/2], part[len(part)/2:]} {
-			if !try(f.padded(half, set, part, cleared)) {
+			if !b.try(b.padded(half, part)) {
 				walk(half, depth+1)
 			}
 		}
 	}
 	walk(set, 1)
-	return found
+	return b.found
+}
+
+// bisection is one bisection's state: the nodes a passed test cleared, and those found.
+type bisection struct {
+	f       *fleet
+	set     []int
+	cleared map[int]bool
+	found   []int
+	test    func([]int) (bool, *Figure)
+}
+
+// try runs test on nodes; a pass clears every one of them.
+func (b *bisection) try(nodes []int) bool {
+	ok, _ := b.test(nodes)
+	if ok {
+		for _, n := range nodes {
+			b.cleared[n] = true
+		}
+	}
+	return ok
 }
 
 // padded is part beside as many other nodes (at least one), the least suspect first: good nodes
-// outside set, nodes of set cleared by a passed test, set's nodes outside avoid (the part that
-// failed, part's sibling being as suspect as part), and lacking those, set's other nodes.
-func (f *fleet) padded(part, set, avoid []int, cleared map[int]bool) []int {
+// outside the set, nodes a passed test cleared, the set's nodes outside avoid (the part that
+// failed: part's sibling is as suspect as part) and not found, and lacking those, the set's
+// other nodes.
+func (b *bisection) padded(part, avoid []int) []int {
 	out := slices.Clone(part)
 	want := len(part) + max(len(part), 1)
 	add := func(ok func(n int) bool, from []int) {
@@ -776,23 +796,51 @@ func (f *fleet) padded(part, set, avoid []int, cleared map[int]bool) []int {
 			}
 		}
 	}
-	add(func(n int) bool { return !slices.Contains(set, n) }, f.good())
-	add(func(n int) bool { return cleared[n] }, set)
-	add(func(n int) bool { return !slices.Contains(avoid, n) }, set)
-	add(func(int) bool { return true }, set)
+	add(func(n int) bool { return !slices.Contains(b.set, n) }, b.f.good())
+	add(func(n int) bool { return b.cleared[n] }, b.set)
+	add(func(n int) bool { return !slices.Contains(avoid, n) && !slices.Contains(b.found, n) }, b.set)
+	add(func(n int) bool { return !slices.Contains(b.found, n) }, b.set)
+	add(func(int) bool { return true }, b.set)
 	return out
 }
 
-// confirm tests node n beside the nodes with it in padded Repeat times: a suspect only if it
-// fails every time.
-func (f *fleet) confirm(n int, padded []int, try func([]int) bool) bool {
-	for range f.opt.Repeat {
-		if try(padded) {
+// confirm tests node n beside cleared nodes Repeat times: a suspect only if it fails every time.
+// Where no node is cleared yet, the set's other nodes are tested together first, to clear them;
+// if that fails too, n is not named (the test cannot tell n from the others), unless the set is
+// two nodes, which nothing can tell apart: both are named.
+func (b *bisection) confirm(n int) bool {
+	partners := b.padded([]int{n}, nil)
+	if !b.trusted(partners[1:]) && len(b.set) > 2 {
+		var others []int
+		for _, m := range b.set {
+			if m != n && !slices.Contains(b.found, m) {
+				others = append(others, m)
+			}
+		}
+		if len(others) >= 2 {
+			b.try(others)
+		}
+		if partners = b.padded([]int{n}, nil); !b.trusted(partners[1:]) {
 			return false
 		}
 	}
-	f.confirmed[n] = true
+	for range b.f.opt.Repeat {
+		if b.try(partners) {
+			return false
+		}
+	}
+	b.f.confirmed[n] = true
 	return true
+}
+
+// trusted reports whether any of nodes is cleared or a good node outside the set.
+func (b *bisection) trusted(nodes []int) bool {
+	for _, m := range nodes {
+		if b.cleared[m] || !slices.Contains(b.set, m) {
+			return true
+		}
+	}
+	return false
 }
 
 // outlierBelow is the robust outlier bound of the ratios: median - 5 × 1.4826 × MAD (the MAD
