@@ -42,15 +42,19 @@ func newFleetCmd(e *env, g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "fleet",
 		Short: "Find the bad node, GPU, NIC or link in a cluster: per node, per rail, then across nodes in few rounds",
-		Long: "fleet tests every node on its own (an all-reduce, its data checked, and an all-to-all), each rail\n" +
-			"(GPU k of every node, through its NIC alone) across the nodes, then the nodes together in groups,\n" +
-			"bisecting what falls short and confirming each suspect beside nodes found good. Every figure is\n" +
-			"set beside what the simulator gives for the same machine without faults, and beside the other\n" +
-			"nodes. Verdicts per node, GPU and NIC: healthy, degraded, failed, untestable. Exit 3 when any\n" +
-			"is not healthy. --drain-file writes the Slurm and Kubernetes commands that would take the\n" +
-			"suspects out; gpubench never runs them (docs/fleet.md).",
+		Long: "fleet tests every node on its own (a quick diag on real GPUs, an all-reduce with its data\n" +
+			"checked, an all-to-all and every P2P pair), each rail (GPU k of every node, through its NIC\n" +
+			"alone) across the nodes, then the nodes together in groups, bisecting what falls short and\n" +
+			"confirming each suspect beside nodes found good. Every figure is set beside what the simulator\n" +
+			"gives for the same machine without faults, and beside the other nodes. Verdicts per node, GPU\n" +
+			"and NIC: healthy, degraded, failed, untestable. Exit 3 when any is not healthy. --drain-file\n" +
+			"writes the Slurm and Kubernetes commands that would take the suspects out; gpubench never runs\n" +
+			"them. Under a launcher, one process per node (srun --ntasks-per-node=1): each tests its node,\n" +
+			"rank 0 runs the rails and groups across the processes and reports; a node that dies is\n" +
+			"reported failed and the others finish (docs/fleet.md).",
 		Example: "  gpubench fleet --backend sim --topology dgx-h100 --nodes 512 --sim-fault slow-nic=dgx-h100-317/mlx5_3,0.4\n" +
-			"  gpubench fleet --backend sim --nodes 64 --drain-file drain.sh --output json",
+			"  gpubench fleet --backend sim --nodes 64 --drain-file drain.sh --output json\n" +
+			"  srun --ntasks-per-node=1 gpubench fleet --drain-file drain.sh   # real nodes, one process each",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd, e, g) },
 	}
