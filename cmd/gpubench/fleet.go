@@ -362,7 +362,7 @@ func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, pro
 		if x.topo, err = g.loadTopology(); err != nil {
 			return nil, err
 		}
-		x.nodes = nodeGPUs(x.topo)
+		x.nodes = x.topo.NodeGPUs()
 		if proc.Size != len(x.nodes) {
 			return nil, usageErr("gpubench fleet runs one process per node: %d processes for the %d nodes of %s; start %d", proc.Size, len(x.nodes), x.topo.Name, len(x.nodes))
 		}
@@ -382,7 +382,7 @@ func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, pro
 		if x.topo, err = one.WithNodes(proc.Size); err != nil {
 			return nil, usageErr("invalid --topology for %d nodes: %v", proc.Size, err)
 		}
-		x.nodes = nodeGPUs(x.topo)
+		x.nodes = x.topo.NodeGPUs()
 	}
 	kind := "real GPUs" // the processes must agree: a run half simulated is not a fleet
 	if simulated {
@@ -427,16 +427,6 @@ func onePerHost(proc launch.Process) error {
 
 // joinGrace is how much longer than -T a test across nodes waits for its communicator to form.
 const joinGrace = 30 * time.Second
-
-// nodeGPUs lists each node's GPUs, by node.
-func nodeGPUs(t *gpu.Topology) [][]int {
-	out := make([][]int, len(t.Nodes))
-	for g := range t.NumGPUs() {
-		n := t.NodeOf(g)
-		out[n] = append(out[n], g)
-	}
-	return out
-}
 
 // crossing is one process's part in the rounds across the processes. Rank 0 decides each test
 // and sends it to all (a step of the rendezvous: the rail or -1 for whole nodes, the size, the

@@ -183,6 +183,11 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	}
 	f.progress("%d nodes of %d GPUs: each node on its own", len(f.nodes), len(f.nodes[0]))
 	f.nodeRound()
+	return f.acrossNodes()
+}
+
+// acrossNodes runs the rounds across nodes, each rail then the nodes in groups, and reports.
+func (f *fleet) acrossNodes() (*Report, error) {
 	if len(f.nodes) > 1 {
 		f.progress("each rail across the nodes")
 		if err := f.railRound(); err != nil {
@@ -200,13 +205,9 @@ func newFleet(ctx context.Context, opt Options, b, twin gpu.Backend, t *gpu.Topo
 	}
 	f := &fleet{ctx: ctx, opt: opt, b: b, twin: twin, topo: t, rep: &Report{Floor: opt.Floor, Nodes: []Node{}, Rails: []Rail{}, Suspects: []Suspect{}},
 		bad: map[int]bool{}, expected: map[string]float64{}, confirmed: map[int]bool{}, slow: map[int][][2]int{}, p2pWant: map[string]*p2p.Matrix{}, gone: map[int]bool{}}
-	for g := range t.NumGPUs() {
-		n := t.NodeOf(g)
-		for len(f.nodes) <= n {
-			f.nodes = append(f.nodes, nil)
-			f.hosts = append(f.hosts, t.Nodes[len(f.hosts)].Hostname)
-		}
-		f.nodes[n] = append(f.nodes[n], g)
+	f.nodes = t.NodeGPUs()
+	for _, n := range t.Nodes {
+		f.hosts = append(f.hosts, n.Hostname)
 	}
 	return f
 }
@@ -271,15 +272,7 @@ func Across(ctx context.Context, opt Options, reports []*Report, test CrossTest)
 		f.bad[n] = true
 		f.suspectNode(n, f.rep.Nodes[n].Why)
 	}
-	if len(f.nodes) > 1 {
-		f.progress("each rail across the nodes")
-		if err := f.railRound(); err != nil {
-			return nil, err
-		}
-		f.progress("the nodes together, in groups of %d", f.opt.Group)
-		f.groupRound()
-	}
-	return f.report()
+	return f.acrossNodes()
 }
 
 // crossBytes is what the tests across nodes time: a quarter of a node's, at least 1 KiB.

@@ -474,6 +474,16 @@ func (t *Topology) GPU(i int) (GPU, *Node) {
 // NodeOf returns the index of the node GPU i is on.
 func (t *Topology) NodeOf(i int) int { return t.gpus[i].node }
 
+// NodeGPUs lists each node's GPUs, by node.
+func (t *Topology) NodeGPUs() [][]int {
+	out := make([][]int, len(t.Nodes))
+	for i := range t.gpus {
+		n := t.gpus[i].node
+		out[n] = append(out[n], i)
+	}
+	return out
+}
+
 // GPUName is "host/id" for GPU i.
 func (t *Topology) GPUName(i int) string {
 	g, n := t.GPU(i)

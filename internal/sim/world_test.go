@@ -44,12 +44,7 @@ func TestJoinCommOnAnyDevices(t *testing.T) {
 				return
 			}
 			defer c.Close()
-			buf, _ := b.Alloc(dev, 4*n)
-			in := make([]byte, 4*n)
-			for i := range n {
-				binary.LittleEndian.PutUint32(in[4*i:], math.Float32bits(float32(rank+1)))
-			}
-			b.CopyIn(buf, in)
+			buf := rankInput(b, dev, rank, n)
 			bufs := make([]gpu.Buffer, len(devs))
 			bufs[rank] = buf
 			start := b.Now()
@@ -128,12 +123,7 @@ func TestJoinCommSendsEachRankItsOwn(t *testing.T) {
 				return
 			}
 			defer c.Close()
-			buf, _ := b.Alloc(dev, 4*n)
-			in := make([]byte, 4*n)
-			for i := range n {
-				binary.LittleEndian.PutUint32(in[4*i:], math.Float32bits(float32(rank+1)))
-			}
-			b.CopyIn(buf, in)
+			buf := rankInput(b, dev, rank, n)
 			bufs := make([]gpu.Buffer, len(devs))
 			bufs[rank] = buf
 			before := sim.Received(c)
@@ -170,6 +160,18 @@ func TestJoinCommSendsEachRankItsOwn(t *testing.T) {
 			t.Errorf("rank %d on GPU %d: %d wrong elements, want %d", rank, devs[rank], wrong[rank], want)
 		}
 	}
+}
+
+// rankInput is n floats on device dev, each rank+1: an all-reduce of ranks 0..k-1 sums to
+// k(k+1)/2 in every element.
+func rankInput(b gpu.Backend, dev, rank int, n int64) gpu.Buffer {
+	buf, _ := b.Alloc(dev, 4*n)
+	in := make([]byte, 4*n)
+	for i := range n {
+		binary.LittleEndian.PutUint32(in[4*i:], math.Float32bits(float32(rank+1)))
+	}
+	b.CopyIn(buf, in)
+	return buf
 }
 
 // backed is two simulated DGX H100 whose buffers hold data (64 MiB of it).
