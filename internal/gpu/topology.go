@@ -915,8 +915,9 @@ func (t *Topology) load(flows []Flow, capacity func(edge) float64) (us float64, 
 // the NICs of the ring's GPUs, each GPU's own and those it reaches over PCIe without crossing a
 // CPU, in host and file order): ring k enters each domain at the GPU
 // nearest to the domain's k-th NIC, visits the domain's other GPUs, and leaves from the
-// next-nearest GPU through the same NIC; every other ring runs the other way round inside each
-// domain, so that entries and exits spread over the PCIe links as NCCL's channels do.
+// next-nearest GPU through the same NIC; every other ring visits the GPUs between in the other
+// order (ringThroughNIC), so that entries and exits spread over the PCIe links as NCCL's channels
+// do.
 func (t *Topology) RingFlows(gpus []int) (flows []Flow, rings int) {
 	return t.RingFlowsOn(gpus, nil)
 }
@@ -988,10 +989,7 @@ func (t *Topology) RingFlowsOn(gpus []int, nicOK func(id string) bool) (flows []
 		nic := func(domain int) int { return nics[domain][k] }
 		var order []int
 		for _, local := range byDomain {
-			local = t.ringThroughNIC(local, nic(t.DomainOf(local[0])))
-			if k%2 == 1 {
-				slices.Reverse(local)
-			}
+			local = t.ringThroughNIC(local, nic(t.DomainOf(local[0])), k%2 == 1)
 			order = append(order, local...)
 		}
 		for i, g := range order {
@@ -1003,7 +1001,10 @@ func (t *Topology) RingFlowsOn(gpus []int, nicOK func(id string) bool) (flows []
 
 // ringThroughNIC orders one domain's GPUs to enter at the GPU nearest the NIC and leave from the
 // next-nearest one. GPUs of the domain's other hosts do not reach the NIC over PCIe: they come last.
-func (t *Topology) ringThroughNIC(local []int, nic int) []int {
+// reverse visits the GPUs between in the other order, and swaps entry and exit when they are as
+// near the NIC as each other: a ring never enters through a CPU when a GPU beside the NIC can take
+// it (NCCL's search starts each ring at the NIC's nearest GPU).
+func (t *Topology) ringThroughNIC(local []int, nic int, reverse bool) []int {
 	dist := map[int]int{}
 	for _, g := range local {
 		dist[g] = math.MaxInt
@@ -1017,11 +1018,17 @@ func (t *Topology) ringThroughNIC(local []int, nic int) []int {
 		return byDist
 	}
 	entry, exit := byDist[0], byDist[1]
+	if reverse && dist[entry] == dist[exit] {
+		entry, exit = exit, entry
+	}
 	order := []int{entry}
 	for _, g := range local {
 		if g != entry && g != exit {
 			order = append(order, g)
 		}
+	}
+	if reverse {
+		slices.Reverse(order[1:])
 	}
 	return append(order, exit)
 }

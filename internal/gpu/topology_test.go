@@ -254,6 +254,24 @@ func TestBusPeakSubsets(t *testing.T) {
 	}
 }
 
+// On a rail layout (DGX B200: one GPU and one NIC under each PCIe switch), every ring enters a node
+// at the GPU beside its NIC, the odd rings too, so the rings reach the NIC's line rate: eight
+// 400 Gb/s NICs carry 400 GB/s of busbw on two nodes. A ring that entered through the CPU would
+// share the CPU's PCIe links with two others (170 GB/s).
+func TestRingsEnterBesideTheirNIC(t *testing.T) {
+	t.Parallel()
+	topo, err := loadPreset(t, "dgx-b200").WithNodes(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gbs, limit := topo.BusPeak(allGPUs(topo)); math.Abs(gbs-400) > 1e-9 || limit != "infiniband" {
+		t.Errorf("BusPeak on two DGX B200 = %v, %q; want 400, \"infiniband\"", gbs, limit)
+	}
+	if _, rings := topo.RingFlows(allGPUs(topo)); rings != 8 {
+		t.Errorf("%d rings; want one per NIC, 8", rings)
+	}
+}
+
 // ringRate is the bus bandwidth of a ring over every GPU on the links as they now run (slow links
 // included), in GB/s.
 func ringRate(topo *gpu.Topology) float64 {
