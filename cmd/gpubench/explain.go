@@ -137,7 +137,7 @@ func writeExplanation(w io.Writer, x sim.Explanation) error {
 	switch {
 	case x.PointToPoint:
 		fmt.Fprintf(&b, "NCCL runs %s as point-to-point sends and receives, which its tuner does not choose; the simulator's point-to-point model:\n", x.Collective)
-		line("time", "%s", usText(c.TimeUS))
+		line("time", "%s, each operation to a peer on %s", usText(c.TimeUS), countText(c.Channels, "channel"))
 	case c.Algo == "copy":
 		line("chosen", "a local copy at memory speed (one rank), %s", usText(c.TimeUS))
 	default:
@@ -236,6 +236,8 @@ func linkText(kind string) string {
 		return "the link between the CPU sockets (smp)"
 	case "memory":
 		return "GPU memory (one rank copies locally)"
+	case "channels":
+		return "NCCL's point-to-point channels (14 GB/s each)"
 	}
 	return "the NICs and the network (" + kind + ")"
 }

@@ -64,11 +64,15 @@ var collKinds = map[string]collKind{"allreduce": collAllReduce, "allgather": col
 	"broadcast": collBroadcast, "reduce": collReduce}
 
 // Explain says what the tuner runs for a collective of bytes (gpu.Explainer); all-to-all and
-// send/recv are NCCL's point-to-point operations, which its tuner does not choose.
+// send/recv are NCCL's point-to-point operations, which its tuner does not choose: their
+// channels are those one operation to a peer is split over.
 func (c *comm) Explain(coll string, bytes int64) (algo, proto string, channels int) {
 	kind, ok := collKinds[coll]
 	if !ok {
-		return "P2P", "Simple", 0
+		if coll == "alltoall" {
+			bytes = bytes / int64(c.m.n) / 16 * 16 // each peer's share, as nccl-tests sends it
+		}
+		return "P2P", "Simple", c.m.p2pOpChannels(bytes)
 	}
 	ch := c.m.decide(kind, bytes).Chosen()
 	return ch.Algo, ch.Proto, ch.Channels

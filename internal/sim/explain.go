@@ -345,8 +345,11 @@ func (m *model) explainP2P(x *Explanation, coll string, bytes int64) error {
 		c := m.decide(collBroadcast, per).Chosen() // a local copy, as the simulated call
 		bw, link = c.TimeUS-c.LatencyUS, "memory"
 	}
+	if ch := m.p2pChannelUS(per); n > 1 && ch > bw {
+		bw, link = ch, "channels" // one operation's channels carry less than the links
+	}
 	lat := math.Round((total-bw)*1e6) / 1e6 // to the picosecond: the sum's rounding is noise
-	c := ExplainedCandidate{Algo: "P2P", Proto: "Simple", TimeUS: total, LatencyUS: lat, BandwidthUS: bw, SimTimeUS: total}
+	c := ExplainedCandidate{Algo: "P2P", Proto: "Simple", Channels: m.p2pOpChannels(per), TimeUS: total, LatencyUS: lat, BandwidthUS: bw, SimTimeUS: total}
 	if bw > 0 {
 		c.AlgGBs = float64(bytes) / (1e3 * bw)
 		c.BusGBs = c.AlgGBs * busFactor(coll, n)

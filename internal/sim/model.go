@@ -20,15 +20,31 @@ import (
 func nvlinkEfficiency(cc float64) float64 {
 	switch {
 	case cc >= 10:
-		return 40.1 / 50
+		return nvlinkPerLinkGBs(cc) / 50
 	case cc >= 9:
-		return 20.6 / 25
+		return nvlinkPerLinkGBs(cc) / 25
 	case cc >= 8.6:
-		return 12.0 / 14.0625
+		return nvlinkPerLinkGBs(cc) / 14.0625
 	case cc >= 7:
-		return 20.0 / 25
+		return nvlinkPerLinkGBs(cc) / 25
 	default:
-		return 18.0 / 20
+		return nvlinkPerLinkGBs(cc) / 20
+	}
+}
+
+// nvlinkPerLinkGBs is NCCL's figure for one NVLink of the architecture (ncclTopoNVLinkBw).
+func nvlinkPerLinkGBs(cc float64) float64 {
+	switch {
+	case cc >= 10:
+		return 40.1
+	case cc >= 9:
+		return 20.6
+	case cc >= 8.6:
+		return 12.0
+	case cc >= 7:
+		return 20.0
+	default:
+		return 18.0
 	}
 }
 
@@ -69,6 +85,7 @@ type model struct {
 	netGBs  float64 // the first rank's NVLink domain's NICs together, GB/s (several domains only)
 	memGBs  float64
 	graphs  [numAlgos]searchGraph
+	p2p     *p2pPlan // worked out at the first point-to-point call
 	env     tunerEnv
 	limit   string // the kind of link that bounds the ring, for explain
 	// netExtraUS is how much longer a message between nodes takes than on the InfiniBand that
@@ -225,9 +242,10 @@ func (m *model) efficiency(kind gpu.LinkKind) float64 {
 	return 1
 }
 
-// p2pTime predicts point-to-point transfers (send/recv, all-to-all) running together: NCCL's
-// Ring/Simple base latency plus the longest path's link latencies, then the flows sharing the
-// links. One rank copies locally at memory speed.
+// p2pTime predicts point-to-point transfers (send/recv, all-to-all) of bytes to each peer running
+// together: NCCL's Ring/Simple base latency plus the longest path's link latencies, then the
+// flows sharing the links, or one operation's channels (p2p.go) when they carry less. One rank
+// copies locally at memory speed.
 func (m *model) p2pTime(flows []gpu.Flow, bytes int64) float64 {
 	if bytes == 0 {
 		return 0
@@ -239,7 +257,24 @@ func (m *model) p2pTime(flows []gpu.Flow, bytes int64) float64 {
 	for _, f := range flows {
 		lat = math.Max(lat, f.Path.LatencyUS)
 	}
-	return baseLat[algoRing][protoSimple] + lat + m.topo.LinkLoad(flows, m.efficiency)
+	return baseLat[algoRing][protoSimple] + lat + math.Max(m.topo.LinkLoad(flows, m.efficiency), m.p2pChannelUS(bytes))
+}
+
+// p2pChannelUS is the time one operation of bytes takes on its channels alone.
+func (m *model) p2pChannelUS(bytes int64) float64 {
+	return float64(bytes) / (1e3 * p2pChannelGBs * float64(m.p2pOpChannels(bytes)))
+}
+
+// p2pOpChannels is the channels one point-to-point operation of bytes is split over.
+func (m *model) p2pOpChannels(bytes int64) int {
+	if m.n < 2 {
+		return 0
+	}
+	if m.p2p == nil {
+		p := m.p2pPlan()
+		m.p2p = &p
+	}
+	return m.p2p.opChannels(bytes)
 }
 
 // log2i is floor(log2(n)), 0 for n < 2.

@@ -1,0 +1,79 @@
+package sim
+
+import (
+	"math"
+	"testing"
+)
+
+func modelOf(t *testing.T, topo string, nodes, n int) *model {
+	t.Helper()
+	tp, err := LoadTopology(topo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nodes > 1 {
+		if tp, err = tp.WithNodes(nodes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return newModel(tp, ranks(n), nil)
+}
+
+// NCCL's point-to-point plan, worked by hand from its rules (docs/model.md, "Point to point"):
+//   - DGX A100: 12 ring channels doubled to 24, so 32 point-to-point channels; 12 NVLinks to every
+//     peer give 24 channels a peer, 32 as a power of two; over 8 ranks a call starts at 32/8 = 4 a
+//     peer; NVLink chunks of 512 KiB.
+//   - two DGX H100: 8 rings, 16 channels; a 400 Gb/s NIC needs ceil(50/14) = 4 channels a peer,
+//     and 16 ranks start at 1; network chunks of 128 KiB.
+//   - 8 RTX 4090 on PCIe: 2 channels a peer, PCIe chunks.
+func TestP2PPlan(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		topo                     string
+		nodes, n                 int
+		channels, perPeer, minCh int
+		chunk                    int64
+		bytes                    []int64
+		opChannels               []int
+	}{
+		{"dgx-a100", 1, 8, 32, 32, 4, 512 << 10,
+			[]int64{8 << 10, 256 << 10, 8 << 20, 128 << 20, 1 << 30}, []int{1, 4, 4, 8, 32}},
+		{"dgx-h100", 2, 16, 16, 4, 1, 128 << 10,
+			[]int64{8 << 10, 1 << 20, 1 << 30}, []int{1, 4, 4}},
+		{"pcie-4090x8", 1, 8, 2, 2, 1, 128 << 10,
+			[]int64{8, 1 << 30}, []int{1, 2}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.topo, func(t *testing.T) {
+			t.Parallel()
+			p := modelOf(t, tc.topo, tc.nodes, tc.n).p2pPlan()
+			if p.channels != tc.channels || p.perPeer != tc.perPeer || p.minCh != tc.minCh || p.chunk != tc.chunk {
+				t.Errorf("plan %+v; want %d channels, %d a peer, %d to start, chunk %d", p, tc.channels, tc.perPeer, tc.minCh, tc.chunk)
+			}
+			for i, b := range tc.bytes {
+				if got := p.opChannels(b); got != tc.opChannels[i] {
+					t.Errorf("an operation of %d B on %d channels; want %d", b, got, tc.opChannels[i])
+				}
+			}
+		})
+	}
+}
+
+// A 128 MiB send/recv ring on DGX A100 runs on 8 channels of 14 GB/s, 112 GB/s, well under the
+// NVLinks' 240; at 1 GiB its 32 channels could carry more than the links, which then bound it.
+func TestSendRecvChannelBound(t *testing.T) {
+	t.Parallel()
+	x := explain(t, "dgx-a100", 8, nil, "sendrecv", 128<<20)
+	if x.Chosen.Channels != 8 || x.Bottleneck != "channels" || math.Abs(x.Chosen.BusGBs-112) > 1e-9 {
+		t.Errorf("128 MiB: %d channels, bottleneck %s, busbw %v; want 8, channels, 112", x.Chosen.Channels, x.Bottleneck, x.Chosen.BusGBs)
+	}
+	x = explain(t, "dgx-a100", 8, nil, "sendrecv", 1<<30)
+	if x.Chosen.Channels != 32 || x.Bottleneck != "nvlink" || x.Chosen.BusGBs < 239 || x.Chosen.BusGBs > 241 {
+		t.Errorf("1 GiB: %d channels, bottleneck %s, busbw %v; want 32, nvlink, 240", x.Chosen.Channels, x.Bottleneck, x.Chosen.BusGBs)
+	}
+	// NCCL_MAX_NCHANNELS=4 leaves 4 channels in all: 4 a peer at most, 56 GB/s.
+	x = explain(t, "dgx-a100", 8, map[string]string{"NCCL_MAX_NCHANNELS": "4"}, "sendrecv", 1<<30)
+	if x.Chosen.Channels != 4 || math.Abs(x.Chosen.BusGBs-56) > 1e-9 {
+		t.Errorf("1 GiB under NCCL_MAX_NCHANNELS=4: %d channels, busbw %v; want 4, 56", x.Chosen.Channels, x.Chosen.BusGBs)
+	}
+}
