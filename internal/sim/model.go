@@ -187,6 +187,12 @@ func (m *model) searchGraphs() [numAlgos]searchGraph {
 	nch = m.env.clampChannels(nch)
 	ring := searchGraph{nChannels: nch, bwIntra: math.Min(per, m.ringBus/float64(nch)), bwInter: math.Min(per, m.ringBus/float64(nch))}
 	g[algoRing], g[algoTree], g[algoPAT] = ring, ring, ring
+	if m.nodes > 1 {
+		// A tree need not come back to the NIC it left by, so NCCL's search raises its bwIntra
+		// up to twice its bwInter where the chain inside a domain carries it (search.cc: "increase
+		// bwIntra for trees (2 nodes or collnet)"); the tuner prices two nodes by bwIntra.
+		g[algoTree].bwIntra = math.Min(2*ring.bwInter, m.domainBus()/float64(nch))
+	}
 	if m.nvls {
 		// NVLS: NCCL_NVLS_NCHANNELS channels (up to 32, one per rank on 8 GPUs here), each
 		// carrying the NVLink bandwidth shared by the n+1 streams of its search condition; between
@@ -215,6 +221,22 @@ func (m *model) searchGraphs() [numAlgos]searchGraph {
 		g[algoCollNetChain] = g[algoCollNetDirect]
 	}
 	return g
+}
+
+// domainBus is the bus bandwidth, GB/s, of one ring over the first rank's NVLink domain's ranks
+// alone: what a chain inside a domain carries across all channels.
+func (m *model) domainBus() float64 {
+	var local []int
+	for _, d := range m.devs {
+		if m.topo.DomainOf(d) == m.topo.DomainOf(m.devs[0]) {
+			local = append(local, d)
+		}
+	}
+	if len(local) < 2 {
+		return math.Inf(1) // one GPU a domain: no chain inside it to bound the tree
+	}
+	flows, rings := m.topo.RingFlowsOn(local, nil)
+	return float64(rings) / (m.topo.LinkLoad(flows, m.efficiency) * 1e3)
 }
 
 // channelCount estimates the channels NCCL's ring search finds, which the per-channel caps

@@ -5,20 +5,6 @@ import (
 	"testing"
 )
 
-func modelOf(t *testing.T, topo string, nodes, n int) *model {
-	t.Helper()
-	tp, err := LoadTopology(topo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if nodes > 1 {
-		if tp, err = tp.WithNodes(nodes); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return newModel(tp, ranks(n), nil)
-}
-
 // NCCL's point-to-point plan, worked by hand from its rules (docs/model.md, "Point to point"):
 //   - DGX A100: 12 ring channels doubled to 24, so 32 point-to-point channels; 12 NVLinks to every
 //     peer give 24 channels a peer, 32 as a power of two; over 8 ranks a call starts at 32/8 = 4 a
