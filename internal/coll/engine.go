@@ -891,8 +891,8 @@ func (r *runner) calls(n int, bs *buffers, k Counts, a Args) error {
 	return r.sync()
 }
 
-// inputs makes the row's inputs (once), and returns what each receive buffer holds once they are
-// loaded.
+// inputs makes the row's inputs (once), and returns what each of this process's receive buffers
+// holds once they are loaded (nil for other processes' ranks).
 func (r *runner) inputs(k Counts, a Args, inPlace bool) (before [][]byte) {
 	elt := int64(a.DType.Size())
 	if r.in == nil {
@@ -900,7 +900,7 @@ func (r *runner) inputs(k Counts, a Args, inPlace bool) (before [][]byte) {
 	}
 	before = make([][]byte, r.n)
 	zero := make([]byte, k.Recv*elt) // out of place every receive buffer starts zeroed; only read
-	for rank := range before {
+	for _, rank := range r.local {
 		before[rank] = zero
 		if inPlace {
 			whole := make([]byte, max(k.Send, k.Recv)*elt)
