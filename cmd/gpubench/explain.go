@@ -143,7 +143,7 @@ func writeExplanation(w io.Writer, x sim.Explanation) error {
 	default:
 		run := ""
 		if math.Abs(c.SimTimeUS-c.TimeUS) > 0.005*c.TimeUS {
-			run = fmt.Sprintf(" by NCCL's figures; the simulated call takes %s (the fabric's latency, or a calibration)", usText(c.SimTimeUS))
+			run = fmt.Sprintf(" by NCCL's figures; the simulated call takes %s (the fabric's latency, a calibration, or NVLS on one node, held to its links and not NCCL's channel figure)", usText(c.SimTimeUS))
 		}
 		line("chosen", "%s, %s, %s%s", pair, countText(c.Channels, "channel"), usText(c.TimeUS), run)
 		if r := x.RunnerUp; r != nil {

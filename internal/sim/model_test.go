@@ -35,3 +35,33 @@ func TestTreeBwIntra(t *testing.T) {
 		t.Errorf("one DGX A100: tree %+v, ring %+v; want the same graph", one.graphs[algoTree], one.graphs[algoRing])
 	}
 }
+
+// NVLS on one node: NCCL's tuner holds each channel to the top of its search speed table, so on
+// 5 H100 it expects 300 GB/s busbw and picks the ring (370). Forced, the simulated call moves what
+// the NVLinks carry, 2 × 370.8 × 0.85 × (n-1)/(n+1): about the 420 and 480 GB/s that real runs
+// give on 5 and 8 GPUs (NVIDIA/nccl#1455).
+func TestNVLSOneNode(t *testing.T) {
+	t.Parallel()
+	busbw := func(c Candidate, n int) float64 {
+		return float64(4<<30) / (1e3 * (c.SimUS - c.SimLatencyUS)) * 2 * float64(n-1) / float64(n)
+	}
+	for _, tc := range []struct {
+		n            int
+		tuned, moved float64 // NCCL's expected busbw, the simulated one
+	}{{5, 300, 420.2}, {8, 480, 490.4}} {
+		m := modelOf(t, "dgx-h100", 1, tc.n)
+		var nvls Candidate
+		for _, c := range m.decide(collAllReduce, 4<<30).Candidates {
+			if c.Algo == "NVLS" {
+				nvls = c
+			}
+		}
+		tuned := float64(4<<30) / (1e3 * (nvls.TimeUS - nvls.LatencyUS)) * 2 * float64(tc.n-1) / float64(tc.n)
+		if math.Abs(tuned-tc.tuned) > 0.5 || math.Abs(busbw(nvls, tc.n)-tc.moved) > 0.5 {
+			t.Errorf("%d GPUs: NVLS expected at %.1f, simulated at %.1f GB/s busbw; want %v and %v", tc.n, tuned, busbw(nvls, tc.n), tc.tuned, tc.moved)
+		}
+		if pick := m.decide(collAllReduce, 4<<30).Chosen().Algo; tc.n == 5 && pick != "Ring" {
+			t.Errorf("5 GPUs: NCCL's tuner picks %s; want Ring", pick)
+		}
+	}
+}

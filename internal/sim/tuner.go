@@ -140,9 +140,12 @@ func (m *model) candidate(c collKind, a, p int, nBytes int64) (Candidate, bool) 
 	}
 	bwUS := float64(nBytes) / (1000 * bw)
 	simBwUS := bwUS
+	if a == algoNVLS && m.nodes == 1 {
+		simBwUS = float64(nBytes) / (1000 * m.bandwidthOf(c, a, p, false))
+	}
 	if cal := m.topo.Calibration; cal != nil { // the machine's own figures, which NCCL does not know
 		if x, ok := cal.Algorithms[algoNames[a]+"/"+protoNames[p]]; ok {
-			simLat, simBwUS = max(0, simLat+x.LatencyUS), bwUS/x.Bandwidth
+			simLat, simBwUS = max(0, simLat+x.LatencyUS), simBwUS/x.Bandwidth
 		}
 	}
 	return Candidate{Algo: algoNames[a], Proto: protoNames[p], Channels: m.graphs[a].nChannels,
@@ -200,7 +203,12 @@ func (m *model) nsteps(c collKind) int {
 
 // bandwidth is ncclTopoTuneModel's bandwidth for (c, a, p), as algorithm bandwidth in GB/s; 0 where
 // the algorithm has no graph here.
-func (m *model) bandwidth(c collKind, a, p int) float64 {
+func (m *model) bandwidth(c collKind, a, p int) float64 { return m.bandwidthOf(c, a, p, true) }
+
+// bandwidthOf is bandwidth; with searchCap false, NVLS on one NVLink domain is not held to its
+// channels' bwInter, which there is no link but the top of NCCL's search speed table: what the
+// machine moves rather than what NCCL's tuner expects of it (docs/model.md, "NVLS on one node").
+func (m *model) bandwidthOf(c collKind, a, p int, searchCap bool) float64 {
 	gr := m.graphs[a]
 	if gr.nChannels == 0 {
 		return 0
@@ -227,7 +235,7 @@ func (m *model) bandwidth(c collKind, a, p int) float64 {
 			if m.nodes <= 2 && a == algoNVLSTree {
 				inter *= 2
 			}
-		} else {
+		} else if searchCap {
 			inter = math.Min(2*gr.bwIntra, nvlsMaxChannelGBs[m.arch])
 		}
 		bw = math.Min(intra, inter)
