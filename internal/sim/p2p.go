@@ -87,8 +87,9 @@ func (m *model) p2pPlan() p2pPlan {
 }
 
 // peerChannels is ncclTopoGetNchannels for the pair: over NVLink two per NVLink of the path's
-// narrowest part (NCCL's per-link figure), over PCIe two; to another domain one per NIC and enough
-// to carry the GPU's NIC at p2pChannelGBs each. nvl says the pair is joined by NVLink.
+// narrowest part (NCCL's per-link figure), over PCIe two; to another domain enough to carry the
+// GPU's own NIC at p2pChannelGBs each, at least one (NCCL counts every NIC as near the GPU as its
+// own: one on the presets). nvl says the pair is joined by NVLink.
 func (m *model) peerChannels(a, b int) (channels int, nvl bool) {
 	if m.topo.DomainOf(a) != m.topo.DomainOf(b) {
 		nic := 0.0
