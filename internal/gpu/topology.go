@@ -745,6 +745,27 @@ func (t *Topology) NICOf(g int) string {
 	return ""
 }
 
+// LocalNICs returns GPU g's own NIC (the one its traffic between nodes leaves by) first, then the
+// others it reaches over PCIe without crossing a CPU, in file order; none when it has no NIC.
+func (t *Topology) LocalNICs(g int) []NIC {
+	if t.nic[g] < 0 {
+		return nil
+	}
+	n := t.gpus[g].node
+	var own NIC
+	var others []NIC
+	near := t.nearNICs(g)
+	for k, v := range t.NICs(n) {
+		switch {
+		case v == t.nic[g]:
+			own = t.Nodes[n].NICs[k]
+		case slices.Contains(near, v):
+			others = append(others, t.Nodes[n].NICs[k])
+		}
+	}
+	return append([]NIC{own}, others...)
+}
+
 // NICs returns the NIC vertices of node n, in file order.
 func (t *Topology) NICs(n int) []int {
 	var v []int

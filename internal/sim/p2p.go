@@ -87,21 +87,13 @@ func (m *model) p2pPlan() p2pPlan {
 }
 
 // peerChannels is ncclTopoGetNchannels for the pair: over NVLink two per NVLink of the path's
-// narrowest part (NCCL's per-link figure), over PCIe two; to another domain enough to carry the
-// GPU's own NIC at p2pChannelGBs each, at least one (NCCL counts every NIC as near the GPU as its
-// own: one on the presets). nvl says the pair is joined by NVLink.
+// narrowest part (NCCL's per-link figure), over PCIe two; to another domain one per NIC NCCL
+// counts as the GPU's, or more to carry them at p2pChannelGBs each. nvl says the pair is joined
+// by NVLink.
 func (m *model) peerChannels(a, b int) (channels int, nvl bool) {
 	if m.topo.DomainOf(a) != m.topo.DomainOf(b) {
-		nic := 0.0
-		if id := m.topo.NICOf(a); id != "" {
-			_, node := m.topo.GPU(a)
-			for _, c := range node.NICs {
-				if c.ID == id {
-					nic = c.Gbps / 8
-				}
-			}
-		}
-		return max(1, int(math.Ceil(nic/p2pChannelGBs))), false
+		count, gbs := m.localNets(a)
+		return max(1, count, int(math.Ceil(gbs/p2pChannelGBs))), false
 	}
 	path := m.topo.Route(a, b)
 	if path.Type != gpu.PathNVL {
@@ -134,4 +126,22 @@ func (p p2pPlan) opChannels(bytes int64) int {
 		part = (bytes + int64(n) - 1) / int64(n)
 	}
 	return n
+}
+
+// localNets is ncclTopoGetLocalNetCountByBw: the GPU's NICs, its own first, then the others near
+// it, taken until together they carry what the GPU's PCIe link to its CPU does; their count and
+// bandwidth (each NIC's as far as that link lets it), GB/s.
+func (m *model) localNets(g int) (count int, gbs float64) {
+	pcie := math.Inf(1)
+	for _, h := range m.topo.HostPath(g, false).Hops {
+		pcie = math.Min(pcie, m.topo.LinkGBs(h.Edge)*m.efficiency(m.topo.LinkKind(h.Edge)))
+	}
+	for _, c := range m.topo.LocalNICs(g) {
+		count++
+		gbs += math.Min(c.Gbps/8, pcie)
+		if gbs >= pcie {
+			break
+		}
+	}
+	return count, gbs
 }

@@ -9,8 +9,9 @@ import (
 //   - DGX A100: 12 ring channels doubled to 24, so 32 point-to-point channels; 12 NVLinks to every
 //     peer give 24 channels a peer, 32 as a power of two; over 8 ranks a call starts at 32/8 = 4 a
 //     peer; NVLink chunks of 512 KiB.
-//   - two DGX H100: 8 rings, 16 channels; a 400 Gb/s NIC needs ceil(50/14) = 4 channels a peer,
-//     and 16 ranks start at 1; network chunks of 128 KiB.
+//   - two DGX H100: 8 rings, 16 channels; the GPU's own 400 Gb/s NIC carries its Gen5 link (48.8
+//     GB/s as NCCL counts it), which needs ceil(48.8/14) = 4 channels a peer, and 16 ranks start
+//     at 1; network chunks of 128 KiB.
 //   - 8 RTX 4090 on PCIe: 2 channels a peer, PCIe chunks.
 func TestP2PPlan(t *testing.T) {
 	t.Parallel()
@@ -26,6 +27,11 @@ func TestP2PPlan(t *testing.T) {
 			[]int64{8 << 10, 256 << 10, 8 << 20, 128 << 20, 1 << 30}, []int{1, 4, 4, 8, 32}},
 		{"dgx-h100", 2, 16, 16, 4, 1, 128 << 10,
 			[]int64{8 << 10, 1 << 20, 1 << 30}, []int{1, 4, 4}},
+		// Two DGX A100: the GPU's own 200 Gb/s NIC carries its Gen4 link (24.4 GB/s as NCCL
+		// counts it): ceil(24.4/14) = 2 a peer. Two OCI A100 nodes: a 100 Gb/s NIC does not, so
+		// the second under the same switch counts too: 2 NICs, 25 GB/s, 2 a peer.
+		{"dgx-a100", 2, 16, 16, 2, 1, 128 << 10, []int64{1 << 20}, []int{2}},
+		{"../../accuracy/topologies/oci-a100-roce.json", 1, 16, 32, 2, 2, 128 << 10, []int64{1 << 20}, []int{2}},
 		{"pcie-4090x8", 1, 8, 2, 2, 1, 128 << 10,
 			[]int64{8, 1 << 30}, []int{1, 2}},
 	}
