@@ -272,6 +272,22 @@ func TestRingsEnterBesideTheirNIC(t *testing.T) {
 	}
 }
 
+// LocalNICs lists a GPU's own NIC first, then the others under its PCIe switch: on DGX A100 GPU 1
+// leaves by mlx5_1 and also reaches mlx5_0; a GPU without a NIC has none.
+func TestLocalNICs(t *testing.T) {
+	t.Parallel()
+	var ids []string
+	for _, c := range loadPreset(t, "dgx-a100").LocalNICs(1) {
+		ids = append(ids, c.ID)
+	}
+	if strings.Join(ids, ",") != "mlx5_1,mlx5_0" {
+		t.Errorf("DGX A100 GPU 1: %v; want mlx5_1,mlx5_0", ids)
+	}
+	if got := loadPreset(t, "pcie-4090x8").LocalNICs(0); len(got) != 0 {
+		t.Errorf("RTX 4090 box GPU 0: %v; want none", got)
+	}
+}
+
 // ringRate is the bus bandwidth of a ring over every GPU on the links as they now run (slow links
 // included), in GB/s.
 func ringRate(topo *gpu.Topology) float64 {
