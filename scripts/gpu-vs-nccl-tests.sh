@@ -11,11 +11,13 @@
 # from a clone with `git archive`). GPUBENCH_BIN: a built gpubench (default: go build). REPS: 3.
 set -euo pipefail
 out=${1:?usage: scripts/gpu-vs-nccl-tests.sh OUT_DIR}
+mkdir -p "$out"
+out=$(cd "$out" && pwd) # paths given are taken from where the script was run
+[ -z "${GPUBENCH_BIN:-}" ] || GPUBENCH_BIN=$(cd "$(dirname "$GPUBENCH_BIN")" && pwd)/$(basename "$GPUBENCH_BIN")
+[ -z "${NCCL_TESTS_SRC:-}" ] || NCCL_TESTS_SRC=$(cd "$NCCL_TESTS_SRC" && pwd)
 cd "$(dirname "$0")/.."
 src=$(cd "${NCCL_TESTS_SRC:-.gpu/nccl-tests}" && pwd)
 reps=${REPS:-3}
-mkdir -p "$out"
-out=$(cd "$out" && pwd)
 : >"$out/summary.txt"
 step() { # step NAME COMMAND...: run, keep stdout and stderr, note the time and status
   local name=$1; shift
@@ -26,11 +28,16 @@ step() { # step NAME COMMAND...: run, keep stdout and stderr, note the time and 
 }
 
 if [ -n "${GPUBENCH_BIN:-}" ]; then
-  gb=$(cd "$(dirname "$GPUBENCH_BIN")" && pwd)/$(basename "$GPUBENCH_BIN")
-else
+  gb=$GPUBENCH_BIN
+elif command -v go >/dev/null; then
   step build-gpubench go build -trimpath -o "$out/gpubench" ./cmd/gpubench
   gb=$out/gpubench
+else
+  echo "gpu-vs-nccl-tests: no Go here: build gpubench elsewhere (make gpu-bundle) and set GPUBENCH_BIN" >&2
+  exit 2
 fi
+cuda=${CUDA_HOME:-/usr/local/cuda} # nccl-tests takes nvcc from CUDA_HOME
+if [ -z "${CUDA_HOME:-}" ] && command -v nvcc >/dev/null; then cuda=$(dirname "$(dirname "$(command -v nvcc)")"); fi
 
 # The wheel's NCCL: its headers and libnccl.so.2. nccl-tests links -lnccl, so a folder holds
 # include/ and a libnccl.so naming the wheel's library.
@@ -41,15 +48,15 @@ mkdir -p "$home/lib"
 ln -sfn "$wheel/include" "$home/include"
 ln -sf "$lib" "$home/lib/libnccl.so"
 ln -sf "$lib" "$home/lib/libnccl.so.2"
-cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')
+cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | awk 'NR == 1 { gsub(/[ .]/, ""); print }')
 { date -u +%FT%TZ; nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv; nvcc --version | tail -2
   echo "NCCL: $lib"
   python3 -c 'import importlib.metadata as m; print(*sorted({d.metadata["Name"] + " " + d.version for d in m.distributions() if "nccl" in (d.metadata["Name"] or "").lower()}))'
 } >"$out/machine.txt" 2>&1 || true
 build=$out/nccl-tests-build
 step build-nccl-tests make -C "$src/src" -j"$(nproc)" build BUILDDIR="$build" MPI=0 NCCL_HOME="$home" \
-  CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" NVCC_GENCODE="-gencode=arch=compute_$cc,code=sm_$cc"
-export LD_LIBRARY_PATH=$home/lib:${LD_LIBRARY_PATH:-}
+  CUDA_HOME="$cuda" NVCC_GENCODE="-gencode=arch=compute_$cc,code=sm_$cc"
+export LD_LIBRARY_PATH=$home/lib:$cuda/lib64:${LD_LIBRARY_PATH:-} # the wheel's NCCL, nvcc's cudart
 
 status=0
 mkdir -p "$out/nccl-tests" "$out/gpubench"
@@ -107,6 +114,7 @@ for c in ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv", 
 print("# %d of %d within 2%%; furthest %.1f%% off" % (within, n, 100 * worst))
 EOF
 
-# The hgx-h200 preset calibrated from gpubench's sweeps of this GPU.
+# The hgx-h200 preset calibrated from gpubench's sweeps of this GPU. With one rank only the host's
+# launch cost and the copy inside the GPU can be fitted (calibrate says what was not).
 step calibrate "$gb" calibrate --topology hgx-h200 "$out"/gpubench/all_reduce.*.out -o "$out/hgx-h200-calibrated.json" || status=1
 exit $status

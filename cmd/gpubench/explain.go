@@ -137,7 +137,11 @@ func writeExplanation(w io.Writer, x sim.Explanation) error {
 	switch {
 	case x.PointToPoint:
 		fmt.Fprintf(&b, "NCCL runs %s as point-to-point sends and receives, which its tuner does not choose; the simulator's point-to-point model:\n", x.Collective)
-		line("time", "%s, each operation to a peer on %s", usText(c.TimeUS), countText(c.Channels, "channel"))
+		if c.Channels > 0 {
+			line("time", "%s, each operation to a peer on %s", usText(c.TimeUS), countText(c.Channels, "channel"))
+		} else {
+			line("time", "%s", usText(c.TimeUS)) // one rank: a local copy, no channel
+		}
 	case c.Algo == "copy":
 		line("chosen", "a local copy at memory speed (one rank), %s", usText(c.TimeUS))
 	default:

@@ -100,13 +100,17 @@ func TestExplainPointToPoint(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 	for _, want := range []string{"\nNCCL runs alltoall as point-to-point sends and receives, which its tuner does not choose",
-		"\ntime:       ", "\nbottleneck: PCIe", "bandwidth dominates"} {
+		"\ntime:       ", ", each operation to a peer on 2 channels\n", "\nbottleneck: PCIe", "bandwidth dominates"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("lacks %q:\n%s", want, out)
 		}
 	}
 	if strings.Contains(out, "chosen:") || strings.Contains(out, "below:") {
 		t.Errorf("a tuner's choice for a point-to-point operation:\n%s", out)
+	}
+	// One rank copies locally: no channel to name.
+	if out, _, code := gpubench(t, "explain", "sendrecv", "--topology", "dgx-h100", "-g", "1", "--size", "1M"); code != 0 || strings.Contains(out, "channel") {
+		t.Errorf("one rank: exit %d:\n%s", code, out)
 	}
 }
 

@@ -1021,7 +1021,8 @@ func (t *Topology) RingFlowsOn(gpus []int, nicOK func(id string) bool) (flows []
 }
 
 // ringThroughNIC orders one domain's GPUs to enter at the GPU nearest the NIC and leave from the
-// next-nearest one. GPUs of the domain's other hosts do not reach the NIC over PCIe: they come last.
+// next-nearest one; the others keep their order between. GPUs of the domain's other hosts, which
+// do not reach the NIC over PCIe, are entry or exit only when no nearer GPU is left.
 // reverse visits the GPUs between in the other order, and swaps entry and exit when they are as
 // near the NIC as each other: a ring never enters through a CPU when a GPU beside the NIC can take
 // it (NCCL's search starts each ring at the NIC's nearest GPU).

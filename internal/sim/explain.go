@@ -317,11 +317,11 @@ func (m *model) regimes(kind collKind, bytes int64, chosen Candidate) (below, ab
 func (m *model) explainP2P(x *Explanation, coll string, bytes int64) error {
 	x.PointToPoint = true
 	n := m.n
-	per := bytes // send/recv: every rank sends its buffer to the next
+	per, peers := bytes, 1 // send/recv: every rank sends its buffer to the next
 	var flows []gpu.Flow
 	switch coll {
 	case "alltoall":
-		per = bytes / int64(n) / 16 * 16 // nccl-tests' share per peer, in 16-byte steps
+		per, peers = bytes/int64(n)/16*16, n-1 // nccl-tests' share per peer, in 16-byte steps
 		if per == 0 {
 			return fmt.Errorf("%w: an all-to-all of %d B over %d ranks sends 0 B to each peer (nccl-tests rounds each share down to 16 B): give at least %d B", ErrExplain, bytes, n, 16*n)
 		}
@@ -339,13 +339,13 @@ func (m *model) explainP2P(x *Explanation, coll string, bytes int64) error {
 			}
 		}
 	}
-	total := m.p2pTime(flows, per)
+	total := m.p2pTime(flows, per, peers)
 	bw, link := m.topo.LinkLoadKind(flows, m.efficiency)
 	if n == 1 {
 		c := m.decide(collBroadcast, per).Chosen() // a local copy, as the simulated call
 		bw, link = c.TimeUS-c.LatencyUS, "memory"
 	}
-	if ch := m.p2pChannelUS(per); n > 1 && ch > bw {
+	if ch := m.p2pChannelUS(per, peers); n > 1 && ch > bw {
 		bw, link = ch, "channels" // one operation's channels carry less than the links
 	}
 	lat := math.Round((total-bw)*1e6) / 1e6 // to the picosecond: the sum's rounding is noise

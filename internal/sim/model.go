@@ -186,13 +186,15 @@ func (m *model) searchGraphs() [numAlgos]searchGraph {
 	per := m.ringBus / float64(nch)
 	nch = m.env.clampChannels(nch)
 	ring := searchGraph{nChannels: nch, bwIntra: math.Min(per, m.ringBus/float64(nch)), bwInter: math.Min(per, m.ringBus/float64(nch))}
-	g[algoRing], g[algoTree], g[algoPAT] = ring, ring, ring
+	g[algoRing], g[algoTree] = ring, ring
 	if m.nodes > 1 {
 		// A tree need not come back to the NIC it left by, so NCCL's search raises its bwIntra
-		// up to twice its bwInter where the chain inside a domain carries it (search.cc: "increase
-		// bwIntra for trees (2 nodes or collnet)"); the tuner prices two nodes by bwIntra.
-		g[algoTree].bwIntra = math.Min(2*ring.bwInter, m.domainBus()/float64(nch))
+		// towards twice its bwInter where the chain inside every domain carries it (search.cc:
+		// "increase bwIntra for trees (2 nodes or collnet)"), never below where it started; the
+		// tuner prices two nodes by bwIntra.
+		g[algoTree].bwIntra = math.Max(ring.bwIntra, math.Min(2*ring.bwInter, m.domainBus()/float64(nch)))
 	}
+	g[algoPAT] = g[algoTree] // NCCL runs PAT on the tree's graph (init.cc)
 	if m.nvls {
 		// NVLS: NCCL_NVLS_NCHANNELS channels (up to 32, one per rank on 8 GPUs here), each
 		// carrying the NVLink bandwidth shared by the n+1 streams of its search condition; between
@@ -223,20 +225,25 @@ func (m *model) searchGraphs() [numAlgos]searchGraph {
 	return g
 }
 
-// domainBus is the bus bandwidth, GB/s, of one ring over the first rank's NVLink domain's ranks
-// alone: what a chain inside a domain carries across all channels.
+// domainBus is the bus bandwidth, GB/s, a chain inside each NVLink domain carries across all
+// channels: one ring over the domain's ranks alone, the least of any domain with two or more
+// (NCCL keeps the least any rank found); +Inf when every domain has one rank.
 func (m *model) domainBus() float64 {
-	var local []int
+	byDomain := map[int][]int{}
 	for _, d := range m.devs {
-		if m.topo.DomainOf(d) == m.topo.DomainOf(m.devs[0]) {
-			local = append(local, d)
+		byDomain[m.topo.DomainOf(d)] = append(byDomain[m.topo.DomainOf(d)], d)
+	}
+	bus := math.Inf(1)
+	for _, local := range byDomain {
+		if len(local) < 2 {
+			continue
+		}
+		flows, rings := m.topo.RingFlowsOn(local, nil)
+		if us := m.topo.LinkLoad(flows, m.efficiency); us > 0 {
+			bus = math.Min(bus, float64(rings)/(us*1e3))
 		}
 	}
-	if len(local) < 2 {
-		return math.Inf(1) // one GPU a domain: no chain inside it to bound the tree
-	}
-	flows, rings := m.topo.RingFlowsOn(local, nil)
-	return float64(rings) / (m.topo.LinkLoad(flows, m.efficiency) * 1e3)
+	return bus
 }
 
 // channelCount estimates the channels NCCL's ring search finds, which the per-channel caps
@@ -264,11 +271,11 @@ func (m *model) efficiency(kind gpu.LinkKind) float64 {
 	return 1
 }
 
-// p2pTime predicts point-to-point transfers (send/recv, all-to-all) of bytes to each peer running
-// together: NCCL's Ring/Simple base latency plus the longest path's link latencies, then the
-// flows sharing the links, or one operation's channels (p2p.go) when they carry less. One rank
-// copies locally at memory speed.
-func (m *model) p2pTime(flows []gpu.Flow, bytes int64) float64 {
+// p2pTime predicts point-to-point transfers (send/recv, all-to-all) of bytes to each of a rank's
+// peers (the most any rank sends to) running together: NCCL's Ring/Simple base latency plus the
+// longest path's link latencies, then the flows sharing the links, or the operations' channels
+// (p2p.go) when they carry less. One rank copies locally at memory speed.
+func (m *model) p2pTime(flows []gpu.Flow, bytes int64, peers int) float64 {
 	if bytes == 0 {
 		return 0
 	}
@@ -279,12 +286,18 @@ func (m *model) p2pTime(flows []gpu.Flow, bytes int64) float64 {
 	for _, f := range flows {
 		lat = math.Max(lat, f.Path.LatencyUS)
 	}
-	return baseLat[algoRing][protoSimple] + lat + math.Max(m.topo.LinkLoad(flows, m.efficiency), m.p2pChannelUS(bytes))
+	return baseLat[algoRing][protoSimple] + lat + math.Max(m.topo.LinkLoad(flows, m.efficiency), m.p2pChannelUS(bytes, peers))
 }
 
-// p2pChannelUS is the time one operation of bytes takes on its channels alone.
-func (m *model) p2pChannelUS(bytes int64) float64 {
-	return float64(bytes) / (1e3 * p2pChannelGBs * float64(m.p2pOpChannels(bytes)))
+// p2pChannelUS is the time a rank's operations of bytes to each of its peers take on their
+// channels alone: each operation on its own channels, and all of them on at most the
+// communicator's point-to-point channels together, at p2pChannelGBs a channel.
+func (m *model) p2pChannelUS(bytes int64, peers int) float64 {
+	op := m.p2pOpChannels(bytes)
+	if op == 0 || peers < 1 {
+		return 0
+	}
+	return float64(peers) * float64(bytes) / (1e3 * p2pChannelGBs * float64(min(m.p2p.channels, peers*op)))
 }
 
 // p2pOpChannels is the channels one point-to-point operation of bytes is split over.

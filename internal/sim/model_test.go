@@ -65,3 +65,28 @@ func TestNVLSOneNode(t *testing.T) {
 		}
 	}
 }
+
+// The tree's graph does not depend on which rank comes first (NCCL keeps the least any rank
+// found): on two 8x L40S nodes, one rank on the first node and eight on the second give the same
+// tree either way round. PAT runs on the tree's graph, and the raise never lowers a tree below
+// the ring (two DGX H100: the NVLinks carry 46.4 a channel, under the ring's 48).
+func TestTreeGraphRules(t *testing.T) {
+	t.Parallel()
+	tp, err := LoadTopology("pcie-l40s-8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tp, err = tp.WithNodes(2); err != nil {
+		t.Fatal(err)
+	}
+	a := newModel(tp, []int{0, 8, 9, 10, 11, 12, 13, 14, 15}, nil).graphs[algoTree]
+	b := newModel(tp, []int{8, 9, 10, 11, 12, 13, 14, 15, 0}, nil).graphs[algoTree]
+	if a != b {
+		t.Errorf("tree graph by rank order: %+v against %+v", a, b)
+	}
+	m := modelOf(t, "dgx-h100", 2, 16)
+	if m.graphs[algoPAT] != m.graphs[algoTree] || m.graphs[algoTree].bwIntra < m.graphs[algoRing].bwIntra {
+		t.Errorf("two DGX H100: PAT %+v, tree %+v, ring %+v; want PAT on the tree's graph, the tree not below the ring",
+			m.graphs[algoPAT], m.graphs[algoTree], m.graphs[algoRing])
+	}
+}

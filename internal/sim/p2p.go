@@ -8,7 +8,8 @@ import (
 )
 
 // NCCL's point-to-point channels (send/recv, all-to-all), as NCCL 2.30 plans them: how many
-// channels one operation to one peer is split over, each carrying at most p2pChannelGBs. NCCL's
+// channels one operation to one peer is split over, each carrying at most p2pChannelGBs, and a
+// rank's operations together on at most the communicator's point-to-point channels. NCCL's
 // tuner has no model of point-to-point; these are its planning rules (src/graph/paths.cc,
 // ncclTopoGetNchannels and ncclTopoComputeP2pChannels; src/enqueue.cc, addP2pToPlan) and its own
 // figure of what one channel carries. docs/model.md, "Point to point", gives each step.
@@ -47,16 +48,31 @@ func pow2Up(n int) int {
 
 // p2pPlan works out NCCL's point-to-point plan for the model's ranks.
 func (m *model) p2pPlan() p2pPlan {
-	// comm->nChannels: the search's ring channels (within NCCL_MIN/MAX_NCHANNELS), doubled by
-	// ncclTopoPostset up to NCCL_MAX_NCHANNELS and 64.
-	p := p2pPlan{channels: pow2Up(min(2*m.graphs[algoRing].nChannels, m.env.maxCh, maxChannels)), nodes: m.nodes}
-	// NCCL works the count out for each rank over its peers; the first rank's stands for all.
-	allNVL := true
-	perPeer := math.MaxInt
-	for _, b := range m.devs[1:] {
-		ch, nvl := m.peerChannels(m.devs[0], b)
-		perPeer = min(perPeer, ch)
-		allNVL = allNVL && nvl
+	p := p2pPlan{channels: pow2Up(m.commChannels()), nodes: m.nodes}
+	// Channels a peer: the least over every rank's peers (NCCL gathers each rank's). Inside a
+	// domain every pair is looked at, up to maxPairRoutes a domain (past it, the domain's first
+	// rank's pairs stand for all); to another domain a rank's count is the same for every peer.
+	perPeer, allNVL := math.MaxInt, true
+	byDomain := map[int][]int{}
+	for _, d := range m.devs {
+		byDomain[m.topo.DomainOf(d)] = append(byDomain[m.topo.DomainOf(d)], d)
+	}
+	for _, local := range byDomain {
+		from := local
+		if len(local)*len(local) > maxPairRoutes {
+			from = local[:1]
+		}
+		for _, a := range from {
+			for _, b := range local {
+				if a != b {
+					ch, nvl := m.peerChannels(a, b)
+					perPeer, allNVL = min(perPeer, ch), allNVL && nvl
+				}
+			}
+			if len(byDomain) > 1 {
+				perPeer = min(perPeer, m.netChannels(a))
+			}
+		}
 	}
 	if perPeer == math.MaxInt {
 		perPeer = 1
@@ -78,6 +94,9 @@ func (m *model) p2pPlan() p2pPlan {
 	switch {
 	case m.nodes > 1:
 		p.chunk = p2pNetChunk
+		if m.arm && m.cc >= 10 { // GB200/GB300 hosts have 4 GPUs: NCCL doubles the chunk
+			p.chunk *= 2
+		}
 	case allNVL:
 		p.chunk = p2pNVLChunk
 	default:
@@ -86,15 +105,26 @@ func (m *model) p2pPlan() p2pPlan {
 	return p
 }
 
-// peerChannels is ncclTopoGetNchannels for the pair: over NVLink two per NVLink of the path's
-// narrowest part (NCCL's per-link figure), over PCIe two; to another domain one per NIC NCCL
-// counts as the GPU's, or more to carry them at p2pChannelGBs each. nvl says the pair is joined
+// maxPairRoutes bounds the routes p2pPlan works out inside one NVLink domain.
+const maxPairRoutes = 1 << 16
+
+// commChannels is NCCL's comm->nChannels, which point-to-point runs on (ncclTopoPostset): the
+// ring search's channels doubled, doubled again on Hopper and later across nodes while the ring's
+// channels carry over 45 GB/s and are fewer than 16, then within NCCL_MAX_NCHANNELS and
+// NCCL_MIN_NCHANNELS; at most 64. (CollNet's extra half applies when its chain is faster inside
+// a node than between nodes, which the simulator's CollNet graph never is.)
+func (m *model) commChannels() int {
+	n := min(maxChannels, 2*m.channelCount())
+	if m.cc >= 9 && m.nodes > 1 && m.graphs[algoRing].bwIntra > 45 && n < 16 {
+		n = min(maxChannels, 2*n)
+	}
+	return min(maxChannels, m.env.clampChannels(n))
+}
+
+// peerChannels is ncclTopoGetNchannels for a pair inside a domain: over NVLink two per NVLink of
+// the path's narrowest part (NCCL's per-link figure), over PCIe two. nvl says the pair is joined
 // by NVLink.
 func (m *model) peerChannels(a, b int) (channels int, nvl bool) {
-	if m.topo.DomainOf(a) != m.topo.DomainOf(b) {
-		count, gbs := m.localNets(a)
-		return max(1, count, int(math.Ceil(gbs/p2pChannelGBs))), false
-	}
 	path := m.topo.Route(a, b)
 	if path.Type != gpu.PathNVL {
 		return 2, false
@@ -128,15 +158,29 @@ func (p p2pPlan) opChannels(bytes int64) int {
 	return n
 }
 
-// localNets is ncclTopoGetLocalNetCountByBw: the GPU's NICs, its own first, then the others near
-// it, taken until together they carry what the GPU's PCIe link to its CPU does; their count and
-// bandwidth (each NIC's as far as that link lets it), GB/s.
+// netChannels is ncclTopoGetNchannels for a peer in another domain: two when the GPU has no NIC,
+// else one per NIC NCCL counts as the GPU's, or more to carry their bandwidth (whole GB/s) at
+// p2pChannelGBs each.
+func (m *model) netChannels(g int) int {
+	count, gbs := m.localNets(g)
+	if count == 0 {
+		return 2
+	}
+	return max(count, (int(gbs)+p2pChannelGBs-1)/p2pChannelGBs)
+}
+
+// localNets is ncclTopoGetLocalNetCountByBw: the GPU's NICs that NCCL_IB_HCA leaves, its own first,
+// then the others near it, taken until together they carry what the GPU's PCIe link to its CPU
+// does; their count and bandwidth (each NIC's as far as that link lets it), GB/s.
 func (m *model) localNets(g int) (count int, gbs float64) {
 	pcie := math.Inf(1)
 	for _, h := range m.topo.HostPath(g, false).Hops {
 		pcie = math.Min(pcie, m.topo.LinkGBs(h.Edge)*m.efficiency(m.topo.LinkKind(h.Edge)))
 	}
 	for _, c := range m.topo.LocalNICs(g) {
+		if m.env.hca != nil && !m.env.hca(c.ID) {
+			continue
+		}
 		count++
 		gbs += math.Min(c.Gbps/8, pcie)
 		if gbs >= pcie {

@@ -9,8 +9,8 @@ import (
 //   - DGX A100: 12 ring channels doubled to 24, so 32 point-to-point channels; 12 NVLinks to every
 //     peer give 24 channels a peer, 32 as a power of two; over 8 ranks a call starts at 32/8 = 4 a
 //     peer; NVLink chunks of 512 KiB.
-//   - two DGX H100: 8 rings, 16 channels; the GPU's own 400 Gb/s NIC carries its Gen5 link (48.8
-//     GB/s as NCCL counts it), which needs ceil(48.8/14) = 4 channels a peer, and 16 ranks start
+//   - two DGX H100: 8 rings, 16 channels; the GPU's own 400 Gb/s NIC carries its Gen5 link (48
+//     GB/s as NCCL counts it), which needs ceil(48/14) = 4 channels a peer, and 16 ranks start
 //     at 1; network chunks of 128 KiB.
 //   - 8 RTX 4090 on PCIe: 2 channels a peer, PCIe chunks.
 func TestP2PPlan(t *testing.T) {
@@ -27,8 +27,8 @@ func TestP2PPlan(t *testing.T) {
 			[]int64{8 << 10, 256 << 10, 8 << 20, 128 << 20, 1 << 30}, []int{1, 4, 4, 8, 32}},
 		{"dgx-h100", 2, 16, 16, 4, 1, 128 << 10,
 			[]int64{8 << 10, 1 << 20, 1 << 30}, []int{1, 4, 4}},
-		// Two DGX A100: the GPU's own 200 Gb/s NIC carries its Gen4 link (24.4 GB/s as NCCL
-		// counts it): ceil(24.4/14) = 2 a peer. Two OCI A100 nodes: a 100 Gb/s NIC does not, so
+		// Two DGX A100: the GPU's own 200 Gb/s NIC carries its Gen4 link (24 GB/s as NCCL
+		// counts it): ceil(24/14) = 2 a peer. Two OCI A100 nodes: a 100 Gb/s NIC does not, so
 		// the second under the same switch counts too: 2 NICs, 25 GB/s, 2 a peer.
 		{"dgx-a100", 2, 16, 16, 2, 1, 128 << 10, []int64{1 << 20}, []int{2}},
 		{"../../accuracy/topologies/oci-a100-roce.json", 1, 16, 32, 2, 2, 128 << 10, []int64{1 << 20}, []int{2}},
@@ -67,5 +67,37 @@ func TestSendRecvChannelBound(t *testing.T) {
 	x = explain(t, "dgx-a100", 8, map[string]string{"NCCL_MAX_NCHANNELS": "4"}, "sendrecv", 1<<30)
 	if x.Chosen.Channels != 4 || math.Abs(x.Chosen.BusGBs-56) > 1e-9 {
 		t.Errorf("1 GiB under NCCL_MAX_NCHANNELS=4: %d channels, busbw %v; want 4, 56", x.Chosen.Channels, x.Chosen.BusGBs)
+	}
+}
+
+// ncclTopoPostset doubles the channels again on Hopper across nodes while the ring's channels
+// carry over 45 GB/s and are fewer than 16: four GPUs of each of two DGX H100 have 4 rings, 8
+// channels, then 16. GB200 hosts (Arm, Blackwell) across racks double the network chunk.
+func TestP2PPostsetRules(t *testing.T) {
+	t.Parallel()
+	tp, err := LoadTopology("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tp, err = tp.WithNodes(2); err != nil {
+		t.Fatal(err)
+	}
+	if p := newModel(tp, []int{0, 1, 2, 3, 8, 9, 10, 11}, nil).p2pPlan(); p.channels != 16 {
+		t.Errorf("4 GPUs of each of two DGX H100: %d point-to-point channels; want 16", p.channels)
+	}
+	if p := modelOf(t, "gb200-nvl72", 36, 144).p2pPlan(); p.chunk != 256<<10 || p.nodes != 2 {
+		t.Errorf("two GB200 NVL72 racks (36 trays): chunk %d over %d domains; want 256 KiB over 2", p.chunk, p.nodes)
+	}
+}
+
+// A rank's operations share the communicator's point-to-point channels: an all-to-all over the
+// 72 GPUs of a GB200 NVL72 gives each of the 71 operations one channel, and the rank's 32
+// channels carry 32 × 14 = 448 GB/s, under the NVLinks' 722.
+func TestAllToAllSharesChannels(t *testing.T) {
+	t.Parallel()
+	x := explain(t, "gb200-nvl72", 72, nil, "alltoall", 1<<30)
+	if x.Chosen.Channels != 1 || x.Bottleneck != "channels" || math.Abs(x.Chosen.BusGBs-448) > 0.5 {
+		t.Errorf("1 GiB all-to-all on 72 GB200: %d channels a peer, bottleneck %s, busbw %.1f; want 1, channels, 448",
+			x.Chosen.Channels, x.Bottleneck, x.Chosen.BusGBs)
 	}
 }
