@@ -12,13 +12,7 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd) # steps run in other folders too
 export PATH="/usr/local/go/bin:$PATH"
 
-step() { # step NAME COMMAND...: run, keep stdout and stderr, note the time and status
-  local name=$1; shift
-  local t0=$SECONDS rc=0
-  "$@" >"$out/$name.out" 2>"$out/$name.err" || rc=$?
-  echo "$name: exit $rc in $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
-  return $rc
-}
+. scripts/step.sh # step NAME COMMAND...
 
 : >"$out/summary.txt"
 { date -u +%FT%TZ; uname -a; nvidia-smi --query-gpu=name,driver_version,memory.total,pci.bus_id --format=csv 2>&1 || true; } >"$out/machine.txt"

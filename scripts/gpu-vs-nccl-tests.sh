@@ -19,13 +19,7 @@ cd "$(dirname "$0")/.."
 src=$(cd "${NCCL_TESTS_SRC:-.gpu/nccl-tests}" && pwd)
 reps=${REPS:-3}
 : >"$out/summary.txt"
-step() { # step NAME COMMAND...: run, keep stdout and stderr, note the time and status
-  local name=$1; shift
-  local t0=$SECONDS rc=0
-  "$@" >"$out/$name.out" 2>"$out/$name.err" || rc=$?
-  echo "$name: exit $rc in $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
-  return $rc
-}
+. scripts/step.sh # step NAME COMMAND...
 
 if [ -n "${GPUBENCH_BIN:-}" ]; then
   gb=$GPUBENCH_BIN

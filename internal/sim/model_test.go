@@ -3,9 +3,12 @@ package sim
 import (
 	"math"
 	"testing"
+
+	"github.com/gpubench/gpubench/internal/gpu"
 )
 
-func modelOf(t *testing.T, topo string, nodes, n int) *model {
+// topoOf loads a preset or file, as that many of its first node when nodes > 1.
+func topoOf(t *testing.T, topo string, nodes int) *gpu.Topology {
 	t.Helper()
 	tp, err := LoadTopology(topo)
 	if err != nil {
@@ -16,7 +19,13 @@ func modelOf(t *testing.T, topo string, nodes, n int) *model {
 			t.Fatal(err)
 		}
 	}
-	return newModel(tp, ranks(n), nil)
+	return tp
+}
+
+// modelOf is the model of the first n GPUs of topoOf(topo, nodes).
+func modelOf(t *testing.T, topo string, nodes, n int) *model {
+	t.Helper()
+	return newModel(topoOf(t, topo, nodes), ranks(n), nil)
 }
 
 // NCCL's search raises a tree's bwIntra up to twice its bwInter where the chain inside a node
@@ -72,13 +81,7 @@ func TestNVLSOneNode(t *testing.T) {
 // the ring (two DGX H100: the NVLinks carry 46.4 a channel, under the ring's 48).
 func TestTreeGraphRules(t *testing.T) {
 	t.Parallel()
-	tp, err := LoadTopology("pcie-l40s-8")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tp, err = tp.WithNodes(2); err != nil {
-		t.Fatal(err)
-	}
+	tp := topoOf(t, "pcie-l40s-8", 2)
 	a := newModel(tp, []int{0, 8, 9, 10, 11, 12, 13, 14, 15}, nil).graphs[algoTree]
 	b := newModel(tp, []int{8, 9, 10, 11, 12, 13, 14, 15, 0}, nil).graphs[algoTree]
 	if a != b {

@@ -75,14 +75,7 @@ func TestSendRecvChannelBound(t *testing.T) {
 // channels, then 16. GB200 hosts (Arm, Blackwell) across racks double the network chunk.
 func TestP2PPostsetRules(t *testing.T) {
 	t.Parallel()
-	tp, err := LoadTopology("dgx-h100")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tp, err = tp.WithNodes(2); err != nil {
-		t.Fatal(err)
-	}
-	if p := newModel(tp, []int{0, 1, 2, 3, 8, 9, 10, 11}, nil).p2pPlan(); p.channels != 16 {
+	if p := newModel(topoOf(t, "dgx-h100", 2), []int{0, 1, 2, 3, 8, 9, 10, 11}, nil).p2pPlan(); p.channels != 16 {
 		t.Errorf("4 GPUs of each of two DGX H100: %d point-to-point channels; want 16", p.channels)
 	}
 	if p := modelOf(t, "gb200-nvl72", 36, 144).p2pPlan(); p.chunk != 256<<10 || p.nodes != 2 {
