@@ -90,7 +90,7 @@ type Topology struct {
 	nic      []int // GPU -> its NIC's vertex (its "nic", else the nearest, balanced), or -1
 	netEdge  map[int]int
 	fabric   fabric
-	nvlPaths map[[2]int][]Hop // NVLink paths between GPUs of one node, for PXN, found on demand
+	nvlPaths map[[2]int][]Hop // NVLink paths between GPUs of one NVLink domain, found on demand
 	near     map[int][]int    // GPU -> the NICs it reaches over PCIe without a CPU, found on demand
 	mu       sync.Mutex       // guards nvlPaths and near
 }
@@ -656,7 +656,7 @@ func (t *Topology) Route(a, b int) Path {
 		return Path{}
 	}
 	if t.P2P == "all" {
-		if h := t.bfs(va, vb, LinkNVLink); h != nil {
+		if h := t.nvlPath(a, b); h != nil {
 			return t.path(h, PathNVL)
 		}
 		if h := t.bfs(va, vb, LinkPCIe, LinkSMP); h != nil {
@@ -975,7 +975,8 @@ func (t *Topology) RingFlowsOn(gpus []int, nicOK func(id string) bool) (flows []
 		}
 		return flows, 1
 	}
-	nics := map[int][]int{} // domain -> the NICs of its hosts that hold GPUs of the rings
+	nics := map[int][]int{}  // domain -> the NICs of its hosts that hold GPUs of the rings
+	nicHost := map[int]int{} // NIC vertex -> its host
 	rings = math.MaxInt
 	for d, i := range index {
 		var hosts []int
@@ -994,6 +995,7 @@ func (t *Topology) RingFlowsOn(gpus []int, nicOK func(id string) bool) (flows []
 		}
 		for _, n := range hosts {
 			for k, v := range t.NICs(n) {
+				nicHost[v] = n
 				if used[v] && (nicOK == nil || nicOK(t.Nodes[n].NICs[k].ID)) {
 					nics[d] = append(nics[d], v)
 				}
@@ -1010,7 +1012,8 @@ func (t *Topology) RingFlowsOn(gpus []int, nicOK func(id string) bool) (flows []
 		nic := func(domain int) int { return nics[domain][k] }
 		var order []int
 		for _, local := range byDomain {
-			local = t.ringThroughNIC(local, nic(t.DomainOf(local[0])), k%2 == 1)
+			v := nic(t.DomainOf(local[0]))
+			local = t.ringThroughNIC(local, v, nicHost[v], k%2 == 1)
 			order = append(order, local...)
 		}
 		for i, g := range order {
@@ -1020,16 +1023,19 @@ func (t *Topology) RingFlowsOn(gpus []int, nicOK func(id string) bool) (flows []
 	return flows, rings
 }
 
-// ringThroughNIC orders one domain's GPUs to enter at the GPU nearest the NIC and leave from the
-// next-nearest one; the others keep their order between. GPUs of the domain's other hosts, which
+// ringThroughNIC orders one domain's GPUs to enter at the GPU nearest the NIC (on host) and leave
+// from the next-nearest one; the others keep their order between. GPUs of the domain's other hosts, which
 // do not reach the NIC over PCIe, are entry or exit only when no nearer GPU is left.
 // reverse visits the GPUs between in the other order, and swaps entry and exit when they are as
 // near the NIC as each other: a ring never enters through a CPU when a GPU beside the NIC can take
 // it (NCCL's search starts each ring at the NIC's nearest GPU).
-func (t *Topology) ringThroughNIC(local []int, nic int, reverse bool) []int {
+func (t *Topology) ringThroughNIC(local []int, nic, host int, reverse bool) []int {
 	dist := map[int]int{}
 	for _, g := range local {
 		dist[g] = math.MaxInt
+		if t.gpus[g].node != host { // PCIe does not leave a host: no search needed
+			continue
+		}
 		if h := t.bfs(nic, t.gpus[g].vert, LinkPCIe, LinkSMP); h != nil {
 			dist[g] = len(h)
 		}
