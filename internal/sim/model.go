@@ -229,12 +229,8 @@ func (m *model) searchGraphs() [numAlgos]searchGraph {
 // channels: one ring over the domain's ranks alone, the least of any domain with two or more
 // (NCCL keeps the least any rank found); +Inf when every domain has one rank.
 func (m *model) domainBus() float64 {
-	byDomain := map[int][]int{}
-	for _, d := range m.devs {
-		byDomain[m.topo.DomainOf(d)] = append(byDomain[m.topo.DomainOf(d)], d)
-	}
 	bus := math.Inf(1)
-	for _, local := range byDomain {
+	for _, local := range m.domainRanks() {
 		if len(local) < 2 {
 			continue
 		}
@@ -244,6 +240,15 @@ func (m *model) domainBus() float64 {
 		}
 	}
 	return bus
+}
+
+// domainRanks is the model's devices by the NVLink domain they are in.
+func (m *model) domainRanks() map[int][]int {
+	by := map[int][]int{}
+	for _, d := range m.devs {
+		by[m.topo.DomainOf(d)] = append(by[m.topo.DomainOf(d)], d)
+	}
+	return by
 }
 
 // channelCount estimates the channels NCCL's ring search finds, which the per-channel caps

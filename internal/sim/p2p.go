@@ -39,6 +39,7 @@ type p2pPlan struct {
 	nodes    int
 }
 
+// pow2Up is the least power of two at or above n; 1 for n <= 1.
 func pow2Up(n int) int {
 	if n <= 1 {
 		return 1
@@ -53,10 +54,7 @@ func (m *model) p2pPlan() p2pPlan {
 	// domain every pair is looked at, up to maxPairRoutes a domain (past it, the domain's first
 	// rank's pairs stand for all); to another domain a rank's count is the same for every peer.
 	perPeer, allNVL := math.MaxInt, true
-	byDomain := map[int][]int{}
-	for _, d := range m.devs {
-		byDomain[m.topo.DomainOf(d)] = append(byDomain[m.topo.DomainOf(d)], d)
-	}
+	byDomain := m.domainRanks()
 	for _, local := range byDomain {
 		from := local
 		if len(local)*len(local) > maxPairRoutes {
