@@ -312,6 +312,10 @@ func (m *model) regimes(kind collKind, bytes int64, chosen Candidate) (below, ab
 	return below, above
 }
 
+// alltoallShare is an all-to-all's bytes to each peer, as nccl-tests sends them: the size over
+// the ranks, rounded down to 16 bytes.
+func alltoallShare(bytes int64, ranks int) int64 { return bytes / int64(ranks) / 16 * 16 }
+
 // explainP2P fills x for all-to-all and send/recv with the point-to-point model the simulated
 // calls use (model.p2pTime): every transfer a flow on its route, all running together.
 func (m *model) explainP2P(x *Explanation, coll string, bytes int64) error {
@@ -321,7 +325,7 @@ func (m *model) explainP2P(x *Explanation, coll string, bytes int64) error {
 	var flows []gpu.Flow
 	switch coll {
 	case "alltoall":
-		per, peers = bytes/int64(n)/16*16, n-1 // nccl-tests' share per peer, in 16-byte steps
+		per, peers = alltoallShare(bytes, n), n-1
 		if per == 0 {
 			return fmt.Errorf("%w: an all-to-all of %d B over %d ranks sends 0 B to each peer (nccl-tests rounds each share down to 16 B): give at least %d B", ErrExplain, bytes, n, 16*n)
 		}

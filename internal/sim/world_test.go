@@ -44,19 +44,8 @@ func TestJoinCommOnAnyDevices(t *testing.T) {
 				return
 			}
 			defer c.Close()
-			buf := rankInput(b, dev, rank, n)
-			bufs := make([]gpu.Buffer, len(devs))
-			bufs[rank] = buf
-			start := b.Now()
-			err = c.AllReduce(bufs, bufs, n, gpu.Float, gpu.Sum)
-			if err == nil {
-				err = c.Synchronize(context.Background())
-			}
-			times[rank] = float64(b.Now() - start)
-			out := make([]byte, 4*n)
-			if err == nil {
-				err = b.CopyOut(out, buf)
-			}
+			out, us, err := reduceJoined(b, c, devs, rank, n)
+			times[rank] = us
 			if got := math.Float32frombits(binary.LittleEndian.Uint32(out[4*(n-1):])); err == nil && got != 6 {
 				t.Errorf("rank %d on GPU %d: sum %v, want 6", rank, dev, got)
 			}
@@ -123,19 +112,9 @@ func TestJoinCommSendsEachRankItsOwn(t *testing.T) {
 				return
 			}
 			defer c.Close()
-			buf := rankInput(b, dev, rank, n)
-			bufs := make([]gpu.Buffer, len(devs))
-			bufs[rank] = buf
 			before := sim.Received(c)
-			err = c.AllReduce(bufs, bufs, n, gpu.Float, gpu.Sum)
-			if err == nil {
-				err = c.Synchronize(context.Background())
-			}
+			out, _, err := reduceJoined(b, c, devs, rank, n)
 			read[rank] = sim.Received(c) - before
-			out := make([]byte, 4*n)
-			if err == nil {
-				err = b.CopyOut(out, buf)
-			}
 			for i := range n {
 				if math.Float32frombits(binary.LittleEndian.Uint32(out[4*i:])) != 10 {
 					wrong[rank]++
@@ -172,6 +151,25 @@ func rankInput(b gpu.Backend, dev, rank int, n int64) gpu.Buffer {
 	}
 	b.CopyIn(buf, in)
 	return buf
+}
+
+// reduceJoined all-reduces rankInput over a communicator across processes from rank's side: what
+// its buffer then holds, and the simulated µs from the call to the end of its synchronization.
+func reduceJoined(b *sim.Backend, c gpu.Comm, devs []int, rank int, n int64) (out []byte, us float64, err error) {
+	buf := rankInput(b, devs[rank], rank, n)
+	bufs := make([]gpu.Buffer, len(devs))
+	bufs[rank] = buf
+	start := b.Now()
+	err = c.AllReduce(bufs, bufs, n, gpu.Float, gpu.Sum)
+	if err == nil {
+		err = c.Synchronize(context.Background())
+	}
+	us = float64(b.Now() - start)
+	out = make([]byte, 4*n)
+	if err == nil {
+		err = b.CopyOut(out, buf)
+	}
+	return out, us, err
 }
 
 // backed is two simulated DGX H100 whose buffers hold data (64 MiB of it).
