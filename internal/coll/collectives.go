@@ -38,9 +38,9 @@ type Collective struct {
 	// InPlace gives, in elements, where rank's send and receive views start inside its one
 	// in-place buffer of max(Send, Recv) elements.
 	InPlace func(k Counts, rank int) (send, recv int64)
-	// Expected is what rank's receive buffer must hold afterwards, given every rank's input, their
-	// exact reduction (for collectives that reduce) and what the receive buffer held before.
-	Expected func(in [][]byte, red, before []byte, rank int, k Counts, a Args) []byte
+	// Expected is what rank's receive buffer must hold afterwards, given the row's inputs (and
+	// their exact reduction, for collectives that reduce) and what the buffer held before.
+	Expected func(in *Row, before []byte, rank int, k Counts, a Args) []byte
 	// Call enqueues the collective on every rank.
 	Call func(c gpu.Comm, send, recv []gpu.Buffer, k Counts, a Args) error
 }
@@ -71,8 +71,8 @@ func elems(b []byte, dt gpu.DType, from, n int64) []byte {
 var AllReduce = &Collective{
 	Name: "allreduce", Perf: "all_reduce_perf", Reduces: true,
 	Factor: twoNm1n, Counts: same, InPlace: noOffset,
-	Expected: func(_ [][]byte, red, _ []byte, _ int, _ Counts, _ Args) []byte {
-		return red
+	Expected: func(in *Row, _ []byte, _ int, _ Counts, _ Args) []byte {
+		return in.Reduction()
 	},
 	Call: func(c gpu.Comm, s, r []gpu.Buffer, k Counts, a Args) error {
 		return c.AllReduce(s, r, k.Param, a.DType, a.Op)
@@ -88,10 +88,10 @@ var AllGather = &Collective{
 		return Counts{Send: b, Recv: b * int64(n), Param: b, Bytes: b * int64(n*elt)}
 	},
 	InPlace: func(k Counts, rank int) (int64, int64) { return int64(rank) * k.Send, 0 },
-	Expected: func(in [][]byte, _, _ []byte, _ int, _ Counts, _ Args) []byte {
-		out := make([]byte, 0, len(in)*len(in[0]))
-		for _, x := range in {
-			out = append(out, x...)
+	Expected: func(in *Row, _ []byte, _ int, k Counts, a Args) []byte {
+		out := make([]byte, 0, k.Recv*int64(a.DType.Size()))
+		for rank := range a.Ranks {
+			out = append(out, in.Input(rank)...)
 		}
 		return out
 	},
@@ -109,8 +109,8 @@ var ReduceScatter = &Collective{
 		return Counts{Send: b * int64(n), Recv: b, Param: b, Bytes: b * int64(n*elt)}
 	},
 	InPlace: func(k Counts, rank int) (int64, int64) { return 0, int64(rank) * k.Recv },
-	Expected: func(_ [][]byte, red, _ []byte, rank int, k Counts, a Args) []byte {
-		return elems(red, a.DType, int64(rank)*k.Recv, k.Recv)
+	Expected: func(in *Row, _ []byte, rank int, k Counts, a Args) []byte {
+		return elems(in.Reduction(), a.DType, int64(rank)*k.Recv, k.Recv)
 	},
 	Call: func(c gpu.Comm, s, r []gpu.Buffer, k Counts, a Args) error {
 		return c.ReduceScatter(s, r, k.Param, a.DType, a.Op)
@@ -121,8 +121,8 @@ var ReduceScatter = &Collective{
 var Broadcast = &Collective{
 	Name: "broadcast", Perf: "broadcast_perf", Rooted: true,
 	Factor: one, Counts: same, InPlace: noOffset,
-	Expected: func(in [][]byte, _, _ []byte, _ int, _ Counts, a Args) []byte {
-		return in[a.Root]
+	Expected: func(in *Row, _ []byte, _ int, _ Counts, a Args) []byte {
+		return in.Input(a.Root)
 	},
 	Call: func(c gpu.Comm, s, r []gpu.Buffer, k Counts, a Args) error {
 		return c.Broadcast(s, r, k.Param, a.DType, a.Root)
@@ -133,11 +133,11 @@ var Broadcast = &Collective{
 var Reduce = &Collective{
 	Name: "reduce", Perf: "reduce_perf", Reduces: true, Rooted: true,
 	Factor: one, Counts: same, InPlace: noOffset,
-	Expected: func(_ [][]byte, red, before []byte, rank int, _ Counts, a Args) []byte {
+	Expected: func(in *Row, before []byte, rank int, _ Counts, a Args) []byte {
 		if rank != a.Root {
 			return before
 		}
-		return red
+		return in.Reduction()
 	},
 	Call: func(c gpu.Comm, s, r []gpu.Buffer, k Counts, a Args) error {
 		return c.Reduce(s, r, k.Param, a.DType, a.Op, a.Root)
@@ -153,10 +153,10 @@ var AllToAll = &Collective{
 		return Counts{Send: b * int64(n), Recv: b * int64(n), Param: b, Bytes: b * int64(n*elt)}
 	},
 	InPlace: noOffset,
-	Expected: func(in [][]byte, _, _ []byte, rank int, k Counts, a Args) []byte {
-		out := make([]byte, 0, int64(len(in))*k.Param*int64(a.DType.Size()))
-		for _, x := range in {
-			out = append(out, elems(x, a.DType, int64(rank)*k.Param, k.Param)...)
+	Expected: func(in *Row, _ []byte, rank int, k Counts, a Args) []byte {
+		out := make([]byte, 0, k.Recv*int64(a.DType.Size()))
+		for peer := range a.Ranks {
+			out = append(out, in.Part(peer, int64(rank)*k.Param, k.Param)...)
 		}
 		return out
 	},
@@ -169,8 +169,8 @@ var AllToAll = &Collective{
 var SendRecv = &Collective{
 	Name: "sendrecv", Perf: "sendrecv_perf", InPlaceUnchecked: true,
 	Factor: one, Counts: same, InPlace: noOffset,
-	Expected: func(in [][]byte, _, _ []byte, rank int, _ Counts, a Args) []byte {
-		return in[(rank-1+a.Ranks)%a.Ranks]
+	Expected: func(in *Row, _ []byte, rank int, _ Counts, a Args) []byte {
+		return in.Input((rank - 1 + a.Ranks) % a.Ranks)
 	},
 	Call: func(c gpu.Comm, s, r []gpu.Buffer, k Counts, a Args) error {
 		n := a.Ranks

@@ -10,13 +10,18 @@ import (
 // bit (docs/model.md, "Checking"):
 //
 //   - sum: every rank's element i is m·2^e with the same exponent e (per element) and integer
-//     mantissas small enough that any partial sum of n of them fits the type's precision;
+//     mantissas small enough that any partial sum of n of them fits the type's precision; rank
+//     r's mantissa is h(r) - h(r+1) for random h, so that the sum of all ranks' is h(0) - h(n)
+//     and needs no other rank's input (integers the same, wrapping);
 //   - avg: the same, but only two ranks (chosen per element) contribute, so that the division's
 //     rounding stays within the 2-unit tolerance however the backend divides; integers are kept
 //     non-negative and small enough not to wrap;
 //   - prod: one rank (per element) gives a random value, the others ±1;
-//   - max, min and integer sum/prod: random values; the result is exact anyway;
+//   - max, min and integer prod: random values; the result is exact anyway;
 //   - data-movement collectives: random bit patterns.
+//
+// Every element is a function of the seed, the rank and its index alone, so a process makes only
+// what its own ranks load and check (Row).
 
 // mix is splitmix64's finaliser: a fast, well-mixed hash.
 func mix(x uint64) uint64 {
@@ -24,6 +29,21 @@ func mix(x uint64) uint64 {
 	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
 	x = (x ^ x>>27) * 0x94d049bb133111eb
 	return x ^ x>>31
+}
+
+// inputBase is the hash rank's random words start from; rank n (one past the last) is used too,
+// by sum's last rank.
+func inputBase(seed uint64, rank int, dt gpu.DType, op gpu.RedOp) uint64 {
+	return mix(seed<<20 ^ uint64(rank)<<1 ^ uint64(dt)<<8 ^ uint64(op)<<12)
+}
+
+// word is the random word of element i, from a rank's base.
+func word(base uint64, i int) uint64 { return mix(base ^ uint64(i)*0x2545f4914f6cdd1d) }
+
+// sharedWord is element i's random word that every rank shares: its exponent, and the ranks
+// picked to contribute.
+func sharedWord(seed uint64, i int) uint64 {
+	return mix(seed ^ uint64(i)*0x9e3779b97f4a7c15 ^ 0x5bd1e995)
 }
 
 // precision is the number of significand bits of a floating type.
@@ -39,19 +59,35 @@ func precision(dt gpu.DType) uint {
 	return 53
 }
 
-// fillInput writes rank's input of count elements into b, for a reduction with op over n ranks
-// (reduce true) or for data movement.
-func fillInput(b []byte, dt gpu.DType, reduce bool, op gpu.RedOp, n, rank int, seed uint64) {
+// fillInput writes elements from, from+1, ... of rank's input into b, for a reduction with op
+// over n ranks (reduce true) or for data movement.
+func fillInput(b []byte, dt gpu.DType, reduce bool, op gpu.RedOp, n, rank int, seed uint64, from int) {
 	count := len(b) / dt.Size()
-	base := mix(seed<<20 ^ uint64(rank)<<1 ^ uint64(dt)<<8 ^ uint64(op)<<12)
-	for i := 0; i < count; i++ {
-		r := mix(base ^ uint64(i)*0x2545f4914f6cdd1d)
-		if !reduce {
-			gpu.SetBits(dt, b, i, r)
-			continue
+	base := inputBase(seed, rank, dt, op)
+	next := inputBase(seed, rank+1, dt, op) // sum's h(rank+1)
+	for j := 0; j < count; j++ {
+		i := from + j
+		r := word(base, i)
+		switch {
+		case !reduce:
+			gpu.SetBits(dt, b, j, r)
+		case op == gpu.Sum:
+			gpu.SetBits(dt, b, j, sumInput(dt, n, seed, i, r, word(next, i)))
+		default:
+			gpu.SetBits(dt, b, j, reductionInput(dt, op, n, rank, seed, i, r))
 		}
-		gpu.SetBits(dt, b, i, reductionInput(dt, op, n, rank, seed, i, r))
 	}
+}
+
+// sumInput is element i of a sum's input, h - hNext, from the words of this rank (h) and the
+// next (hNext); with the words of rank 0 and rank n it is the sum of every rank's element i.
+func sumInput(dt gpu.DType, n int, seed uint64, i int, h, hNext uint64) uint64 {
+	if !dt.IsFloat() {
+		return h - hNext // wraps as the sum does
+	}
+	limit := (uint64(1)<<precision(dt) - 1) / uint64(n) // |h - hNext| <= limit
+	m := float64(h%(limit+1)) - float64(hNext%(limit+1))
+	return gpu.FloatBits(dt, m*pow2[sharedWord(seed, i)>>8%9])
 }
 
 // pow2[e+4] is 2^e: scaling by it is exact, as math.Ldexp, and much faster.
@@ -64,10 +100,10 @@ func picked(shared uint64, n int) (chosen, second int) {
 	return chosen, (chosen + 1 + int(shared>>32)%max(n-1, 1)) % n
 }
 
-// reductionInput is element i of rank's input; r is a random word for this rank and element.
-// It works out only what op needs: it runs for every element of every input.
+// reductionInput is element i of rank's input for ops other than sum; r is a random word for this
+// rank and element. It works out only what op needs: it runs for every element of every input.
 func reductionInput(dt gpu.DType, op gpu.RedOp, n, rank int, seed uint64, i int, r uint64) uint64 {
-	shared := mix(seed ^ uint64(i)*0x9e3779b97f4a7c15 ^ 0x5bd1e995)
+	shared := sharedWord(seed, i)
 	if !dt.IsFloat() {
 		if op != gpu.Avg {
 			return r
@@ -80,14 +116,11 @@ func reductionInput(dt gpu.DType, op gpu.RedOp, n, rank int, seed uint64, i int,
 	}
 	scale := pow2[shared>>8%9] // 2^e, the element's exponent e in [-4, 4], shared by all ranks
 	switch op {
-	case gpu.Sum, gpu.Avg:
-		limit := (uint64(1)<<precision(dt) - 1) / uint64(n)
-		if op == gpu.Avg {
-			if chosen, second := picked(shared, n); rank != chosen && rank != second {
-				return gpu.FloatBits(dt, 0)
-			}
-			limit = (uint64(1)<<precision(dt) - 1) / 2
+	case gpu.Avg:
+		if chosen, second := picked(shared, n); rank != chosen && rank != second {
+			return gpu.FloatBits(dt, 0)
 		}
+		limit := (uint64(1)<<precision(dt) - 1) / 2
 		m := float64(r % (limit + 1))
 		if r>>63 == 1 && m != 0 {
 			m = -m
@@ -111,10 +144,90 @@ func reductionInput(dt gpu.DType, op gpu.RedOp, n, rank int, seed uint64, i int,
 	}
 }
 
+// Row is one row's crafted inputs, made as they are asked for: a process makes its own ranks'
+// inputs, another rank's (or part of it) only when its own ranks' expected outputs hold it, and
+// the reduction of sum and avg from the one or two ranks' words that decide each element.
+type Row struct {
+	dt     gpu.DType
+	op     gpu.RedOp
+	reduce bool
+	n      int
+	bytes  int64 // each rank's input
+	seed   uint64
+	in     [][]byte
+	red    []byte
+}
+
+func newRow(c *Collective, n int, bytes int64, a Args, seed uint64) *Row {
+	return &Row{dt: a.DType, op: a.Op, reduce: c.Reduces, n: n, bytes: bytes, seed: seed, in: make([][]byte, n)}
+}
+
+// Input is rank's whole input.
+func (x *Row) Input(rank int) []byte {
+	if x.in[rank] == nil {
+		x.in[rank] = make([]byte, x.bytes)
+		fillInput(x.in[rank], x.dt, x.reduce, x.op, x.n, rank, x.seed, 0)
+	}
+	return x.in[rank]
+}
+
+// Part is count elements of rank's input from element from: made alone unless the whole input
+// is already made.
+func (x *Row) Part(rank int, from, count int64) []byte {
+	if x.in[rank] != nil {
+		return elems(x.in[rank], x.dt, from, count)
+	}
+	b := make([]byte, count*int64(x.dt.Size()))
+	fillInput(b, x.dt, x.reduce, x.op, x.n, rank, x.seed, int(from))
+	return b
+}
+
+// Reduction is the exact reduction of every rank's input, as every rank must see it.
+func (x *Row) Reduction() []byte {
+	if x.red != nil {
+		return x.red
+	}
+	x.red = make([]byte, x.bytes)
+	count := int(x.bytes) / x.dt.Size()
+	switch x.op {
+	case gpu.Sum: // h(0) - h(n): the ranks' terms telescope
+		first, past := inputBase(x.seed, 0, x.dt, x.op), inputBase(x.seed, x.n, x.dt, x.op)
+		for i := 0; i < count; i++ {
+			gpu.SetBits(x.dt, x.red, i, sumInput(x.dt, x.n, x.seed, i, word(first, i), word(past, i)))
+		}
+	case gpu.Avg: // only the two picked ranks are not zero
+		bases := make([]uint64, x.n)
+		for rank := range bases {
+			bases[rank] = inputBase(x.seed, rank, x.dt, x.op)
+		}
+		for i := 0; i < count; i++ {
+			chosen, second := picked(sharedWord(x.seed, i), x.n)
+			v := reductionInput(x.dt, x.op, x.n, chosen, x.seed, i, word(bases[chosen], i))
+			if second != chosen {
+				w := reductionInput(x.dt, x.op, x.n, second, x.seed, i, word(bases[second], i))
+				if x.dt.IsFloat() {
+					v = gpu.FloatBits(x.dt, gpu.FloatValue(x.dt, v)+gpu.FloatValue(x.dt, w)) // exact
+				} else {
+					v += w // cannot wrap
+				}
+			}
+			gpu.SetBits(x.dt, x.red, i, v)
+		}
+		gpu.DivideBy(x.dt, x.red, x.n)
+	default:
+		in := make([][]byte, x.n)
+		for rank := range in {
+			in[rank] = x.Input(rank)
+		}
+		gpu.ReduceAll(x.dt, x.op, x.red, in)
+	}
+	return x.red
+}
+
 // Inputs keeps rows' crafted inputs from one run to the next, up to InputsLimit bytes; the
 // first rows kept stay. A nil *Inputs keeps nothing. It is not safe for concurrent use.
 type Inputs struct {
-	rows  map[inputKey]inputRow
+	rows  map[inputKey]*Row
 	bytes int64
 }
 
@@ -130,44 +243,24 @@ type inputKey struct {
 	root, seed uint64
 }
 
-type inputRow struct {
-	in  [][]byte
-	red []byte
-}
-
-// row returns every rank's input of the given bytes for collective c, and their reduction when
-// c reduces, made now or kept from an earlier run.
-func (p *Inputs) row(c *Collective, n int, bytes int64, a Args, seed uint64) (in [][]byte, red []byte) {
+// row returns the row's inputs for collective c, kept from an earlier run or new (and kept when
+// all of it fits what is left).
+func (p *Inputs) row(c *Collective, n int, bytes int64, a Args, seed uint64) *Row {
+	if p == nil {
+		return newRow(c, n, bytes, a, seed)
+	}
 	key := inputKey{c.Name, n, bytes, a.DType, a.Op, uint64(a.Root), seed}
-	if p != nil {
-		if row, ok := p.rows[key]; ok {
-			return row.in, row.red
-		}
+	if x, ok := p.rows[key]; ok {
+		return x
 	}
-	in = make([][]byte, n)
-	for rank := range in {
-		in[rank] = make([]byte, bytes)
-		fillInput(in[rank], a.DType, c.Reduces, a.Op, n, rank, seed)
-	}
-	size := int64(n) * bytes
-	if c.Reduces {
-		red = reduced(in, a.DType, a.Op)
-		size += bytes
-	}
-	if p != nil && p.bytes+size <= InputsLimit {
+	x := newRow(c, n, bytes, a, seed)
+	if size := int64(n+1) * bytes; p.bytes+size <= InputsLimit {
 		if p.rows == nil {
-			p.rows = map[inputKey]inputRow{}
+			p.rows = map[inputKey]*Row{}
 		}
-		p.rows[key], p.bytes = inputRow{in, red}, p.bytes+size
+		p.rows[key], p.bytes = x, p.bytes+size
 	}
-	return in, red
-}
-
-// reduced returns the exact reduction of the inputs, as every rank must see it.
-func reduced(in [][]byte, dt gpu.DType, op gpu.RedOp) []byte {
-	out := make([]byte, len(in[0]))
-	gpu.ReduceAll(dt, op, out, in)
-	return out
+	return x
 }
 
 // countWrong compares got with want element by element as unsigned bit patterns: an element is

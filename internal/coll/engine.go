@@ -445,7 +445,7 @@ func (r *runner) row(s *Summary, cycle int, size int64, a Args) error {
 	if e, ok := r.comm.(gpu.Explainer); ok {
 		res.Algo, res.Proto, res.Channels = e.Explain(c.Name, k.Bytes)
 	}
-	r.in, r.red = nil, nil // inputs are made once per row, when a placement checks
+	r.in = nil // inputs are made once per row, when a placement checks
 	for _, inPlace := range []bool{false, true} {
 		p, err := r.placement(k, a, inPlace)
 		if err != nil {
@@ -487,8 +487,7 @@ type runner struct {
 	local []int        // the ranks this process drives
 	devs  []gpu.Device // every rank's device
 	ctx   context.Context
-	in    [][]byte // the row's inputs, one per rank
-	red   []byte   // their reduction, for collectives that reduce
+	in    *Row // the row's inputs, made as the process's ranks need them
 	// busSum and cells make the mean busbw over every measured cell, nccl-tests' footer figure.
 	busSum float64
 	cells  int
@@ -609,7 +608,7 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 	var before [][]byte
 	if checking {
 		before = r.inputs(k, a, inPlace)
-		if err := r.load(bs, r.in); err != nil {
+		if err := r.load(bs); err != nil {
 			return p, err
 		}
 	}
@@ -658,7 +657,7 @@ func (r *runner) check(bs *buffers, k Counts, a Args, before [][]byte, byRank []
 	c := r.opt.Coll
 	got := make([]byte, k.Recv*int64(a.DType.Size()))
 	for i := 0; i < r.opt.Check; i++ {
-		if err := r.load(bs, r.in); err != nil {
+		if err := r.load(bs); err != nil {
 			return wrong, err
 		}
 		if err := r.calls(1, bs, k, a); err != nil {
@@ -668,7 +667,7 @@ func (r *runner) check(bs *buffers, k Counts, a Args, before [][]byte, byRank []
 			if err := r.b.CopyOut(got, bs.recv[rank]); err != nil {
 				return wrong, err
 			}
-			want := c.Expected(r.in, r.red, before[rank], rank, k, a)
+			want := c.Expected(r.in, before[rank], rank, k, a)
 			w := countWrong(got, want, a.DType, a.Op, c.Reduces)
 			byRank[rank] += w
 			wrong += w
@@ -896,7 +895,7 @@ func (r *runner) calls(n int, bs *buffers, k Counts, a Args) error {
 func (r *runner) inputs(k Counts, a Args, inPlace bool) (before [][]byte) {
 	elt := int64(a.DType.Size())
 	if r.in == nil {
-		r.in, r.red = r.opt.Inputs.row(r.opt.Coll, r.n, k.Send*elt, a, r.opt.Seed)
+		r.in = r.opt.Inputs.row(r.opt.Coll, r.n, k.Send*elt, a, r.opt.Seed)
 	}
 	before = make([][]byte, r.n)
 	zero := make([]byte, k.Recv*elt) // out of place every receive buffer starts zeroed; only read
@@ -905,22 +904,22 @@ func (r *runner) inputs(k Counts, a Args, inPlace bool) (before [][]byte) {
 		if inPlace {
 			whole := make([]byte, max(k.Send, k.Recv)*elt)
 			so, ro := r.opt.Coll.InPlace(k, rank)
-			copy(whole[so*elt:], r.in[rank])
+			copy(whole[so*elt:], r.in.Input(rank))
 			before[rank] = whole[ro*elt : (ro+k.Recv)*elt]
 		}
 	}
 	return before
 }
 
-// load zeroes the buffers and copies the inputs in.
-func (r *runner) load(bs *buffers, inputs [][]byte) error {
+// load zeroes the buffers and copies the process's ranks' inputs in.
+func (r *runner) load(bs *buffers) error {
 	for _, x := range bs.allocs {
 		if err := r.b.Memset(x, 0); err != nil {
 			return err
 		}
 	}
 	for _, rank := range r.local {
-		if err := r.b.CopyIn(bs.send[rank], inputs[rank]); err != nil {
+		if err := r.b.CopyIn(bs.send[rank], r.in.Input(rank)); err != nil {
 			return err
 		}
 	}
