@@ -252,17 +252,62 @@ func (m *model) domainRanks() map[int][]int {
 }
 
 // channelCount estimates the channels NCCL's ring search finds, which the per-channel caps
-// multiply: one per ring across nodes; on one NVLink node, as many channels of the search table's
-// top speed (nvlsMaxChannelGBs) as the ring bandwidth holds, doubled as NCCL duplicates fast channels;
-// one channel over PCIe.
+// multiply: one per ring across nodes; on one NVLink node, the search's own result
+// (nvlinkRingChannels); one channel over PCIe.
 func (m *model) channelCount() int {
 	switch {
 	case m.nodes > 1:
 		return m.rings
 	case m.intraHW == hwNVLink:
-		return 2 * max(1, int(m.ringBus/nvlsMaxChannelGBs[m.arch]))
+		return nvlinkRingChannels(m.ringBus, m.arch, m.cc)
 	}
 	return 1
+}
+
+// searchSpeedsIntra are the speeds NCCL's search tries for a channel inside a node, fastest first,
+// per architecture (src/graph/search.cc: speedArrayIntra up to Ampere and Ada, sm90SpeedArrayIntra,
+// sm100SpeedArrayIntra).
+var searchSpeedsIntra = [4][]float64{
+	{40, 30, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3},
+	{40, 30, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3},
+	{60, 50, 40, 30, 24, 20, 15, 12, 11, 6, 3},
+	{90, 80, 70, 60, 50, 45, 40, 30, 24, 20, 19, 18},
+}
+
+// nvlinkRingChannels is NCCL's ring search (search.cc, ncclTopoCompute) where every GPU reaches
+// the others through one NVLink switch at bw GB/s: a channel at speed s takes s of each GPU's
+// bw, so a speed holds floor(bw/s) channels, at most 32 (MAXCHANNELS/2). From the fastest speed
+// that fits, slower speeds are tried while they are above .49 of the best found, a speed
+// replacing it only with more channels × speed, until one fills bw or the channel limit; the
+// channels are then duplicated when each carries 25 GB/s or more, unless (past compute
+// capability 8.0) they are more than four under 50 GB/s (ncclTopoDupChannels). 8x H100: 6
+// channels at 60, duplicated to 12; 8x H800, whose 8 NVLinks carry 165 GB/s: 4 at 40, then 8.
+func nvlinkRingChannels(bw float64, arch int, cc float64) int {
+	const most = 32
+	speeds := searchSpeedsIntra[arch]
+	i := 0
+	for i < len(speeds)-1 && speeds[i] > bw {
+		i++
+	}
+	nch, speed := 0, 0.0
+	for ; i < len(speeds); i++ {
+		if nch > 0 && speeds[i]/speed <= .49 {
+			break
+		}
+		if c := min(most, int(bw/speeds[i]+1e-9)); float64(c)*speeds[i] > float64(nch)*speed {
+			nch, speed = c, speeds[i]
+		}
+		if nch == most || float64(nch)*speed >= bw-1e-9 {
+			break
+		}
+	}
+	if nch == 0 {
+		return 1
+	}
+	if speed >= 25 && !(cc > 8 && speed < 50 && nch > 4) {
+		nch = min(2*nch, most)
+	}
+	return nch
 }
 
 // efficiency derates a link of the given kind to what NCCL's own model assumes it delivers.

@@ -285,10 +285,8 @@ func (m *model) bandwidthOf(c collKind, a, p int, searchCap bool) float64 {
 }
 
 // nvlsMaxChannelGBs is the largest entry of NCCL's intra-node search speed table per
-// architecture (src/graph/search.cc: speedArrayIntra, sm90SpeedArrayIntra, sm100SpeedArrayIntra):
-// the ceiling of an NVLS channel's bwInter on one node, and the speed of the ring search's first
-// try (channelCount).
-var nvlsMaxChannelGBs = [4]float64{40, 40, 60, 90}
+// architecture (searchSpeedsIntra): the ceiling of an NVLS channel's bwInter on one node.
+var nvlsMaxChannelGBs = [4]float64{searchSpeedsIntra[0][0], searchSpeedsIntra[1][0], searchSpeedsIntra[2][0], searchSpeedsIntra[3][0]}
 
 func (m *model) llMax() float64 {
 	if m.nodes == 1 {
