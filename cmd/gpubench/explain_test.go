@@ -18,8 +18,8 @@ func TestExplainText(t *testing.T) {
 	num := `[0-9]+\.[0-9]`
 	for _, want := range []string{
 		`^allreduce of 1 GiB \(1073741824 B\) on dgx-h100: 8 GPUs, 1 node\n`,
-		`\nchosen:     NVLS/Simple, 8 channels, ` + num + ` us by NCCL.s figures; the simulated call takes ` + num + ` us \(the fabric.s latency, a calibration, or NVLS on one node, held to its links and not NCCL.s channel figure\)\n`,
-		`\nrunner-up:  Ring/Simple, 12 channels, ` + num + ` us \(` + num + `% slower\)\n`,
+		`\nchosen:     NVLS/Simple, 16 channels, ` + num + ` us by NCCL.s figures; the simulated call takes ` + num + ` us \(the fabric.s latency, a calibration, or NVLS on one node, held to its links and not NCCL.s channel figure\)\n`,
+		`\nrunner-up:  Ring/Simple, 24 channels, ` + num + ` us \(` + num + `% slower\)\n`,
 		`\nbottleneck: NVLink; rings over the links carry 370\.8 GB/s busbw\n`,
 		`\nbandwidth:  busbw ` + num + ` GB/s, algbw ` + num + ` GB/s; NCCL's per-channel or protocol limit sets it, not the links\n`,
 		`\nterms:      latency 25\.0 us \+ bandwidth ` + num + ` us \(size / algbw\): bandwidth dominates \(9[0-9]% of the time\)\n`,

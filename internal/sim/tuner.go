@@ -131,7 +131,7 @@ func (m *model) candidate(c collKind, a, p int, nBytes int64) (Candidate, bool) 
 		bw *= treeCorrectionFactor[p][logSize]
 	}
 	if a == algoRing && p == protoSimple && m.nodes > 1 && c == collAllReduce &&
-		float64(nBytes)/float64(m.graphs[algoRing].nChannels*m.n) >= 64 {
+		float64(nBytes)/float64(m.commChannels()*m.n) >= 64 { // NCCL: comm->nChannels
 		plateau := 1.4 // the plateau effect of the ring
 		if m.cc < 8 {
 			plateau = 1.9
@@ -143,13 +143,97 @@ func (m *model) candidate(c collKind, a, p int, nBytes int64) (Candidate, bool) 
 	if a == algoNVLS && m.nodes == 1 {
 		simBwUS = float64(nBytes) / (1000 * m.bandwidthOf(c, a, p, false))
 	}
+
 	if cal := m.topo.Calibration; cal != nil { // the machine's own figures, which NCCL does not know
 		if x, ok := cal.Algorithms[algoNames[a]+"/"+protoNames[p]]; ok {
 			simLat, simBwUS = max(0, simLat+x.LatencyUS), simBwUS/x.Bandwidth
 		}
 	}
-	return Candidate{Algo: algoNames[a], Proto: protoNames[p], Channels: m.graphs[a].nChannels,
+	return Candidate{Algo: algoNames[a], Proto: protoNames[p], Channels: m.runChannels(a, p, nBytes),
 		LatencyUS: lat, AlgGBs: bw, TimeUS: lat + bwUS, SimLatencyUS: simLat, SimUS: simLat + simBwUS}, true
+}
+
+// NCCL's threads a channel and bytes a thread before a launch takes more of either
+// (src/include/device.h, src/include/comm.h, tuning.cc ncclTopoTuneModel).
+const (
+	maxThreads       = 640 // NCCL_MAX_NTHREADS: NVLS, CollNet; NCCL_LL128_MAX_NTHREADS alike
+	maxThreadsSimple = 512 // NCCL_SIMPLE_MAX_NTHREADS; NCCL_LL_MAX_NTHREADS alike
+	pciGBs           = 12  // PCI_BW: a ring slower than this runs Simple on 256 threads
+)
+
+// runChannels is how many channels NCCL launches a collective of nBytes on with (a, p)
+// (enqueue.cc, topoGetAlgoInfo): NVLS and NVLSTree their own count (nvlsRunChannels); CollNet
+// Direct the communicator's, fewer while nBytes is under channels × heads × threads × 512, down
+// to 16 and then 8, 4, 2, 1, halving the 512 as it passes 24, 12, 6 and 3; PAT the communicator's;
+// Ring, Tree and CollNet Chain the communicator's, one fewer while nBytes is under channels ×
+// threads × bytes a thread (Simple 64, LL128 8, LL 8, the ring's LL 8 a rank, CollNet 512).
+func (m *model) runChannels(a, p int, nBytes int64) int {
+	nc := m.commChannels()
+	switch a {
+	case algoNVLS, algoNVLSTree:
+		return m.nvlsRunChannels(a)
+	case algoPAT:
+		return nc
+	case algoCollNetDirect:
+		thr := int64(512)
+		more := true
+		for sw := 16; sw >= 1 && more; sw /= 2 {
+			for {
+				more = nBytes < int64(nc*maxThreads*m.heads)*thr
+				if !more || nc <= sw {
+					break
+				}
+				if nc == sw+sw/2 {
+					thr /= 2
+				}
+				nc--
+			}
+		}
+		return nc
+	}
+	nt, thr := maxThreadsSimple, int64(64)
+	switch {
+	case a == algoCollNetChain:
+		nt, thr = maxThreads, 512
+	case p == protoLL128:
+		nt, thr = maxThreads, 8
+	case p == protoLL:
+		thr = 8
+		if a == algoRing {
+			thr *= int64(m.n)
+		}
+	case a == algoRing && m.graphs[algoRing].bwIntra*float64(m.graphs[algoRing].nChannels) <= pciGBs:
+		nt = 256
+	}
+	for nc >= 2 && nBytes < int64(nc*nt)*thr {
+		nc--
+	}
+	return nc
+}
+
+// nvlsRunChannels is NCCL's NVLS channel count (nvls.cc, ncclNvlsTuning): 16 on Hopper; on
+// Blackwell 24 in one NVLink domain and 32 across domains, where with NICs of 48 GB/s (400
+// Gb/s) or more it is 32 on two domains and otherwise 24 (ncclNvlsTreeSm100Tuning; 32 again on
+// NICs of 96 and more past 8 GPUs a domain); across domains NVLS itself takes no more than the
+// communicator's channels.
+func (m *model) nvlsRunChannels(a int) int {
+	nv := 16
+	if m.cc >= 10 {
+		nv = 24
+		if m.nodes > 1 {
+			nv = 32
+			switch nic := m.netGBs / float64(max(m.heads, 1)); {
+			case m.nodes == 2 && nic >= 48:
+			case nic >= 96 && m.ppn > 8:
+			case nic >= 48:
+				nv = 24
+			}
+		}
+	}
+	if a == algoNVLS && m.nodes > 1 {
+		return min(nv, m.commChannels())
+	}
+	return nv
 }
 
 // algoOK applies NCCL's rules for which algorithms serve which collectives on this machine.

@@ -1,0 +1,41 @@
+package sim
+
+import "testing"
+
+// The channels NCCL launches a call on (runChannels), worked by hand from enqueue.cc's
+// topoGetAlgoInfo and nvls.cc: 8 H100 run Ring/Simple on the communicator's 24 channels from
+// 24 × 512 × 64 B = 768 KiB, one fewer for every 32 KiB below; Ring/LL at 64 KiB on 2 (8 bytes a
+// thread for each of 8 ranks, 512 threads: 32 KiB a channel); LL128 at 64 KiB on 12 (640 × 8 B a
+// channel); NVLS on 16 whatever the size. One B200 node runs NVLS on 24; two DGX B200 (400 Gb/s
+// NICs) on 32, capped by the communicator's channels across nodes; two DGX H100 run Tree/LL at
+// 1 KiB on one channel.
+func TestRunChannels(t *testing.T) {
+	t.Parallel()
+	h100 := modelOf(t, "dgx-h100", 1, 8)
+	for _, tc := range []struct {
+		a, p  int
+		bytes int64
+		want  int
+	}{
+		{algoRing, protoSimple, 1 << 30, 24}, {algoRing, protoSimple, 768 << 10, 24}, {algoRing, protoSimple, 768<<10 - 1, 23},
+		{algoRing, protoSimple, 64 << 10, 2}, {algoRing, protoLL, 64 << 10, 2}, {algoRing, protoLL128, 64 << 10, 12},
+		{algoRing, protoLL, 8, 1}, {algoNVLS, protoSimple, 8, 16}, {algoNVLS, protoSimple, 1 << 30, 16},
+	} {
+		if got := h100.runChannels(tc.a, tc.p, tc.bytes); got != tc.want {
+			t.Errorf("8 H100, %s/%s of %d B: %d channels; want %d", algoNames[tc.a], protoNames[tc.p], tc.bytes, got, tc.want)
+		}
+	}
+	if got := modelOf(t, "dgx-b200", 1, 8).runChannels(algoNVLS, protoSimple, 1<<30); got != 24 {
+		t.Errorf("one DGX B200: NVLS on %d channels; want 24", got)
+	}
+	two := modelOf(t, "dgx-b200", 2, 16)
+	if got, want := two.runChannels(algoNVLSTree, protoSimple, 1<<30), 32; got != want {
+		t.Errorf("two DGX B200: NVLSTree on %d channels; want %d", got, want)
+	}
+	if got, want := two.runChannels(algoNVLS, protoSimple, 1<<30), min(32, two.commChannels()); got != want {
+		t.Errorf("two DGX B200: NVLS on %d channels; want %d", got, want)
+	}
+	if got := modelOf(t, "dgx-h100", 2, 16).runChannels(algoTree, protoLL, 1<<10); got != 1 {
+		t.Errorf("two DGX H100: Tree/LL of 1 KiB on %d channels; want 1", got)
+	}
+}
