@@ -359,7 +359,8 @@ func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, pro
 	host, _ := os.Hostname()
 	x := &crossing{f: f, e: e, g: g, proc: proc, simulated: simulated}
 	if simulated {
-		if x.topo, err = g.loadTopology(); err != nil {
+		x.load = g.loadTopology
+		if x.topo, err = x.load(); err != nil {
 			return nil, err
 		}
 		x.nodes = x.topo.NodeGPUs()
@@ -382,6 +383,7 @@ func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, pro
 		if x.topo, err = one.WithNodes(proc.Size); err != nil {
 			return nil, usageErr("invalid --topology for %d nodes: %v", proc.Size, err)
 		}
+		x.load = func() (*gpu.Topology, error) { return one.WithNodes(proc.Size) }
 		x.nodes = x.topo.NodeGPUs()
 	}
 	kind := "real GPUs" // the processes must agree: a run half simulated is not a fleet
@@ -441,10 +443,11 @@ type crossing struct {
 	proc      launch.Process
 	grp       *launch.Group
 	simulated bool
-	topo      *gpu.Topology // the whole fleet's machine
-	nodes     [][]int       // its GPUs by node
-	real      gpu.Backend   // on real GPUs: the backend the tests across nodes join communicators with
-	hub       string        // on the simulator: where rank 0's exchanges listen, as the others reach it
+	topo      *gpu.Topology                 // the whole fleet's machine
+	load      func() (*gpu.Topology, error) // makes a fresh copy of it
+	nodes     [][]int                       // its GPUs by node
+	real      gpu.Backend                   // on real GPUs: the backend the tests across nodes join communicators with
+	hub       string                        // on the simulator: where rank 0's exchanges listen, as the others reach it
 }
 
 // A command is [op, rail, bytes, ranks per member, id length, id (idMax), member of each process
@@ -522,7 +525,11 @@ func (x *crossing) host(r int) string {
 func (x *crossing) expected(env map[string]string, _ bool) (gpu.Backend, error) {
 	all := ncclEnv()
 	maps.Copy(all, env)
-	return sim.New(x.topo, sim.Options{Env: all}) // no faults: x.topo stays as it is
+	t, err := x.load() // a fresh one: NCCL_IB_HCA changes the topology it is given
+	if err != nil {
+		return nil, err
+	}
+	return sim.New(t, sim.Options{Env: all})
 }
 
 // follow is a process other than rank 0: it runs the tests rank 0 sends until it says done.
@@ -700,7 +707,7 @@ func (x *crossing) backend(rail int) (gpu.Backend, error) {
 		f, _ := sim.ParseFault(s) // checked as the run began
 		faults = append(faults, f)
 	}
-	t, err := x.g.loadTopology() // a fresh one: the faults change the topology they are given
+	t, err := x.load() // a fresh one: the faults change the topology they are given
 	if err != nil {
 		return nil, err
 	}

@@ -386,6 +386,16 @@ func (a *a2a) between() {
 // sender is the GPU whose NIC a route from GPU g to a GPU on the given rail leaves by, and the
 // NVLink hops to it (none when it is g): Topology.netRoute's choice.
 func (a *a2a) sender(g, rail int) (int, []Hop) {
+	from, hops := a.railSender(g, rail)
+	if peer, nvl := a.t.nicOwner(from, a.t.nic[from], a.t.up[from]); peer != from {
+		return peer, append(append([]Hop(nil), hops...), nvl...)
+	}
+	return from, hops
+}
+
+// railSender is the GPU of g's node on the given rail that a route from g leaves by, and the
+// NVLink hops to it (none when it is g).
+func (a *a2a) railSender(g, rail int) (int, []Hop) {
 	t := a.t
 	if t.NoPXN || t.fabric.railOf[t.nic[g]] == rail {
 		return g, nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -125,6 +126,15 @@ func TestAllToAllFlowsAreTheRoutesSummed(t *testing.T) {
 		{"NVLink domains, some GPUs", func(t *testing.T) *Topology { return boxes(t, 7, rail, `, "nvlink_domain_nodes": 3`, false) },
 			func(*Topology) []int { return []int{3, 2, 4, 13, 14, 20, 27} }},
 		{"one leaf", func(t *testing.T) *Topology { return boxes(t, 3, `{"kind": "infiniband"}`, "", false) }, every},
+		{"dgx-h100 x4, one NIC a node", func(t *testing.T) *Topology { return withNICs(t, dgxH100(t, 4), "mlx5_0") }, every},
+		{"dgx-h100 x4, NICs of one socket", func(t *testing.T) *Topology {
+			return withNICs(t, dgxH100(t, 4), "mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3")
+		}, every},
+		{"dgx-h100 x4, one NIC a node, without PXN", func(t *testing.T) *Topology {
+			topo := withNICs(t, dgxH100(t, 4), "mlx5_5")
+			topo.NoPXN = true
+			return topo
+		}, every},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -213,5 +223,37 @@ func TestAllToAllFlowsRefuseTooManyRoutes(t *testing.T) {
 	}
 	if _, err := big.AllToAllFlows([]int{0, 1, 2, 3, 4, 5, 6, 7, 12, 13}); err != nil {
 		t.Errorf("10 of the GPUs: %v", err)
+	}
+}
+
+// withNICs leaves the topology's GPUs only the named NICs (as NCCL_IB_HCA does).
+func withNICs(t *testing.T, topo *Topology, ids ...string) *Topology {
+	t.Helper()
+	topo.NICOK = func(id string) bool { return slices.Contains(ids, id) }
+	if err := topo.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return topo
+}
+
+// With one NIC a node left (NCCL_IB_HCA=mlx5_0 on DGX H100, whose mlx5_0 sits beside GPU 0),
+// every GPU leaves by it; GPU 7, whose PCIe way to it crosses both CPUs, first crosses NVLink to
+// GPU 0 (NCCL's PXN), and through the CPUs only without PXN. A ring's way to the NIC does the same.
+func TestNICsLeftOut(t *testing.T) {
+	topo := withNICs(t, dgxH100(t, 2), "mlx5_0")
+	for g := range 16 {
+		if nic := topo.NICOf(g); nic != "mlx5_0" {
+			t.Fatalf("GPU %d leaves by %q; want mlx5_0", g, nic)
+		}
+	}
+	nic0, nic8 := topo.nic[0], topo.nic[8]
+	for name, p := range map[string]Path{"route": topo.Route(7, 8), "ring": topo.RouteVia(7, 8, nic0, nic8)} {
+		if topo.edges[p.Hops[0].Edge].kind != LinkNVLink || topo.crossesCPU(p.Hops) {
+			t.Errorf("%s from GPU 7: first hop %s, crosses a CPU %v; want NVLink to GPU 0, no CPU", name, topo.edges[p.Hops[0].Edge].kind, topo.crossesCPU(p.Hops))
+		}
+	}
+	topo.NoPXN = true
+	if p := topo.Route(7, 8); !topo.crossesCPU(p.Hops) {
+		t.Errorf("without PXN the route from GPU 7 crosses no CPU")
 	}
 }

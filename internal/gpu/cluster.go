@@ -257,7 +257,7 @@ func (t *Topology) netHops(x, y int) []Hop {
 
 // assignNICs gives every GPU the NIC its traffic between nodes leaves by: the one its "nic"
 // names, else the nearest, and among NICs equally near the one fewest GPUs have taken so far, as
-// NCCL spreads GPUs over NICs.
+// NCCL spreads GPUs over NICs; only NICs that NICOK takes, when it is set.
 func (t *Topology) assignNICs() error {
 	t.nic, t.up, t.down = make([]int, len(t.gpus)), make([][]Hop, len(t.gpus)), make([][]Hop, len(t.gpus))
 	taken := map[int]int{}
@@ -265,7 +265,7 @@ func (t *Topology) assignNICs() error {
 		gp, n := t.GPU(g)
 		t.nic[g] = -1
 		switch {
-		case gp.NIC != "":
+		case gp.NIC != "" && (t.NICOK == nil || t.NICOK(gp.NIC)):
 			v, ok := t.verts[n.Hostname+"/"+gp.NIC]
 			if !ok || t.kinds[v] != "nic" {
 				return fmt.Errorf("node %s gpu %s: nic %q is not a NIC of the node", n.Hostname, gp.ID, gp.NIC)
@@ -274,6 +274,9 @@ func (t *Topology) assignNICs() error {
 		case len(n.NICs) > 0:
 			best, bestHops := -1, 0
 			for _, c := range n.NICs {
+				if t.NICOK != nil && !t.NICOK(c.ID) {
+					continue
+				}
 				v := t.verts[n.Hostname+"/"+c.ID]
 				h := t.bfs(ref.vert, v, LinkPCIe, LinkSMP)
 				if h == nil {
@@ -299,7 +302,8 @@ func (t *Topology) assignNICs() error {
 // netRoute is the route from GPU a to GPU b in another NVLink domain: out through the NIC on b's
 // rail and into b through its own. With PXN (NCCL's default since 2.12) the data first crosses
 // NVLink to the GPU of a's node that owns that rail's NIC, so that it stays on one rail of the
-// fabric; without it (NoPXN, or no NVLink to that GPU), it leaves through a's own NIC.
+// fabric; without it (NoPXN, or no NVLink to that GPU), it leaves through a's own NIC. A way to
+// the NIC that crosses a CPU goes over NVLink to the GPU beside it instead (nicOwner).
 func (t *Topology) netRoute(a, b int) Path {
 	if t.nic[a] < 0 || t.nic[b] < 0 {
 		return Path{}
@@ -311,6 +315,9 @@ func (t *Topology) netRoute(a, b int) Path {
 				from, hops = peer, append(hops, h...)
 			}
 		}
+	}
+	if peer, nvl := t.nicOwner(from, t.nic[from], t.up[from]); peer != from {
+		from, hops = peer, append(hops, nvl...)
 	}
 	hops = append(hops, t.up[from]...)
 	hops = append(hops, t.netHops(t.nic[from], t.nic[b])...)

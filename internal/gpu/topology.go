@@ -77,6 +77,9 @@ type Topology struct {
 	// NoPXN routes traffic between nodes out of the sending GPU's own NIC, never over NVLink to
 	// the GPU next to the receiver's rail first (NCCL_PXN_DISABLE=1). Not part of the file.
 	NoPXN bool `json:"-"`
+	// NICOK, when set, is the NICs NCCL may use, by id (NCCL_IB_HCA): Validate gives every GPU
+	// one of them, a GPU whose own NIC it leaves out the nearest it takes. Not part of the file.
+	NICOK func(id string) bool `json:"-"`
 
 	gpus  []gpuRef
 	verts map[string]int // "host/id" -> vertex
@@ -704,18 +707,44 @@ func (t *Topology) RouteVia(a, b, nicA, nicB int) Path {
 		return Path{}
 	}
 	h1 := t.bfs(t.gpus[a].vert, nicA, LinkPCIe, LinkSMP)
-	if !t.NoPXN && (h1 == nil || t.crossesCPU(h1)) {
-		if peer := t.railGPU(a, t.fabric.railOf[nicA]); peer >= 0 && peer != a && t.nic[peer] == nicA {
-			if nvl := t.nvlPath(a, peer); nvl != nil {
-				h1 = append(append([]Hop(nil), nvl...), t.up[peer]...)
-			}
-		}
+	if peer, nvl := t.nicOwner(a, nicA, h1); peer != a {
+		h1 = append(append([]Hop(nil), nvl...), t.up[peer]...)
 	}
 	h3 := t.bfs(nicB, t.gpus[b].vert, LinkPCIe, LinkSMP)
 	if h1 == nil || h3 == nil {
 		return Path{}
 	}
 	return t.path(append(append(h1, t.netHops(nicA, nicB)...), h3...), PathNET)
+}
+
+// nicOwner is the GPU of a's node whose way out a's traffic to NIC nic takes: a itself when
+// direct (a's own PCIe way to nic) does not cross a CPU; else, NVLink permitting, another GPU that
+// leaves by nic, the first whose own way crosses no CPU or else the first, with the NVLink hops to
+// it (NCCL's PXN), unless NoPXN. A NIC that NCCL_IB_HCA gives a GPU from elsewhere in its node is
+// reached this way.
+func (t *Topology) nicOwner(a, nic int, direct []Hop) (int, []Hop) {
+	if t.NoPXN || direct != nil && !t.crossesCPU(direct) {
+		return a, nil
+	}
+	owner, first := -1, a-t.gpus[a].index
+	for p := first; p < first+len(t.Nodes[t.gpus[a].node].GPUs); p++ {
+		if p == a || t.nic[p] != nic {
+			continue
+		}
+		if owner < 0 {
+			owner = p
+		}
+		if !t.crossesCPU(t.up[p]) {
+			owner = p
+			break
+		}
+	}
+	if owner >= 0 {
+		if nvl := t.nvlPath(a, owner); nvl != nil {
+			return owner, nvl
+		}
+	}
+	return a, nil
 }
 
 // crossesCPU says whether a path passes through a CPU.

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -96,5 +97,30 @@ func TestAllToAllSharesChannels(t *testing.T) {
 	if x.Chosen.Channels != 1 || x.Bottleneck != "channels" || math.Abs(x.Chosen.BusGBs-448) > 0.5 {
 		t.Errorf("1 GiB all-to-all on 72 GB200: %d channels a peer, bottleneck %s, busbw %.1f; want 1, channels, 448",
 			x.Chosen.Channels, x.Bottleneck, x.Chosen.BusGBs)
+	}
+}
+
+// NCCL_IB_HCA narrows point-to-point routes too: an all-to-all over two DGX H100 left one NIC a
+// node runs at an eighth of the busbw of all eight, over four NICs at half; a name that leaves a
+// node no NIC is refused (NCCL would fall back to sockets), and on one node the NICs go unused.
+func TestAllToAllHonoursIBHCA(t *testing.T) {
+	t.Parallel()
+	all := explain(t, "dgx-h100x2", 16, nil, "alltoall", 1<<30).Chosen.BusGBs
+	for hca, share := range map[string]float64{"mlx5_0": 1.0 / 8, "mlx5_0,mlx5_2,mlx5_4,mlx5_6": 0.5} {
+		got := explain(t, "dgx-h100x2", 16, map[string]string{"NCCL_IB_HCA": hca}, "alltoall", 1<<30).Chosen.BusGBs
+		if math.Abs(got/all-share) > 0.02 {
+			t.Errorf("NCCL_IB_HCA=%s: busbw %v, %.3f of the %v with every NIC; want %.3f", hca, got, got/all, all, share)
+		}
+	}
+	tp, err := LoadTopology("dgx-h100x2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Explain(tp, ranks(16), map[string]string{"NCCL_IB_HCA": "mlx6"}, "alltoall", 1<<20); err == nil ||
+		!strings.Contains(err.Error(), `NCCL_IB_HCA="mlx6" leaves node`) {
+		t.Errorf("NCCL_IB_HCA naming no NIC: %v; want it refused", err)
+	}
+	if x := explain(t, "dgx-h100", 8, map[string]string{"NCCL_IB_HCA": "mlx6"}, "alltoall", 1<<20); x.Chosen.BusGBs <= 0 {
+		t.Errorf("one node, NCCL_IB_HCA naming no NIC: busbw %v", x.Chosen.BusGBs)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -80,7 +81,8 @@ var (
 	_ gpu.Copier  = (*Backend)(nil)
 )
 
-// New returns a simulated backend on topology t, which it takes over (slow-link faults change it).
+// New returns a simulated backend on topology t, which it takes over: slow-link faults change it,
+// and so do the NCCL_* variables that change routes (routeEnv).
 func New(t *gpu.Topology, opt Options) (*Backend, error) {
 	if opt.DataCap < 0 {
 		return nil, fmt.Errorf("data cap %d is negative", opt.DataCap)
@@ -441,19 +443,40 @@ func (b *Backend) hostLaunch(devs []int) {
 	b.hostUS += b.launchUS() * float64((busiest+threads-1)/threads)
 }
 
-// routeEnv applies the NCCL_* variables that change routes to t: NCCL_PXN_DISABLE, and
-// NCCL_P2P_DISABLE, which sends every GPU-to-GPU byte through host memory.
+// routeEnv applies the NCCL_* variables that change routes to t: NCCL_PXN_DISABLE,
+// NCCL_P2P_DISABLE, which sends every GPU-to-GPU byte through host memory, and NCCL_IB_HCA,
+// which leaves GPUs only the NICs it names.
 func routeEnv(t *gpu.Topology, env map[string]string) error {
 	e := parseTunerEnv(env)
-	if !e.p2pDisable && !e.noPXN {
-		return nil
-	}
 	t.NoPXN = e.noPXN
 	if e.p2pDisable && t.P2P != "none" {
 		t.P2P = "none"
 		if err := t.Validate(); err != nil {
 			return fmt.Errorf("NCCL_P2P_DISABLE=1: %v", err)
 		}
+	}
+	if e.hca == nil && t.NICOK == nil {
+		return nil
+	}
+	if e.hca != nil && len(t.Nodes) > 1 {
+		for _, n := range t.Nodes {
+			var ids []string
+			for _, c := range n.NICs {
+				if e.hca(c.ID) {
+					ids = nil
+					break
+				}
+				ids = append(ids, c.ID)
+			}
+			if ids != nil || len(n.NICs) == 0 {
+				return fmt.Errorf("NCCL_IB_HCA=%q leaves node %s none of its NICs (%s): NCCL would fall back to sockets, which the simulator does not model; name at least one of them",
+					env["NCCL_IB_HCA"], n.Hostname, strings.Join(ids, ", "))
+			}
+		}
+	}
+	t.NICOK = e.hca // GPUs whose own NIC it leaves out take the nearest it allows (nil: their own)
+	if err := t.Validate(); err != nil {
+		return fmt.Errorf("NCCL_IB_HCA=%q: %v", env["NCCL_IB_HCA"], err)
 	}
 	return nil
 }
