@@ -347,7 +347,7 @@ func (m *model) p2pChannelUS(bytes int64, peers int) float64 {
 	if op == 0 || peers < 1 {
 		return 0
 	}
-	return float64(peers) * float64(bytes) / (1e3 * p2pChannelGBs * float64(min(m.p2p.channels, peers*op)))
+	return float64(peers) * float64(bytes) / (1e3 * m.p2pChannelGBs() * float64(min(m.p2p.channels, peers*op)))
 }
 
 // p2pOpChannels is the channels one point-to-point operation of bytes is split over.

@@ -14,11 +14,21 @@ import (
 // ncclTopoGetNchannels and ncclTopoComputeP2pChannels; src/enqueue.cc, addP2pToPlan) and its own
 // figure of what one channel carries. docs/model.md, "Point to point", gives each step.
 
-// p2pChannelGBs is what NCCL counts one point-to-point channel to carry, GB/s: the default of
-// NCCL_P2P_PER_CHANNEL_NET_BW (paths.cc), by which NCCL sizes the channels to a peer across the
-// network. NCCL publishes no other figure for one channel's copy; the simulator takes it for
-// every transport.
-const p2pChannelGBs = 14
+// p2pNetChannelGBs is what NCCL counts one point-to-point channel to a peer across the network
+// to carry, GB/s: the default of NCCL_P2P_PER_CHANNEL_NET_BW (paths.cc), by which it sizes those
+// channels.
+const p2pNetChannelGBs = 14
+
+// p2pChannelGBs is what one point-to-point channel carries, GB/s, by NCCL's own planning figures
+// (paths.cc, ncclTopoGetNchannels): inside one NVLink domain over NVLink, half of NCCL's per-link
+// NVLink figure, since NCCL plans two channels a link (10 on A100, 10.3 on H100, 20 on B200);
+// otherwise the network's p2pNetChannelGBs.
+func (m *model) p2pChannelGBs() float64 {
+	if m.nodes == 1 && m.intraHW == hwNVLink {
+		return nvlinkPerLinkGBs(m.cc) / 2
+	}
+	return p2pNetChannelGBs
+}
 
 // NCCL's chunk sizes for point-to-point (init.cc: NCCL_P2P_NVL_CHUNKSIZE, NCCL_P2P_PCI_CHUNKSIZE,
 // NCCL_P2P_NET_CHUNKSIZE), and its channel limit (device.h MAXCHANNELS).
@@ -158,13 +168,13 @@ func (p p2pPlan) opChannels(bytes int64) int {
 
 // netChannels is ncclTopoGetNchannels for a peer in another domain: two when the GPU has no NIC,
 // else one per NIC NCCL counts as the GPU's, or more to carry their bandwidth (whole GB/s) at
-// p2pChannelGBs each.
+// p2pNetChannelGBs each.
 func (m *model) netChannels(g int) int {
 	count, gbs := m.localNets(g)
 	if count == 0 {
 		return 2
 	}
-	return max(count, (int(gbs)+p2pChannelGBs-1)/p2pChannelGBs)
+	return max(count, (int(gbs)+p2pNetChannelGBs-1)/p2pNetChannelGBs)
 }
 
 // localNets is ncclTopoGetLocalNetCountByBw: the GPU's NICs that NCCL_IB_HCA leaves, its own first,

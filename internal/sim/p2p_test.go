@@ -56,22 +56,23 @@ func TestP2PPlan(t *testing.T) {
 	}
 }
 
-// A 128 MiB send/recv ring on DGX A100 runs on 8 channels of 14 GB/s, 112 GB/s, well under the
-// NVLinks' 240; at 1 GiB its 32 channels could carry more than the links, which then bound it.
+// A 128 MiB send/recv ring on DGX A100 runs on 8 channels of 10 GB/s (half of NCCL's 20 GB/s
+// A100 NVLink, as NCCL plans two channels a link), 80 GB/s, well under the NVLinks' 240; at 1 GiB
+// its 32 channels could carry more than the links, which then bound it.
 func TestSendRecvChannelBound(t *testing.T) {
 	t.Parallel()
 	x := explain(t, "dgx-a100", 8, nil, "sendrecv", 128<<20)
-	if x.Chosen.Channels != 8 || x.Bottleneck != "channels" || math.Abs(x.Chosen.BusGBs-112) > 1e-9 {
-		t.Errorf("128 MiB: %d channels, bottleneck %s, busbw %v; want 8, channels, 112", x.Chosen.Channels, x.Bottleneck, x.Chosen.BusGBs)
+	if x.Chosen.Channels != 8 || x.Bottleneck != "channels" || math.Abs(x.Chosen.BusGBs-80) > 1e-9 {
+		t.Errorf("128 MiB: %d channels, bottleneck %s, busbw %v; want 8, channels, 80", x.Chosen.Channels, x.Bottleneck, x.Chosen.BusGBs)
 	}
 	x = explain(t, "dgx-a100", 8, nil, "sendrecv", 1<<30)
 	if x.Chosen.Channels != 32 || x.Bottleneck != "nvlink" || x.Chosen.BusGBs < 239 || x.Chosen.BusGBs > 241 {
 		t.Errorf("1 GiB: %d channels, bottleneck %s, busbw %v; want 32, nvlink, 240", x.Chosen.Channels, x.Bottleneck, x.Chosen.BusGBs)
 	}
-	// NCCL_MAX_NCHANNELS=4 leaves 4 channels in all: 4 a peer at most, 56 GB/s.
+	// NCCL_MAX_NCHANNELS=4 leaves 4 channels in all: 4 a peer at most, 40 GB/s.
 	x = explain(t, "dgx-a100", 8, map[string]string{"NCCL_MAX_NCHANNELS": "4"}, "sendrecv", 1<<30)
-	if x.Chosen.Channels != 4 || math.Abs(x.Chosen.BusGBs-56) > 1e-9 {
-		t.Errorf("1 GiB under NCCL_MAX_NCHANNELS=4: %d channels, busbw %v; want 4, 56", x.Chosen.Channels, x.Chosen.BusGBs)
+	if x.Chosen.Channels != 4 || math.Abs(x.Chosen.BusGBs-40) > 1e-9 {
+		t.Errorf("1 GiB under NCCL_MAX_NCHANNELS=4: %d channels, busbw %v; want 4, 40", x.Chosen.Channels, x.Chosen.BusGBs)
 	}
 }
 
@@ -90,13 +91,17 @@ func TestP2PPostsetRules(t *testing.T) {
 
 // A rank's operations share the communicator's point-to-point channels: an all-to-all over the
 // 72 GPUs of a GB200 NVL72 gives each of the 71 operations one channel, and the rank's 32
-// channels carry 32 × 14 = 448 GB/s, under the NVLinks' 722.
+// channels carry 32 × 20.05 = 641.6 GB/s (half of NCCL's 40.1 GB/s SM100 NVLink a channel), under
+// the NVLinks' 722. Across two racks a channel is NCCL's network figure, 14 GB/s.
 func TestAllToAllSharesChannels(t *testing.T) {
 	t.Parallel()
 	x := explain(t, "gb200-nvl72", 72, nil, "alltoall", 1<<30)
-	if x.Chosen.Channels != 1 || x.Bottleneck != "channels" || math.Abs(x.Chosen.BusGBs-448) > 0.5 {
-		t.Errorf("1 GiB all-to-all on 72 GB200: %d channels a peer, bottleneck %s, busbw %.1f; want 1, channels, 448",
+	if x.Chosen.Channels != 1 || x.Bottleneck != "channels" || math.Abs(x.Chosen.BusGBs-641.6) > 0.5 {
+		t.Errorf("1 GiB all-to-all on 72 GB200: %d channels a peer, bottleneck %s, busbw %.1f; want 1, channels, 641.6",
 			x.Chosen.Channels, x.Bottleneck, x.Chosen.BusGBs)
+	}
+	if m := modelOf(t, "gb200-nvl72", 36, 144); m.p2pChannelGBs() != p2pNetChannelGBs {
+		t.Errorf("two GB200 NVL72 racks: %v GB/s a point-to-point channel; want the network's %v", m.p2pChannelGBs(), p2pNetChannelGBs)
 	}
 }
 
