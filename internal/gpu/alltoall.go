@@ -34,7 +34,13 @@ func (t *Topology) AllToAllFlows(gpus []int) ([]Flow, error) {
 	for _, m := range a.domains {
 		a.inside(m)
 	}
-	a.between()
+	if len(a.domains) > 1 { // each lane of the GPUs' local NICs carries an equal share (lanes.go)
+		lanes := t.LaneCount(gpus)
+		for i := range lanes {
+			a.v, a.share, a.railGPU = nicView{t: t, lane: i}, 1/float64(lanes), nil
+			a.between()
+		}
+	}
 	keys := make([]hopType, 0, len(a.load))
 	for k := range a.load {
 		keys = append(keys, k)
@@ -69,6 +75,8 @@ type a2a struct {
 	load    map[hopType]float64
 	lat     map[PathType]float64 // the longest route of each type
 	railGPU map[[2]int]int       // (node, rail) -> the node's first GPU on that rail, or -1
+	v       nicView              // between domains: which NIC is each GPU's (one lane)
+	share   float64              // the part of every route between domains this lane carries
 }
 
 // plan groups the GPUs by NVLink domain and checks the work against MaxAllToAllRoutes.
@@ -261,7 +269,8 @@ func (c counter) outside(rail, leaf, dom int) (all, onLeaf int) {
 	return c[[3]int{rail, -1, -1}] - c[[3]int{rail, -1, dom}], c[[3]int{rail, leaf, -1}] - c[[3]int{rail, leaf, dom}]
 }
 
-// between adds the routes between GPUs of different NVLink domains (Topology.netRoute) by parts:
+// between adds the routes between GPUs of different NVLink domains (nicView.netRoute) by parts,
+// each a.share of a route, over the NICs of a.v:
 // sender a's way out to the rail r of the receiver's NIC carries one route per GPU on rail r in
 // another domain; receiver b's way in, one per GPU in another domain; a leaf's uplink, the routes
 // between its NICs and the other leaves'.
@@ -276,7 +285,7 @@ func (a *a2a) between() {
 	var rails []int
 	for _, m := range a.domains {
 		for _, g := range m {
-			nic := t.nic[g]
+			nic := a.v.nic(g)
 			if nic < 0 {
 				continue // Route gives no path to or from it
 			}
@@ -303,19 +312,19 @@ func (a *a2a) between() {
 				continue
 			}
 			from, pxn := a.sender(x.g, r)
-			nic := t.nic[from]
+			nic := a.v.nic(from)
 			out := []Hop{{Edge: t.netEdge[nic], Forward: true}}
-			a.add(PathNET, float64(c), pxn, t.up[from], out)
+			a.add(PathNET, a.share*float64(c), pxn, a.v.up(from), out)
 			leaf := t.fabric.leafOf[nic]
 			if spine {
 				_, same := dst.outside(r, leaf, x.dom)
 				if n := c - same; n > 0 {
-					a.add(PathNET, float64(n), []Hop{{Edge: t.fabric.uplink[leaf], Forward: true}})
+					a.add(PathNET, a.share*float64(n), []Hop{{Edge: t.fabric.uplink[leaf], Forward: true}})
 				}
 			}
 			src.add(r, leaf, x.dom)
 			lat := 0.0
-			for _, hs := range [][]Hop{pxn, t.up[from], out} {
+			for _, hs := range [][]Hop{pxn, a.v.up(from), out} {
 				for _, h := range hs {
 					lat += t.edges[h.Edge].latencyUS
 				}
@@ -345,11 +354,11 @@ func (a *a2a) between() {
 			continue
 		}
 		in := []Hop{{Edge: t.netEdge[x.nic], Forward: false}}
-		a.add(PathNET, float64(n), in, t.down[x.g])
+		a.add(PathNET, a.share*float64(n), in, a.v.down(x.g))
 		if spine {
 			all, same := src.outside(x.rail, x.leaf, x.dom)
 			if up := all - same; up > 0 {
-				a.add(PathNET, float64(up), []Hop{{Edge: t.fabric.uplink[x.leaf], Forward: false}})
+				a.add(PathNET, a.share*float64(up), []Hop{{Edge: t.fabric.uplink[x.leaf], Forward: false}})
 			}
 		}
 		// The longest route into x: the largest latency to x's NIC's leaf from a sender in
@@ -378,16 +387,16 @@ func (a *a2a) between() {
 			}
 		}
 		if !math.IsInf(lat, -1) {
-			a.longest(PathNET, lat, in, t.down[x.g])
+			a.longest(PathNET, lat, in, a.v.down(x.g))
 		}
 	}
 }
 
 // sender is the GPU whose NIC a route from GPU g to a GPU on the given rail leaves by, and the
-// NVLink hops to it (none when it is g): Topology.netRoute's choice.
+// NVLink hops to it (none when it is g): nicView.netRoute's choice.
 func (a *a2a) sender(g, rail int) (int, []Hop) {
 	from, hops := a.railSender(g, rail)
-	if peer, nvl := a.t.nicOwner(from, a.t.nic[from], a.t.up[from]); peer != from {
+	if peer, nvl := a.v.nicOwner(from, a.v.nic(from), a.v.up(from)); peer != from {
 		return peer, append(append([]Hop(nil), hops...), nvl...)
 	}
 	return from, hops
@@ -397,7 +406,7 @@ func (a *a2a) sender(g, rail int) (int, []Hop) {
 // NVLink hops to it (none when it is g).
 func (a *a2a) railSender(g, rail int) (int, []Hop) {
 	t := a.t
-	if t.NoPXN || t.fabric.railOf[t.nic[g]] == rail {
+	if t.NoPXN || t.fabric.railOf[a.v.nic(g)] == rail {
 		return g, nil
 	}
 	if a.railGPU == nil {
@@ -406,7 +415,7 @@ func (a *a2a) railSender(g, rail int) (int, []Hop) {
 	node := t.gpus[g].node
 	peer, ok := a.railGPU[[2]int{node, rail}]
 	if !ok {
-		peer = t.railGPU(g, rail)
+		peer = a.v.railGPU(g, rail)
 		a.railGPU[[2]int{node, rail}] = peer
 	}
 	if peer < 0 {

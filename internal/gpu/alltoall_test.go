@@ -12,10 +12,11 @@ import (
 // pairFlows is the all-to-all one route per ordered pair: what AllToAllFlows must sum to.
 func pairFlows(t *Topology, gpus []int) []Flow {
 	var flows []Flow
+	lanes := t.LaneCount(gpus)
 	for _, a := range gpus {
 		for _, b := range gpus {
 			if a != b {
-				flows = append(flows, Flow{Path: t.Route(a, b), Bytes: 1})
+				flows = append(flows, t.RouteFlows(a, b, 1, lanes)...)
 			}
 		}
 	}
@@ -126,6 +127,9 @@ func TestAllToAllFlowsAreTheRoutesSummed(t *testing.T) {
 		{"NVLink domains, some GPUs", func(t *testing.T) *Topology { return boxes(t, 7, rail, `, "nvlink_domain_nodes": 3`, false) },
 			func(*Topology) []int { return []int{3, 2, 4, 13, 14, 20, 27} }},
 		{"one leaf", func(t *testing.T) *Topology { return boxes(t, 3, `{"kind": "infiniband"}`, "", false) }, every},
+		{"two NICs a GPU, 2 nodes", func(t *testing.T) *Topology { return fileTopo(t, "../../accuracy/topologies/oci-b300.json") }, every},
+		{"two NICs a GPU, some GPUs", func(t *testing.T) *Topology { return fileTopo(t, "../../accuracy/topologies/oci-b300.json") },
+			func(*Topology) []int { return []int{0, 3, 5, 9, 10, 15} }},
 		{"dgx-h100 x4, one NIC a node", func(t *testing.T) *Topology { return withNICs(t, dgxH100(t, 4), "mlx5_0") }, every},
 		{"dgx-h100 x4, NICs of one socket", func(t *testing.T) *Topology {
 			return withNICs(t, dgxH100(t, 4), "mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3")
@@ -168,10 +172,10 @@ func TestAllToAllFlowsAreTheRoutesSummed(t *testing.T) {
 	}
 }
 
-func scale(flows []Flow, bytes float64) []Flow {
+func scale(flows []Flow, factor float64) []Flow {
 	out := make([]Flow, len(flows))
 	for i, f := range flows {
-		f.Bytes = bytes
+		f.Bytes *= factor
 		out[i] = f
 	}
 	return out
@@ -255,5 +259,65 @@ func TestNICsLeftOut(t *testing.T) {
 	topo.NoPXN = true
 	if p := topo.Route(7, 8); !topo.crossesCPU(p.Hops) {
 		t.Errorf("without PXN the route from GPU 7 crosses no CPU")
+	}
+}
+
+// fileTopo loads a topology file.
+func fileTopo(t *testing.T, path string) *Topology {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parse(t, string(data))
+}
+
+// A GPU with two NICs on its own PCIe switch (OCI's B300: each ConnectX-8 as 2 x 400GbE) spreads
+// its traffic to another node over both, as NCCL gives a peer's channels its local NICs in turn:
+// the all-to-all puts half of every GPU's routes on each of its NICs, and a send's two flows
+// leave by one NIC each.
+func TestTrafficSpreadsOverLocalNICs(t *testing.T) {
+	topo := fileTopo(t, "../../accuracy/topologies/oci-b300.json")
+	if n := topo.LaneCount(every(topo)); n != 2 {
+		t.Fatalf("%d lanes; want 2", n)
+	}
+	flows := topo.RouteFlows(1, 9, 1<<20, 2)
+	if len(flows) != 2 || flows[0].Bytes != 1<<19 || flows[1].Bytes != 1<<19 {
+		t.Fatalf("flows %+v; want two of 512 KiB", flows)
+	}
+	nicOf := map[int]int{} // the NIC's link to the fabric -> the NIC
+	for v, e := range topo.netEdge {
+		nicOf[e] = v
+	}
+	nics := map[int]bool{}
+	for _, f := range flows {
+		for _, h := range f.Path.Hops {
+			if v, ok := nicOf[h.Edge]; ok && h.Forward {
+				nics[v] = true
+			}
+		}
+	}
+	if len(nics) != 2 {
+		t.Errorf("a send from GPU 1 to node 1 leaves by %d NICs; want 2", len(nics))
+	}
+	all, err := topo.AllToAllFlows(every(topo))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]float64{} // NIC vertex -> routes leaving by it
+	for _, f := range all {
+		if h := f.Path.Hops[0]; h.Forward {
+			if v, ok := nicOf[h.Edge]; ok {
+				out[v] += f.Count
+			}
+		}
+	}
+	if len(out) != 32 {
+		t.Fatalf("routes leave by %d NICs; want all 32", len(out))
+	}
+	for v, n := range out {
+		if n != 4 { // 8 receivers on the other node, half of each route
+			t.Errorf("NIC vertex %d carries %v routes out; want 4", v, n)
+		}
 	}
 }

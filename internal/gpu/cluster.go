@@ -303,32 +303,35 @@ func (t *Topology) assignNICs() error {
 // rail and into b through its own. With PXN (NCCL's default since 2.12) the data first crosses
 // NVLink to the GPU of a's node that owns that rail's NIC, so that it stays on one rail of the
 // fabric; without it (NoPXN, or no NVLink to that GPU), it leaves through a's own NIC. A way to
-// the NIC that crosses a CPU goes over NVLink to the GPU beside it instead (nicOwner).
-func (t *Topology) netRoute(a, b int) Path {
-	if t.nic[a] < 0 || t.nic[b] < 0 {
+// the NIC that crosses a CPU goes over NVLink to the GPU beside it instead (nicOwner). The view
+// says which NIC is each GPU's: its own, or one lane of its local NICs (lanes.go).
+func (v nicView) netRoute(a, b int) Path {
+	t := v.t
+	if v.nic(a) < 0 || v.nic(b) < 0 {
 		return Path{}
 	}
 	from, hops := a, []Hop(nil)
-	if rail := t.fabric.railOf[t.nic[b]]; !t.NoPXN && t.fabric.railOf[t.nic[a]] != rail {
-		if peer := t.railGPU(a, rail); peer >= 0 {
+	if rail := t.fabric.railOf[v.nic(b)]; !t.NoPXN && t.fabric.railOf[v.nic(a)] != rail {
+		if peer := v.railGPU(a, rail); peer >= 0 {
 			if h := t.nvlPath(a, peer); h != nil {
 				from, hops = peer, append(hops, h...)
 			}
 		}
 	}
-	if peer, nvl := t.nicOwner(from, t.nic[from], t.up[from]); peer != from {
+	if peer, nvl := v.nicOwner(from, v.nic(from), v.up(from)); peer != from {
 		from, hops = peer, append(hops, nvl...)
 	}
-	hops = append(hops, t.up[from]...)
-	hops = append(hops, t.netHops(t.nic[from], t.nic[b])...)
-	return t.path(append(hops, t.down[b]...), PathNET)
+	hops = append(hops, v.up(from)...)
+	hops = append(hops, t.netHops(v.nic(from), v.nic(b))...)
+	return t.path(append(hops, v.down(b)...), PathNET)
 }
 
 // railGPU is a GPU of a's node whose NIC is on the given rail, or -1.
-func (t *Topology) railGPU(a, rail int) int {
+func (v nicView) railGPU(a, rail int) int {
+	t := v.t
 	first := a - t.gpus[a].index
 	for g := first; g < first+len(t.Nodes[t.gpus[a].node].GPUs); g++ {
-		if t.nic[g] >= 0 && t.fabric.railOf[t.nic[g]] == rail {
+		if nic := v.nic(g); nic >= 0 && t.fabric.railOf[nic] == rail {
 			return g
 		}
 	}

@@ -95,7 +95,9 @@ type Topology struct {
 	fabric   fabric
 	nvlPaths map[[2]int][]Hop // NVLink paths between GPUs of one NVLink domain, found on demand
 	near     map[int][]int    // GPU -> the NICs it reaches over PCIe without a CPU, found on demand
-	mu       sync.Mutex       // guards nvlPaths and near
+	lanes    map[int][]int    // GPU -> its local NICs for point-to-point (laneNICs), found on demand
+	laneWays map[[3]int][]Hop // (GPU, NIC, 1 up or 0 down) -> a lane's PCIe way, found on demand
+	mu       sync.Mutex       // guards nvlPaths, near, lanes and laneWays
 }
 
 // Network is the fabric that joins the nodes' NICs. Version 1 knows only a non-blocking one;
@@ -248,6 +250,7 @@ func (t *Topology) Validate() error {
 		return err
 	}
 	t.gpus, t.verts, t.kinds, t.edges, t.adj, t.netEdge, t.nvlPaths, t.near = nil, map[string]int{}, nil, nil, nil, map[int]int{}, nil, nil
+	t.lanes, t.laneWays = nil, nil
 	hosts := map[string]bool{}
 	for ni := range t.Nodes {
 		n := &t.Nodes[ni]
@@ -651,7 +654,7 @@ func (t *Topology) Route(a, b int) Path {
 	va, vb := t.gpus[a].vert, t.gpus[b].vert
 	if na, nb := t.gpus[a].node, t.gpus[b].node; na != nb {
 		if t.domainOf(na) != t.domainOf(nb) {
-			return t.netRoute(a, b)
+			return t.own().netRoute(a, b)
 		}
 		if h := t.nvlPath(a, b); h != nil { // one NVLink domain across hosts
 			return t.path(h, PathNVL)
@@ -707,7 +710,7 @@ func (t *Topology) RouteVia(a, b, nicA, nicB int) Path {
 		return Path{}
 	}
 	h1 := t.bfs(t.gpus[a].vert, nicA, LinkPCIe, LinkSMP)
-	if peer, nvl := t.nicOwner(a, nicA, h1); peer != a {
+	if peer, nvl := t.own().nicOwner(a, nicA, h1); peer != a {
 		h1 = append(append([]Hop(nil), nvl...), t.up[peer]...)
 	}
 	h3 := t.bfs(nicB, t.gpus[b].vert, LinkPCIe, LinkSMP)
@@ -722,19 +725,20 @@ func (t *Topology) RouteVia(a, b, nicA, nicB int) Path {
 // leaves by nic, the first whose own way crosses no CPU or else the first, with the NVLink hops to
 // it (NCCL's PXN), unless NoPXN. A NIC that NCCL_IB_HCA gives a GPU from elsewhere in its node is
 // reached this way.
-func (t *Topology) nicOwner(a, nic int, direct []Hop) (int, []Hop) {
+func (v nicView) nicOwner(a, nic int, direct []Hop) (int, []Hop) {
+	t := v.t
 	if t.NoPXN || direct != nil && !t.crossesCPU(direct) {
 		return a, nil
 	}
 	owner, first := -1, a-t.gpus[a].index
 	for p := first; p < first+len(t.Nodes[t.gpus[a].node].GPUs); p++ {
-		if p == a || t.nic[p] != nic {
+		if p == a || v.nic(p) != nic {
 			continue
 		}
 		if owner < 0 {
 			owner = p
 		}
-		if !t.crossesCPU(t.up[p]) {
+		if !t.crossesCPU(v.up(p)) {
 			owner = p
 			break
 		}
@@ -994,7 +998,7 @@ func (t *Topology) RingFlowsOn(gpus []int, nicOK func(id string) bool) (flows []
 		case da != db:
 			p = t.RouteVia(a, b, nic(da), nic(db))
 		case p.Hops == nil && t.gpus[a].node != t.gpus[b].node: // a domain's hosts without NVLink between them
-			p = t.netRoute(a, b)
+			p = t.own().netRoute(a, b)
 		}
 		flows = append(flows, Flow{Path: p, Bytes: 1})
 	}

@@ -400,9 +400,10 @@ func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 		peers = max(peers, byRank[p.from])
 	}
 	us, _ := c.p2pCost(fmt.Sprintf("sendrecv %d %v", n, pairs), n, peers, func() ([]gpu.Flow, error) {
-		flows := make([]gpu.Flow, len(pairs))
-		for i, p := range pairs {
-			flows[i] = gpu.Flow{Path: c.m.topo.Route(c.devs[p.from], c.devs[p.to]), Bytes: float64(n)}
+		var flows []gpu.Flow
+		lanes := c.m.topo.LaneCount(c.devs)
+		for _, p := range pairs {
+			flows = append(flows, c.m.topo.RouteFlows(c.devs[p.from], c.devs[p.to], float64(n), lanes)...)
 		}
 		return flows, nil
 	})

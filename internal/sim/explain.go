@@ -337,9 +337,10 @@ func (m *model) explainP2P(x *Explanation, coll string, bytes int64) error {
 			flows[i].Bytes = float64(per)
 		}
 	default:
+		lanes := m.topo.LaneCount(m.devs)
 		for i := range n {
 			if j := (i + 1) % n; j != i {
-				flows = append(flows, gpu.Flow{Path: m.topo.Route(m.devs[i], m.devs[j]), Bytes: float64(per)})
+				flows = append(flows, m.topo.RouteFlows(m.devs[i], m.devs[j], float64(per), lanes)...)
 			}
 		}
 	}
