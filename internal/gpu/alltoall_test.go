@@ -273,10 +273,13 @@ func fileTopo(t *testing.T, path string) *Topology {
 }
 
 // A GPU with two NICs on its own PCIe switch (OCI's B300: each ConnectX-8 as 2 x 400GbE) spreads
-// its traffic to another node over both, as NCCL gives a peer's channels its local NICs in turn:
-// the all-to-all puts half of every GPU's routes on each of its NICs, and a send's two flows
-// leave by one NIC each.
+// its traffic to another node over both, as NCCL gives a peer's channels its NICs in turn: the
+// all-to-all puts half of every GPU's routes on each of its NICs, and a send's two flows leave by
+// one NIC each. Two GPUs sharing two NICs (DGX H100) take one each (NCCL's netsPerGpu).
 func TestTrafficSpreadsOverLocalNICs(t *testing.T) {
+	if dgx := dgxH100(t, 2); dgx.LaneCount(every(dgx)) != 1 || len(dgx.laneNICs(2)) != 1 {
+		t.Errorf("two DGX H100: %d lanes, GPU 2 on %d NICs; want 1 and 1", dgx.LaneCount(every(dgx)), len(dgx.laneNICs(2)))
+	}
 	topo := fileTopo(t, "../../accuracy/topologies/oci-b300.json")
 	if n := topo.LaneCount(every(topo)); n != 2 {
 		t.Fatalf("%d lanes; want 2", n)

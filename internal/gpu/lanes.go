@@ -3,13 +3,14 @@ package gpu
 import "slices"
 
 // Point-to-point traffic between NVLink domains over several NICs of a GPU. NCCL gives each of a
-// peer's channels one of the GPU's local NICs in turn (src/graph/topo.cc, ncclTopoGetLocalNet:
-// channel c takes the (c mod n)-th of the n NICs ncclTopoGetLocalNets finds nearest), so a GPU
-// with two NICs on its own PCIe switch (a ConnectX-8 run as 2 x 400GbE) sends half of every
-// peer's data through each. The simulator spreads a communicator's traffic between domains evenly
-// over lanes: lane i of a GPU is its i-th local NIC, and the communicator runs as many lanes as
-// the fewest any of its GPUs has (LaneCount). Rings between domains already take every NIC near
-// their GPUs (RingFlows).
+// peer's channels one of the GPU's NICs in turn (src/graph/topo.cc, ncclTopoGetLocalNetType:
+// channel c takes the (c mod k)-th), k being the GPU's share of its local NICs: the NICs nearest
+// it over the GPUs nearest the first of them, rounded up (netsPerGpu, the default "AUTO" policy).
+// A GPU with two NICs of its own on its PCIe switch (a ConnectX-8 run as 2 x 400GbE) sends half of
+// every peer's data through each; two GPUs sharing two NICs (DGX H100) take one each. The
+// simulator spreads a communicator's traffic between domains evenly over lanes: lane i of a GPU is
+// its i-th NIC of those, and the communicator runs as many lanes as the fewest any of its GPUs has
+// (LaneCount). Rings between domains already take every NIC near their GPUs (RingFlows).
 
 // nicView says which NIC each GPU's traffic between NVLink domains leaves by, and its PCIe ways to
 // and from it: lane 0 is every GPU's own NIC (assignNICs), lane i its i-th local NIC (laneNICs),
@@ -44,8 +45,10 @@ func (v nicView) down(g int) []Hop {
 	return v.t.down[g]
 }
 
-// laneNICs is GPU g's local NICs: its own first, then the others of its node that it reaches over
-// PCIe without crossing a CPU and that NICOK takes, in file order; none when it has no NIC.
+// laneNICs is the NICs GPU g's point-to-point traffic between domains is spread over: its own
+// first, then the others of its node that it reaches over PCIe without crossing a CPU and that
+// NICOK takes, in file order, as many as its share of them (the local NICs over the GPUs near its
+// own, rounded up); none when it has no NIC.
 func (t *Topology) laneNICs(g int) []int {
 	if t.nic[g] < 0 {
 		return nil
@@ -67,6 +70,13 @@ func (t *Topology) laneNICs(g int) []int {
 			l = append(l, v)
 		}
 	}
+	sharing, first := 0, g-t.gpus[g].index // the GPUs near g's own NIC
+	for p := first; p < first+len(t.Nodes[n].GPUs); p++ {
+		if slices.Contains(t.nearNICs(p), t.nic[g]) {
+			sharing++
+		}
+	}
+	l = l[:min(len(l), (len(l)+max(sharing, 1)-1)/max(sharing, 1))]
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.lanes == nil {
