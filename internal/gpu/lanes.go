@@ -70,13 +70,13 @@ func (t *Topology) laneNICs(g int) []int {
 			l = append(l, v)
 		}
 	}
-	sharing, first := 0, g-t.gpus[g].index // the GPUs near g's own NIC
+	sharing, first := 1, g-t.gpus[g].index // g and the other GPUs near g's own NIC
 	for p := first; p < first+len(t.Nodes[n].GPUs); p++ {
-		if slices.Contains(t.nearNICs(p), t.nic[g]) {
+		if p != g && slices.Contains(t.nearNICs(p), t.nic[g]) {
 			sharing++
 		}
 	}
-	l = l[:min(len(l), (len(l)+max(sharing, 1)-1)/max(sharing, 1))]
+	l = l[:(len(l)+sharing-1)/sharing] // NCCL's netsPerGpu: DIVUP(local NICs, GPUs sharing them)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.lanes == nil {
