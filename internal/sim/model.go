@@ -196,9 +196,13 @@ func (m *model) searchGraphs() [numAlgos]searchGraph {
 	}
 	g[algoPAT] = g[algoTree] // NCCL runs PAT on the tree's graph (init.cc)
 	if m.nvls {
-		// NVLS: NCCL_NVLS_NCHANNELS channels (up to 32, one per rank on 8 GPUs here), each
-		// carrying the NVLink bandwidth shared by the n+1 streams of its search condition; between
-		// nodes (NVLSTree) each channel gets its share of the node's NICs.
+		// NVLS: one channel (head) per GPU of a domain, at most 32 (NCCL_MAX_NVLS_ARITY). On one
+		// domain NCCL's search takes them all, each carrying the NVLink bandwidth shared by the
+		// heads + 1 streams of its condition (ncclTopoSearchTryNvls: every GPU's link carries each
+		// other head's channel once and its own twice). Across domains NCCL searches NIC:GPU heads
+		// instead, which the simulator does not follow: it shares the NVLink among the domain's
+		// GPUs + 1 (docs/model.md, "Search graphs"), and each channel gets its share of the node's
+		// NICs.
 		nvl := math.Inf(1)
 		for i, d := range m.devs {
 			next := m.devs[(i+1)%len(m.devs)]
@@ -210,7 +214,11 @@ func (m *model) searchGraphs() [numAlgos]searchGraph {
 		}
 		ppn := math.Round(m.ppn)
 		n := m.env.clampChannels(int(math.Min(32, ppn)))
-		g[algoNVLS] = searchGraph{nChannels: n, bwIntra: nvl / (ppn + 1)}
+		streams := float64(n + 1)
+		if m.nodes > 1 {
+			streams = ppn + 1
+		}
+		g[algoNVLS] = searchGraph{nChannels: n, bwIntra: nvl / streams}
 		if m.nodes > 1 {
 			g[algoNVLS].bwInter = m.netGBs / float64(n)
 		}

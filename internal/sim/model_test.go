@@ -117,3 +117,18 @@ func TestNVLinkRingChannels(t *testing.T) {
 		t.Errorf("HGX H800: %d ring channels, %d in the communicator; want 8 and 16 (NVIDIA/nccl#892)", m.graphs[algoRing].nChannels, m.commChannels())
 	}
 }
+
+// NCCL's NVLS search on one NVLink domain takes min(32, GPUs) heads (NCCL_MAX_NVLS_ARITY), each
+// channel carrying the NVLink over the heads + 1: 64 GPUs of one GB200 NVL72 rack have 32
+// channels of 721.8/33 GB/s, not 721.8/65. Across racks the simulator keeps the domain's GPUs + 1.
+func TestNVLSHeadsInABigDomain(t *testing.T) {
+	t.Parallel()
+	one := modelOf(t, "gb200-nvl72", 18, 64)
+	if g := one.graphs[algoNVLS]; g.nChannels != 32 || math.Abs(g.bwIntra-721.8/33) > 0.05 {
+		t.Errorf("64 GPUs of one rack: NVLS graph %+v; want 32 channels of %.2f", g, 721.8/33)
+	}
+	two := modelOf(t, "gb200-nvl72", 36, 144)
+	if g := two.graphs[algoNVLS]; g.nChannels != 32 || math.Abs(g.bwIntra-721.8/73) > 0.05 {
+		t.Errorf("two racks: NVLS graph %+v; want 32 channels of %.2f", g, 721.8/73)
+	}
+}
