@@ -59,19 +59,13 @@ func (t *Topology) laneNICs(g int) []int {
 	if ok {
 		return l
 	}
-	l = []int{t.nic[g]}
-	n := t.gpus[g].node
-	ids := t.Nodes[n].NICs
-	for _, v := range t.nearNICs(g) {
-		if v == t.nic[g] {
-			continue
-		}
-		if k := slices.Index(t.NICs(n), v); t.NICOK == nil || t.NICOK(ids[k].ID) {
+	for i, v := range t.localNICs(g) {
+		if i == 0 || t.NICOK == nil || t.NICOK(t.nicOf(g, v).ID) { // its own NIC is one NICOK takes
 			l = append(l, v)
 		}
 	}
 	sharing, first := 1, g-t.gpus[g].index // g and the other GPUs near g's own NIC
-	for p := first; p < first+len(t.Nodes[n].GPUs); p++ {
+	for p := first; p < first+len(t.Nodes[t.gpus[g].node].GPUs); p++ {
 		if p != g && slices.Contains(t.nearNICs(p), t.nic[g]) {
 			sharing++
 		}

@@ -765,38 +765,40 @@ func (t *Topology) crossesCPU(h []Hop) bool {
 // NICOf is the id of the NIC GPU g's traffic between nodes leaves by (its rail's NIC, e.g.
 // "mlx5_3"), or "" when it has none.
 func (t *Topology) NICOf(g int) string {
-	v := t.nic[g]
-	if v < 0 {
+	if t.nic[g] < 0 {
 		return ""
 	}
-	n := t.gpus[g].node
-	for k, x := range t.NICs(n) {
-		if x == v {
-			return t.Nodes[n].NICs[k].ID
-		}
-	}
-	return ""
+	return t.nicOf(g, t.nic[g]).ID
 }
 
 // LocalNICs returns GPU g's own NIC (the one its traffic between nodes leaves by) first, then the
 // others it reaches over PCIe without crossing a CPU, in file order; none when it has no NIC.
 func (t *Topology) LocalNICs(g int) []NIC {
+	var out []NIC
+	for _, v := range t.localNICs(g) {
+		out = append(out, t.nicOf(g, v))
+	}
+	return out
+}
+
+// localNICs is LocalNICs as NIC vertices.
+func (t *Topology) localNICs(g int) []int {
 	if t.nic[g] < 0 {
 		return nil
 	}
-	n := t.gpus[g].node
-	var own NIC
-	var others []NIC
-	near := t.nearNICs(g)
-	for k, v := range t.NICs(n) {
-		switch {
-		case v == t.nic[g]:
-			own = t.Nodes[n].NICs[k]
-		case slices.Contains(near, v):
-			others = append(others, t.Nodes[n].NICs[k])
+	out := []int{t.nic[g]}
+	for _, v := range t.nearNICs(g) {
+		if v != t.nic[g] {
+			out = append(out, v)
 		}
 	}
-	return append([]NIC{own}, others...)
+	return out
+}
+
+// nicOf is the NIC of GPU g's node at vertex v.
+func (t *Topology) nicOf(g, v int) NIC {
+	n := t.gpus[g].node
+	return t.Nodes[n].NICs[slices.Index(t.NICs(n), v)]
 }
 
 // NICs returns the NIC vertices of node n, in file order.

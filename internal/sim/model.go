@@ -214,13 +214,9 @@ func (m *model) searchGraphs() [numAlgos]searchGraph {
 		}
 		ppn := math.Round(m.ppn)
 		n := m.env.clampChannels(int(math.Min(32, ppn)))
-		streams := float64(n + 1)
+		g[algoNVLS] = searchGraph{nChannels: n, bwIntra: nvl / float64(n+1)}
 		if m.nodes > 1 {
-			streams = ppn + 1
-		}
-		g[algoNVLS] = searchGraph{nChannels: n, bwIntra: nvl / streams}
-		if m.nodes > 1 {
-			g[algoNVLS].bwInter = m.netGBs / float64(n)
+			g[algoNVLS].bwIntra, g[algoNVLS].bwInter = nvl/(ppn+1), m.netGBs/float64(n)
 		}
 		g[algoNVLSTree] = g[algoNVLS]
 	}
@@ -345,29 +341,6 @@ func (m *model) p2pTime(flows []gpu.Flow, bytes int64, peers int) float64 {
 		lat = math.Max(lat, f.Path.LatencyUS)
 	}
 	return baseLat[algoRing][protoSimple] + lat + math.Max(m.topo.LinkLoad(flows, m.efficiency), m.p2pChannelUS(bytes, peers))
-}
-
-// p2pChannelUS is the time a rank's operations of bytes to each of its peers take on their
-// channels alone: each operation on its own channels, and all of them on at most the
-// communicator's point-to-point channels together, at p2pChannelGBs a channel.
-func (m *model) p2pChannelUS(bytes int64, peers int) float64 {
-	op := m.p2pOpChannels(bytes)
-	if op == 0 || peers < 1 {
-		return 0
-	}
-	return float64(peers) * float64(bytes) / (1e3 * m.p2pChannelGBs() * float64(min(m.p2p.channels, peers*op)))
-}
-
-// p2pOpChannels is the channels one point-to-point operation of bytes is split over.
-func (m *model) p2pOpChannels(bytes int64) int {
-	if m.n < 2 {
-		return 0
-	}
-	if m.p2p == nil {
-		p := m.p2pPlan()
-		m.p2p = &p
-	}
-	return m.p2p.opChannels(bytes)
 }
 
 // log2i is floor(log2(n)), 0 for n < 2.

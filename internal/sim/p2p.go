@@ -30,6 +30,29 @@ func (m *model) p2pChannelGBs() float64 {
 	return p2pNetChannelGBs
 }
 
+// p2pChannelUS is the time a rank's operations of bytes to each of its peers take on their
+// channels alone: each operation on its own channels, and all of them on at most the
+// communicator's point-to-point channels together, at p2pChannelGBs a channel.
+func (m *model) p2pChannelUS(bytes int64, peers int) float64 {
+	op := m.p2pOpChannels(bytes)
+	if op == 0 || peers < 1 {
+		return 0
+	}
+	return float64(peers) * float64(bytes) / (1e3 * m.p2pChannelGBs() * float64(min(m.p2p.channels, peers*op)))
+}
+
+// p2pOpChannels is the channels one point-to-point operation of bytes is split over.
+func (m *model) p2pOpChannels(bytes int64) int {
+	if m.n < 2 {
+		return 0
+	}
+	if m.p2p == nil {
+		p := m.p2pPlan()
+		m.p2p = &p
+	}
+	return m.p2p.opChannels(bytes)
+}
+
 // NCCL's chunk sizes for point-to-point (init.cc: NCCL_P2P_NVL_CHUNKSIZE, NCCL_P2P_PCI_CHUNKSIZE,
 // NCCL_P2P_NET_CHUNKSIZE), and its channel limit (device.h MAXCHANNELS).
 const (

@@ -320,7 +320,7 @@ func (m *model) bandwidthOf(c collKind, a, p int, searchCap bool) float64 {
 				inter *= 2
 			}
 		} else if searchCap {
-			inter = math.Min(2*gr.bwIntra, nvlsMaxChannelGBs[m.arch])
+			inter = math.Min(2*gr.bwIntra, searchSpeedsIntra[m.arch][0]) // the search table's top speed
 		}
 		bw = math.Min(intra, inter)
 		if a == algoNVLSTree {
@@ -367,10 +367,6 @@ func (m *model) bandwidthOf(c collKind, a, p int, searchCap bool) float64 {
 	}
 	return bus * 0.5
 }
-
-// nvlsMaxChannelGBs is the largest entry of NCCL's intra-node search speed table per
-// architecture (searchSpeedsIntra): the ceiling of an NVLS channel's bwInter on one node.
-var nvlsMaxChannelGBs = [4]float64{searchSpeedsIntra[0][0], searchSpeedsIntra[1][0], searchSpeedsIntra[2][0], searchSpeedsIntra[3][0]}
 
 func (m *model) llMax() float64 {
 	if m.nodes == 1 {
