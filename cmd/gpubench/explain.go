@@ -241,7 +241,7 @@ func linkText(kind string) string {
 	case "memory":
 		return "GPU memory (one rank copies locally)"
 	case "channels":
-		return "NCCL's point-to-point channels (14 GB/s each)"
+		return "NCCL's point-to-point channels (each at what NCCL plans one to carry: half an NVLink inside a domain, 14 GB/s across)"
 	}
 	return "the NICs and the network (" + kind + ")"
 }
