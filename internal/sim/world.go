@@ -25,8 +25,10 @@ import (
 // sends each rank only its own outputs; each process then runs the call on timing-only stand-ins
 // for the other ranks' buffers and writes its rank's outputs. So a process holds its own rank's
 // data and no other's; the exchange's process holds one synchronization's inputs and outputs
-// while it serves it. Every call is thus also a meeting of all ranks, as an NCCL collective is:
-// a process that is gone is seen at once, and named.
+// while it serves it. Every call that moves data is thus also a meeting of all ranks, as an NCCL
+// collective is: a process that is gone is seen there, and named. Calls that move no data (timed
+// iterations, rows past the data cap) need no meeting, since every process knows every time:
+// they go to the exchange with the next meeting, which checks that every rank made them.
 
 var _ gpu.Joiner = (*Backend)(nil)
 
@@ -188,11 +190,12 @@ type joined struct {
 	conn     net.Conn
 	enc      *gob.Encoder
 	dec      *gob.Decoder
-	received int64     // bytes read from the exchange
-	broken   error     // the exchange failed; nothing more can run
-	pending  []*call   // enqueued, run at Synchronize
-	recorded *[]*call  // non-nil while capturing a graph
-	graphs   [][]*call // the launches queued in pending, by marker
+	received int64      // bytes read from the exchange
+	broken   error      // the exchange failed; nothing more can run
+	pending  []*call    // enqueued, run at Synchronize
+	deferred []wireCall // timing-only calls run since the last meeting, for the exchange to check
+	recorded *[]*call   // non-nil while capturing a graph
+	graphs   [][]*call  // the launches queued in pending, by marker
 }
 
 // call is one enqueued call: what the exchange gets of it, and how to run it once the exchange
@@ -254,18 +257,30 @@ func (j *joined) Synchronize(ctx context.Context) error {
 	calls := j.pending
 	j.pending = nil
 	var batch []*call
+	timingOnly := true
 	for _, c := range calls {
 		if c.local == nil {
 			batch = append(batch, c)
+			timingOnly = timingOnly && c.timingOnly()
 		}
 	}
-	outs, err := j.exchange(batch)
-	if err != nil {
-		if ctx.Err() != nil {
-			err = &gpu.HangError{Err: ctx.Err()}
+	var outs []wireOut
+	if timingOnly {
+		// Every process knows every time, so calls that move no data need not meet: they go
+		// to the exchange with the next calls that do, which checks that every rank made them.
+		for _, c := range batch {
+			j.deferred = append(j.deferred, c.wire)
 		}
-		j.broken = err
-		return err
+		outs = make([]wireOut, len(batch))
+	} else {
+		var err error
+		if outs, err = j.exchange(batch); err != nil {
+			if ctx.Err() != nil {
+				err = &gpu.HangError{Err: ctx.Err()}
+			}
+			j.broken = err
+			return err
+		}
 	}
 	for _, c := range calls {
 		if c.local != nil {
@@ -278,7 +293,7 @@ func (j *joined) Synchronize(ctx context.Context) error {
 			j.c.b.hostLaunch(j.c.host)
 		}
 		j.c.replaying = c.graph
-		err = c.run(out)
+		err := c.run(out)
 		j.c.replaying = false
 		if err != nil {
 			return err
@@ -287,15 +302,20 @@ func (j *joined) Synchronize(ctx context.Context) error {
 	return j.c.Synchronize(ctx)
 }
 
-// exchange sends this rank's parts of a batch of calls and returns its outputs, by call. An empty
-// batch sends nothing.
+// timingOnly reports whether c moves no data and needs nothing from the other ranks to be timed
+// (a send/receive group needs their operations).
+func (c *call) timingOnly() bool {
+	return c.wire.Coll != "sendrecv" && !slices.ContainsFunc(c.wire.Parts, func(p wirePart) bool { return p.HasData })
+}
+
+// exchange sends this rank's parts of a batch of calls, after the timing-only calls it deferred,
+// and returns its outputs, by call of the batch.
 func (j *joined) exchange(calls []*call) ([]wireOut, error) {
-	if len(calls) == 0 {
-		return nil, nil
-	}
-	b := wireBatch{Calls: make([]wireCall, len(calls))}
-	for i, c := range calls {
-		b.Calls[i] = c.wire
+	ran := len(j.deferred)
+	b := wireBatch{Calls: j.deferred}
+	j.deferred = nil
+	for _, c := range calls {
+		b.Calls = append(b.Calls, c.wire)
 	}
 	what := calls[0].wire.String()
 	if len(calls) > 1 {
@@ -311,10 +331,10 @@ func (j *joined) exchange(calls []*call) ([]wireOut, error) {
 	if r.Err != "" {
 		return nil, errors.New(r.Err)
 	}
-	if len(r.Out) != len(calls) {
-		return nil, fmt.Errorf("sim: rank %d sent %d calls to the exchange and got %d back", j.rank, len(calls), len(r.Out))
+	if len(r.Out) != len(b.Calls) {
+		return nil, fmt.Errorf("sim: rank %d sent %d calls to the exchange and got %d back", j.rank, len(b.Calls), len(r.Out))
 	}
-	return r.Out, nil
+	return r.Out[ran:], nil
 }
 
 // Mark records, in order with the queued calls, when this rank's stream ends its work.

@@ -247,3 +247,58 @@ func TestJoinCommNamesRankZeroLeaving(t *testing.T) {
 		t.Errorf("rank 0: %v; rank 1: %v; want rank 1 told that rank 0 left", errs[0], errs[1])
 	}
 }
+
+// Calls that move no data do not meet at the exchange (every process knows every time), but the
+// exchange still sees them with the next call that does: a rank that made one timing-only call
+// more than the others is named there.
+func TestJoinCommDefersTimingOnlyCalls(t *testing.T) {
+	devs := []int{0, 8}
+	const n = 1 << 10
+	hub := backed(t)
+	defer hub.Close()
+	id, err := hub.NewUniqueID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := make([]int64, len(devs))
+	errs := make([]error, len(devs))
+	var wg sync.WaitGroup
+	for rank, dev := range devs {
+		wg.Go(func() {
+			b := backed(t)
+			defer b.Close()
+			c, err := b.JoinComm(context.Background(), id, len(devs), rank, dev)
+			if err != nil {
+				errs[rank] = err
+				return
+			}
+			defer c.Close()
+			bufs := make([]gpu.Buffer, len(devs))
+			bufs[rank] = rankInput(b, dev, rank, n)
+			before := sim.Received(c)
+			c.(gpu.DataSkipper).SkipData(true)
+			for range 3 + rank { // rank 1 makes one call more
+				if err := c.AllReduce(bufs, bufs, n, gpu.Float, gpu.Sum); err != nil {
+					errs[rank] = err
+					return
+				}
+				if err := c.Synchronize(context.Background()); err != nil {
+					errs[rank] = err
+					return
+				}
+			}
+			read[rank] = sim.Received(c) - before
+			c.(gpu.DataSkipper).SkipData(false)
+			_, _, errs[rank] = reduceJoined(b, c, devs, rank, n)
+		})
+	}
+	wg.Wait()
+	for rank := range devs {
+		if read[rank] != 0 {
+			t.Errorf("rank %d read %d bytes from the exchange for timing-only calls", rank, read[rank])
+		}
+		if errs[rank] == nil || !strings.Contains(errs[rank].Error(), "rank 1 made 5 calls before synchronizing, rank 0 made 4") {
+			t.Errorf("rank %d: %v; want the extra timing-only call named", rank, errs[rank])
+		}
+	}
+}
