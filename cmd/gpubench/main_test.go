@@ -168,6 +168,8 @@ func TestBadInput(t *testing.T) {
 		{[]string{"allreduce", "-g", "0"}, "invalid -g 0"},
 		{[]string{"allreduce", "-g", "9"}, "only 8 GPUs"},
 		{[]string{"allreduce", "--topology", "nosuch"}, "unknown topology"},
+		{[]string{"allreduce", "--nodes", "0"}, "--nodes 0: use 1 to 2048 nodes"},
+		{[]string{"allreduce", "--nodes", "-1"}, "--nodes -1: use 1 to 2048 nodes"},
 		{[]string{"allreduce", "--topology", malformed}, "not a gpubench topology file"},
 		{[]string{"allreduce", "--topology", noGPU}, "has no GPUs"},
 		{[]string{"allreduce", "--topology", filepath.Join(dir, "missing.json")}, "cannot read topology file"},

@@ -27,7 +27,8 @@ import (
 type globals struct {
 	backend  string
 	topology string
-	nodes    int // --nodes: the topology's first node this many times (0: as the file says)
+	nodes    int // --nodes: the topology's first node this many times (not given: as the file says)
+	nodesSet func() bool
 	output   string
 	seed     uint64
 	dataCap  string
@@ -65,6 +66,7 @@ func newRootCmd(e *env) *cobra.Command {
 	pf.StringVar(&g.ncclLib, "nccl-lib", "", "path of libnccl to load (default: $GPUBENCH_NCCL, then libnccl.so.2 and the usual folders)")
 	pf.StringVar(&g.topology, "topology", "dgx-h100", "simulated machine: a preset ("+strings.Join(sim.Presets(), ", ")+") or a topology file")
 	pf.IntVar(&g.nodes, "nodes", 0, "simulated machine: this many of the topology's first node, on its network (a cluster of 1,024 DGX H100: --topology dgx-h100 --nodes 1024)")
+	g.nodesSet = func() bool { return pf.Changed("nodes") }
 	pf.StringVar(&g.output, "output", "table", "output format: "+strings.Join(report.Formats, ", ")+" (topo: table, json, dot)")
 	pf.Uint64Var(&g.seed, "seed", 0, "seed for the input data and the simulator's jitter")
 	pf.StringVar(&g.dataCap, "sim-data-cap", coll.FormatSize(sim.DefaultDataCap), "simulator: device memory backed by host memory; larger runs are timing-only")
@@ -128,7 +130,7 @@ func (g *globals) loadTopology() (*gpu.Topology, error) {
 	if err != nil {
 		return nil, usageErr("invalid --topology: %v", err)
 	}
-	if g.nodes == 0 {
+	if g.nodes == 0 && (g.nodesSet == nil || !g.nodesSet()) {
 		return t, nil
 	}
 	if t, err = t.WithNodes(g.nodes); err != nil {
