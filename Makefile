@@ -63,6 +63,7 @@ fuzz:
 	$(GO) test ./internal/gpu -run '^$$' -fuzz '^FuzzParseTopology$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
 	$(GO) test ./internal/sim -run '^$$' -fuzz '^FuzzParseFault$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
 	$(GO) test ./internal/sim -run '^$$' -fuzz '^FuzzParseNCCLList$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
+	$(GO) test ./internal/sim -run '^$$' -fuzz '^FuzzSimulate$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
 	$(GO) test ./internal/p2p -run '^$$' -fuzz '^FuzzParsePairs$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
 	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzParseVisibleDevices$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
 	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzParseBusID$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)

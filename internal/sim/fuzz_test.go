@@ -1,0 +1,91 @@
+package sim
+
+import (
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/gpubench/gpubench/internal/gpu"
+)
+
+// FuzzSimulate checks that any topology the parser accepts can be simulated: every collective,
+// a send/receive ring and the explanation of each run on its first GPUs (at most 64, so that one
+// input stays quick), end within a second of the host's time, and take a finite, non-negative
+// simulated time. Seeds: every preset and the accuracy table's topology files.
+func FuzzSimulate(f *testing.F) {
+	files, _ := filepath.Glob("presets/*.json")
+	more, _ := filepath.Glob("../../accuracy/topologies/*.json")
+	if len(files) == 0 || len(more) == 0 {
+		f.Fatalf("no seeds: %d presets, %d accuracy topologies", len(files), len(more))
+	}
+	for _, file := range append(files, more...) {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data, int64(1<<20))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, size int64) {
+		topo, err := gpu.ParseTopology(data)
+		if err != nil {
+			return
+		}
+		b, err := New(topo, Options{DataCap: 0})
+		if err != nil {
+			return // a topology the simulator refuses, with its reason
+		}
+		devs := ranks(min(topo.NumGPUs(), 64))
+		c, err := b.NewComm(devs)
+		if err != nil {
+			t.Fatalf("NewComm over %d GPUs of an accepted topology: %v", len(devs), err)
+		}
+		count := max(min(size, 1<<40)/4, 1)
+		n := len(devs)
+		buf := func(floats int64) []gpu.Buffer {
+			bufs := make([]gpu.Buffer, n)
+			for r, d := range devs {
+				if bufs[r], err = b.Alloc(d, 4*floats); err != nil {
+					return nil // more than the GPU's memory, refused
+				}
+			}
+			return bufs
+		}
+		one, all := buf(count), buf(count*int64(n))
+		if one == nil || all == nil {
+			return
+		}
+		var ops []gpu.P2POp
+		for r := range n {
+			ops = append(ops, gpu.P2POp{Rank: r, Peer: (r + 1) % n, Send: true, Buf: one[r]}, gpu.P2POp{Rank: r, Peer: (r + n - 1) % n, Buf: one[r]})
+		}
+		calls := map[string]func() error{
+			"allreduce":     func() error { return c.AllReduce(one, one, count, gpu.Float, gpu.Sum) },
+			"allgather":     func() error { return c.AllGather(one, all, count, gpu.Float) },
+			"reducescatter": func() error { return c.ReduceScatter(all, one, count, gpu.Float, gpu.Sum) },
+			"broadcast":     func() error { return c.Broadcast(one, one, count, gpu.Float, n-1) },
+			"reduce":        func() error { return c.Reduce(one, one, count, gpu.Float, gpu.Sum, 0) },
+			"alltoall":      func() error { return c.AllToAll(all, all, count, gpu.Float) },
+			"sendrecv":      func() error { return c.SendRecv(ops, count, gpu.Float) },
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		for name, call := range calls {
+			if e, ok := c.(gpu.Explainer); ok {
+				e.Explain(name, 4*count)
+			}
+			start := b.hostUS
+			if err := call(); err != nil {
+				t.Fatalf("%s of %d bytes on %d GPUs: %v", name, 4*count, n, err)
+			}
+			if err := c.Synchronize(ctx); err != nil {
+				t.Fatalf("%s of %d bytes on %d GPUs: %v", name, 4*count, n, err)
+			}
+			if us := b.hostUS - start; math.IsNaN(us) || math.IsInf(us, 0) || us < 0 {
+				t.Fatalf("%s of %d bytes on %d GPUs took %v µs", name, 4*count, n, us)
+			}
+		}
+	})
+}
