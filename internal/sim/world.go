@@ -792,7 +792,7 @@ func mismatch(first, b wireBatch, rank int) string {
 		}
 	}
 	if len(b.Calls) != len(first.Calls) {
-		return fmt.Sprintf("sim: rank %d made %d calls before synchronizing, rank 0 made %d", rank, len(b.Calls), len(first.Calls))
+		return fmt.Sprintf("sim: rank %d made %d calls since the ranks last met at the exchange, rank 0 made %d", rank, len(b.Calls), len(first.Calls))
 	}
 	return ""
 }

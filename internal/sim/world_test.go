@@ -297,7 +297,7 @@ func TestJoinCommDefersTimingOnlyCalls(t *testing.T) {
 		if read[rank] != 0 {
 			t.Errorf("rank %d read %d bytes from the exchange for timing-only calls", rank, read[rank])
 		}
-		if errs[rank] == nil || !strings.Contains(errs[rank].Error(), "rank 1 made 5 calls before synchronizing, rank 0 made 4") {
+		if errs[rank] == nil || !strings.Contains(errs[rank].Error(), "rank 1 made 5 calls since the ranks last met at the exchange, rank 0 made 4") {
 			t.Errorf("rank %d: %v; want the extra timing-only call named", rank, errs[rank])
 		}
 	}
