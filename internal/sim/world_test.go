@@ -27,32 +27,15 @@ func TestJoinCommOnAnyDevices(t *testing.T) {
 
 	hub := faulty(t, nil)
 	defer hub.Close()
-	id, err := hub.NewUniqueID()
-	if err != nil {
-		t.Fatal(err)
-	}
 	times := make([]float64, len(devs))
-	errs := make([]error, len(devs))
-	var wg sync.WaitGroup
-	for rank, dev := range devs {
-		wg.Go(func() {
-			b := backed(t)
-			defer b.Close()
-			c, err := b.JoinComm(context.Background(), id, len(devs), rank, dev)
-			if err != nil {
-				errs[rank] = err
-				return
-			}
-			defer c.Close()
-			out, us, err := reduceJoined(b, c, devs, rank, n)
-			times[rank] = us
-			if got := math.Float32frombits(binary.LittleEndian.Uint32(out[4*(n-1):])); err == nil && got != 6 {
-				t.Errorf("rank %d on GPU %d: sum %v, want 6", rank, dev, got)
-			}
-			errs[rank] = err
-		})
-	}
-	wg.Wait()
+	errs := joinEach(t, hub, devs, nil, func(rank int, b *sim.Backend, c gpu.Comm) error {
+		out, us, err := reduceJoined(b, c, devs, rank, n)
+		times[rank] = us
+		if got := math.Float32frombits(binary.LittleEndian.Uint32(out[4*(n-1):])); err == nil && got != 6 {
+			t.Errorf("rank %d on GPU %d: sum %v, want 6", rank, devs[rank], got)
+		}
+		return err
+	})
 	for rank, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", rank, err)
@@ -94,36 +77,19 @@ func TestJoinCommSendsEachRankItsOwn(t *testing.T) {
 	faults := []sim.Fault{{Kind: "corrupt", Device: 8}}
 	hub := backed(t)
 	defer hub.Close()
-	id, err := hub.NewUniqueID()
-	if err != nil {
-		t.Fatal(err)
-	}
 	read := make([]int64, len(devs))
 	wrong := make([]int, len(devs))
-	errs := make([]error, len(devs))
-	var wg sync.WaitGroup
-	for rank, dev := range devs {
-		wg.Go(func() {
-			b := backed(t, faults...)
-			defer b.Close()
-			c, err := b.JoinComm(context.Background(), id, len(devs), rank, dev)
-			if err != nil {
-				errs[rank] = err
-				return
+	errs := joinEach(t, hub, devs, faults, func(rank int, b *sim.Backend, c gpu.Comm) error {
+		before := sim.Received(c)
+		out, _, err := reduceJoined(b, c, devs, rank, n)
+		read[rank] = sim.Received(c) - before
+		for i := range n {
+			if math.Float32frombits(binary.LittleEndian.Uint32(out[4*i:])) != 10 {
+				wrong[rank]++
 			}
-			defer c.Close()
-			before := sim.Received(c)
-			out, _, err := reduceJoined(b, c, devs, rank, n)
-			read[rank] = sim.Received(c) - before
-			for i := range n {
-				if math.Float32frombits(binary.LittleEndian.Uint32(out[4*i:])) != 10 {
-					wrong[rank]++
-				}
-			}
-			errs[rank] = err
-		})
-	}
-	wg.Wait()
+		}
+		return err
+	})
 	for rank, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", rank, err)
@@ -139,6 +105,33 @@ func TestJoinCommSendsEachRankItsOwn(t *testing.T) {
 			t.Errorf("rank %d on GPU %d: %d wrong elements, want %d", rank, devs[rank], wrong[rank], want)
 		}
 	}
+}
+
+// joinEach joins a communicator whose exchange hub serves, as ranks on devs, each in its own
+// backend (backed, with faults) as each would be in its own process, runs body on every rank at
+// once, and returns each rank's error.
+func joinEach(t *testing.T, hub *sim.Backend, devs []int, faults []sim.Fault, body func(rank int, b *sim.Backend, c gpu.Comm) error) []error {
+	id, err := hub.NewUniqueID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, len(devs))
+	var wg sync.WaitGroup
+	for rank, dev := range devs {
+		wg.Go(func() {
+			b := backed(t, faults...)
+			defer b.Close()
+			c, err := b.JoinComm(context.Background(), id, len(devs), rank, dev)
+			if err != nil {
+				errs[rank] = err
+				return
+			}
+			defer c.Close()
+			errs[rank] = body(rank, b, c)
+		})
+	}
+	wg.Wait()
+	return errs
 }
 
 // rankInput is n floats on device dev, each rank+1: an all-reduce of ranks 0..k-1 sums to
@@ -216,33 +209,20 @@ func allReduceTime(t *testing.T, b gpu.Backend, devs []int, n int64) float64 {
 func TestJoinCommNamesRankZeroLeaving(t *testing.T) {
 	hub := backed(t)
 	defer hub.Close()
-	id, err := hub.NewUniqueID()
-	if err != nil {
-		t.Fatal(err)
-	}
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for rank := range 2 {
-		wg.Go(func() {
-			b := backed(t)
-			defer b.Close()
-			c, err := b.JoinComm(context.Background(), id, 2, rank, 8*rank)
-			if err != nil {
-				errs[rank] = err
-				return
+	errs := joinEach(t, hub, []int{0, 8}, nil, func(rank int, b *sim.Backend, c gpu.Comm) error {
+		buf, _ := b.Alloc(8*rank, 1<<10)
+		bufs := make([]gpu.Buffer, 2)
+		bufs[rank] = buf
+		for range 1 + rank { // rank 1 calls once more than rank 0
+			if err := c.AllReduce(bufs, bufs, 256, gpu.Float, gpu.Sum); err != nil {
+				return err
 			}
-			defer c.Close()
-			buf, _ := b.Alloc(8*rank, 1<<10)
-			bufs := make([]gpu.Buffer, 2)
-			bufs[rank] = buf
-			for range 1 + rank { // rank 1 calls once more than rank 0
-				if errs[rank] = c.AllReduce(bufs, bufs, 256, gpu.Float, gpu.Sum); errs[rank] == nil {
-					errs[rank] = c.Synchronize(context.Background())
-				}
+			if err := c.Synchronize(context.Background()); err != nil {
+				return err
 			}
-		})
-	}
-	wg.Wait()
+		}
+		return nil
+	})
 	if errs[0] != nil || errs[1] == nil || !strings.Contains(errs[1].Error(), "rank 0 left the communicator") {
 		t.Errorf("rank 0: %v; rank 1: %v; want rank 1 told that rank 0 left", errs[0], errs[1])
 	}
@@ -256,43 +236,25 @@ func TestJoinCommDefersTimingOnlyCalls(t *testing.T) {
 	const n = 1 << 10
 	hub := backed(t)
 	defer hub.Close()
-	id, err := hub.NewUniqueID()
-	if err != nil {
-		t.Fatal(err)
-	}
 	read := make([]int64, len(devs))
-	errs := make([]error, len(devs))
-	var wg sync.WaitGroup
-	for rank, dev := range devs {
-		wg.Go(func() {
-			b := backed(t)
-			defer b.Close()
-			c, err := b.JoinComm(context.Background(), id, len(devs), rank, dev)
-			if err != nil {
-				errs[rank] = err
-				return
+	errs := joinEach(t, hub, devs, nil, func(rank int, b *sim.Backend, c gpu.Comm) error {
+		bufs := make([]gpu.Buffer, len(devs))
+		bufs[rank] = rankInput(b, devs[rank], rank, n)
+		before := sim.Received(c)
+		c.(gpu.DataSkipper).SkipData(true)
+		for range 3 + rank { // rank 1 makes one call more
+			if err := c.AllReduce(bufs, bufs, n, gpu.Float, gpu.Sum); err != nil {
+				return err
 			}
-			defer c.Close()
-			bufs := make([]gpu.Buffer, len(devs))
-			bufs[rank] = rankInput(b, dev, rank, n)
-			before := sim.Received(c)
-			c.(gpu.DataSkipper).SkipData(true)
-			for range 3 + rank { // rank 1 makes one call more
-				if err := c.AllReduce(bufs, bufs, n, gpu.Float, gpu.Sum); err != nil {
-					errs[rank] = err
-					return
-				}
-				if err := c.Synchronize(context.Background()); err != nil {
-					errs[rank] = err
-					return
-				}
+			if err := c.Synchronize(context.Background()); err != nil {
+				return err
 			}
-			read[rank] = sim.Received(c) - before
-			c.(gpu.DataSkipper).SkipData(false)
-			_, _, errs[rank] = reduceJoined(b, c, devs, rank, n)
-		})
-	}
-	wg.Wait()
+		}
+		read[rank] = sim.Received(c) - before
+		c.(gpu.DataSkipper).SkipData(false)
+		_, _, err := reduceJoined(b, c, devs, rank, n)
+		return err
+	})
 	for rank := range devs {
 		if read[rank] != 0 {
 			t.Errorf("rank %d read %d bytes from the exchange for timing-only calls", rank, read[rank])
