@@ -12,6 +12,10 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commitID=$(COMMIT) -extldflags=-Wl
 # deadline exceeded" when a -fuzztime duration ends while a starved worker is mid-call
 # (go.dev/issue/75804, fixed in Go 1.27); a count has no deadline to race.
 FUZZTIME ?= 30000x
+# Shrinking each input that finds new code takes up to 60 s by default: on a fresh machine, whose
+# fuzz cache is empty, FuzzSimulate (whose every input runs the simulator) spent a minute there.
+# A count bounds it the same way FUZZTIME bounds the run.
+FUZZMIN ?= 200x
 # go-nvml's cgo wraps every NVML function, some of which NVML marks deprecated: gcc's warnings
 # about them say nothing about gpubench, and a new user reads them as a failed build.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
@@ -59,24 +63,24 @@ standin-check:
 
 # A short run of every fuzz target (go test fuzzes one package and one target at a time).
 fuzz:
-	$(GO) test ./internal/coll -run '^$$' -fuzz '^FuzzParseSizes$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
-	$(GO) test ./internal/gpu -run '^$$' -fuzz '^FuzzParseTopology$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
-	$(GO) test ./internal/sim -run '^$$' -fuzz '^FuzzParseFault$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
-	$(GO) test ./internal/sim -run '^$$' -fuzz '^FuzzParseNCCLList$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
-	$(GO) test ./internal/sim -run '^$$' -fuzz '^FuzzSimulate$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
-	$(GO) test ./internal/p2p -run '^$$' -fuzz '^FuzzParsePairs$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
-	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzParseVisibleDevices$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
-	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzParseBusID$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
-	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzSysfsValues$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
-	$(GO) test ./internal/diag -run '^$$' -fuzz '^FuzzParsers$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
-	$(GO) test ./internal/diag -run '^$$' -fuzz '^FuzzParseACSControl$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
-	$(GO) test ./internal/results -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
-	$(GO) test ./internal/results -run '^$$' -fuzz '^FuzzParseThreshold$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
-	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzGreet$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
-	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzFirstHost$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
-	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzAddressFlag$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
-	$(GO) test ./internal/plan -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
-	$(GO) test ./internal/plan -run '^$$' -fuzz '^FuzzSetup$$' -fuzztime $(FUZZTIME) -timeout $(TIMEOUT)
+	$(GO) test ./internal/coll -run '^$$' -fuzz '^FuzzParseSizes$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/gpu -run '^$$' -fuzz '^FuzzParseTopology$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/sim -run '^$$' -fuzz '^FuzzParseFault$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/sim -run '^$$' -fuzz '^FuzzParseNCCLList$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/sim -run '^$$' -fuzz '^FuzzSimulate$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/p2p -run '^$$' -fuzz '^FuzzParsePairs$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzParseVisibleDevices$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzParseBusID$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzSysfsValues$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/diag -run '^$$' -fuzz '^FuzzParsers$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/diag -run '^$$' -fuzz '^FuzzParseACSControl$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/results -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/results -run '^$$' -fuzz '^FuzzParseThreshold$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzGreet$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzFirstHost$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzAddressFlag$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/plan -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/plan -run '^$$' -fuzz '^FuzzSetup$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 
 # CPU seconds and peak memory of simulated 8B:8GB all-reduce and all-to-all sweeps at 8 to 8,192
 # GPUs, loading 1,024 nodes, a rendezvous of 1,024 ranks, and 16 one-rank processes against one
