@@ -313,7 +313,7 @@ func (t *Topology) checkHeader() error {
 	case len(t.Nodes) > 1 && t.Network == nil:
 		return fmt.Errorf("topology %s has %d nodes but no network", t.Name, len(t.Nodes))
 	case t.Network != nil && !netKinds[t.Network.Kind]:
-		return fmt.Errorf("network kind %q; want infiniband or ethernet", t.Network.Kind)
+		return fmt.Errorf("network kind %q; want infiniband, roce, efa or ethernet", t.Network.Kind)
 	case t.Network != nil && (t.Network.LatencyUS < 0 || t.Network.LatencyUS > 1e6):
 		return fmt.Errorf("network latency_us %v is out of range", t.Network.LatencyUS)
 	case t.Network != nil:
@@ -384,7 +384,7 @@ func (t *Topology) addParts(ni int) error {
 			return err
 		}
 		if !netKinds[c.Kind] {
-			return fmt.Errorf("node %s nic %s: kind %q; want infiniband or ethernet", n.Hostname, c.ID, c.Kind)
+			return fmt.Errorf("node %s nic %s: kind %q; want infiniband, roce, efa or ethernet", n.Hostname, c.ID, c.Kind)
 		}
 		if !(c.Gbps >= 8*MinGBs && c.Gbps < 1e6) {
 			return fmt.Errorf("node %s nic %s: gbps %v is out of range [%g, 1e6)", n.Hostname, c.ID, c.Gbps, 8*MinGBs)

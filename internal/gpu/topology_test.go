@@ -517,6 +517,7 @@ func TestValidateRejects(t *testing.T) {
 		{"missing hostname", func(t *gpu.Topology) { t.Nodes[0].Hostname = "" }, `node 0: hostname "" is missing`},
 		{"malformed hostname", func(t *gpu.Topology) { t.Nodes[0].Hostname = "a b" }, `hostname "a b" is missing, malformed`},
 		{"network latency out of range", func(t *gpu.Topology) { t.Network = &gpu.Network{Kind: "infiniband", LatencyUS: -1} }, "network latency_us -1 is out of range"},
+		{"unknown network kind", func(t *gpu.Topology) { t.Network = &gpu.Network{Kind: "slingshot"} }, `network kind "slingshot"; want infiniband, roce, efa or ethernet`},
 		{"node without GPUs", func(t *gpu.Topology) { t.Nodes[0].GPUs = nil }, "node host0 has no GPUs"},
 		{"duplicate id", func(t *gpu.Topology) { t.Nodes[0].GPUs[1].ID = "gpu0" }, `node host0: id "gpu0" used twice`},
 		{"duplicate id across kinds", func(t *gpu.Topology) { t.Nodes[0].Switches[0].ID = "cpu0" }, `node host0: id "cpu0" used twice`},
