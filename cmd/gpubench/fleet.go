@@ -254,7 +254,7 @@ func writeFleet(w io.Writer, format string, rep *fleet.Report) error {
 		}
 		return nil
 	case "table":
-		fmt.Fprintf(w, "# gpubench fleet: %d nodes; %d tests in %d rounds; floor %.0f%% of expected\n", len(rep.Nodes), rep.Tests, rep.Rounds, 100*rep.Floor)
+		fmt.Fprintf(w, "# gpubench fleet: %d node%s; %d test%s in %d round%s; floor %.0f%% of expected\n", len(rep.Nodes), plural(len(rep.Nodes)), rep.Tests, plural(rep.Tests), rep.Rounds, plural(rep.Rounds), 100*rep.Floor)
 		fmt.Fprintf(w, "%-20s  %-10s  %10s  %10s  %10s  %s\n", "host", "status", "allreduce", "alltoall", "p2p", "why")
 		for _, n := range rep.Nodes {
 			fmt.Fprintf(w, "%-20s  %-10s  %10s  %10s  %10s  %s\n", n.Host, n.Status, pct(n.AllReduce), pct(n.AllToAll), pct(n.P2P), n.Why)
