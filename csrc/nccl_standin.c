@@ -30,6 +30,8 @@
  *                                  unique id waits for the other ranks, which other threads
  *                                  initialize, before it fails with ncclSystemError (read at each
  *                                  such init)
+ *   GPUBENCH_STANDIN_NCCL_TRACE    a file's path: append a line for each ncclGroupStart, ncclGroupEnd,
+ *                                  collective, send and recv called (read at the first call)
  *   NCCL_DEBUG                     WARN, INFO or TRACE: print each failure on stderr
  *
  * Plain C11 + POSIX threads + dlopen; no CUDA or NCCL header is used: every type is declared below.
@@ -150,6 +152,7 @@ static size_t (*rt_pointer_range)(const void *);
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_loaded, g_debug;
+static FILE *g_trace; /* GPUBENCH_STANDIN_NCCL_TRACE, line-buffered */
 static char g_load_err[512], g_cudart[256];
 static int g_version = 23007, g_vnorm = 23007; /* as reported; as major*10000 + minor*100 + patch */
 
@@ -207,6 +210,11 @@ static void load(void) {
     long long v;
     const char *dbg = getenv("NCCL_DEBUG");
     g_debug = dbg && (!strcasecmp(dbg, "WARN") || !strcasecmp(dbg, "INFO") || !strcasecmp(dbg, "TRACE"));
+    const char *tr = getenv("GPUBENCH_STANDIN_NCCL_TRACE");
+    if (tr && *tr) {
+        if ((g_trace = fopen(tr, "a")) != NULL) setvbuf(g_trace, NULL, _IOLBF, 0);
+        else fprintf(stderr, "nccl_standin: ignoring GPUBENCH_STANDIN_NCCL_TRACE=%s: cannot open it\n", tr);
+    }
     if (env_int("GPUBENCH_STANDIN_NCCL_VERSION", &v, 1, 999999)) g_version = (int)v;
     g_vnorm = norm_version(g_version);
     const char *path = getenv("GPUBENCH_STANDIN_CUDART");
@@ -945,9 +953,15 @@ static ncclResult_t flush_group(void) {
     return err;
 }
 
+/* Appends a line to the trace file, when there is one. */
+static void trace(const char *what) {
+    if (g_trace) fprintf(g_trace, "%s\n", what);
+}
+
 ncclResult_t ncclGroupStart(void) {
     ncclResult_t e = ready();
     if (e) return e;
+    trace("ncclGroupStart");
     t_depth++;
     return ncclSuccess;
 }
@@ -955,6 +969,7 @@ ncclResult_t ncclGroupStart(void) {
 ncclResult_t ncclGroupEnd(void) {
     ncclResult_t e = ready();
     if (e) return e;
+    trace("ncclGroupEnd");
     if (t_depth == 0) return fail(ncclInvalidUsage, "ncclGroupEnd: not in a group call.");
     return --t_depth > 0 ? ncclSuccess : flush_group();
 }
@@ -1025,7 +1040,8 @@ static ncclResult_t issue_checks(struct part *p, ncclComm_t comm, cudaStream_t s
 
 /* Checks an operation, then queues it: at once outside a group, at the outermost ncclGroupEnd in one. */
 static ncclResult_t issue(struct part p, ncclComm_t comm, cudaStream_t stream) {
-    ncclResult_t e = issue_checks(&p, comm, stream);
+    ncclResult_t e = issue_checks(&p, comm, stream); /* loads the library first */
+    trace(kind_name[p.kind]);
     if (!e) e = record(comm, stream, &p);
     if (e || t_depth > 0) return in_group(e);
     return flush_group();

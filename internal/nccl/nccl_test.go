@@ -5,6 +5,8 @@ package nccl_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -30,6 +32,8 @@ func TestVersionString(t *testing.T) {
 func TestBindingAgainstStandins(t *testing.T) {
 	t.Setenv("GPUBENCH_STANDIN_DEVICES", "3")
 	t.Setenv("GPUBENCH_STANDIN_MEMORY", "8589934592")
+	trace := filepath.Join(t.TempDir(), "trace")
+	t.Setenv("GPUBENCH_STANDIN_NCCL_TRACE", trace)
 	rt, lib := cudatest.StandinNCCL(t)
 	cb, err := cuda.Open(rt)
 	if err != nil {
@@ -78,6 +82,41 @@ func TestBindingAgainstStandins(t *testing.T) {
 			Ops: []gpu.RedOp{gpu.Sum}, Iters: 2, Check: 1, Average: 1, Graph: 2})
 		if err == nil || !strings.Contains(err.Error(), "graph mode (-G) needs CUDA graphs") {
 			t.Errorf("graph mode on a runtime without graphs: %v; want a clear refusal", err)
+		}
+	})
+	// As nccl-tests calls NCCL: a thread that drives one GPU makes its collective alone, one that
+	// drives several opens a group around them.
+	t.Run("a group only around several GPUs' calls", func(t *testing.T) {
+		for _, gpus := range []int{1, 2} {
+			if err := os.Truncate(trace, 0); err != nil {
+				t.Fatal(err)
+			}
+			w, _ := coll.ParseSizes("1K")
+			if _, err := coll.Run(context.Background(), b, coll.Options{Coll: coll.AllReduce, Sweep: w, DTypes: []gpu.DType{gpu.Float},
+				Ops: []gpu.RedOp{gpu.Sum}, Iters: 2, Check: 1, Average: 1, NGPUs: gpus, Timeout: time.Minute}); err != nil {
+				t.Fatal(err)
+			}
+			data, err := os.ReadFile(trace)
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls, grouped, depth := 0, 0, 0
+			for l := range strings.Lines(string(data)) {
+				switch strings.TrimSpace(l) {
+				case "ncclGroupStart":
+					depth++
+				case "ncclGroupEnd":
+					depth--
+				case "ncclAllReduce":
+					calls++
+					if depth > 0 {
+						grouped++
+					}
+				}
+			}
+			if want := map[int]int{1: 0, 2: calls}[gpus]; calls == 0 || grouped != want {
+				t.Errorf("%d GPUs on one thread: %d of %d all-reduce calls in a group; want %d", gpus, grouped, calls, want)
+			}
 		}
 	})
 	t.Run("one rank per thread, as one per process", func(t *testing.T) {

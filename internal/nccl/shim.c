@@ -172,14 +172,11 @@ const char *gn_last_error(void) { return N.loaded && N.ncclGetLastError ? N.nccl
     }                                                                                              \
   } while (0)
 
-// group_end closes a group; on non-blocking communicators it waits until they leave
-// ncclInProgress.
 static int abort_all(int n, void **comms);
 
-static int group_end(int n, void **comms) {
-  int rc = N.ncclGroupEnd();
-  if (rc != ncclInProgress) return rc;
-  // Only when NCCL_COMM_BLOCKING=0 makes the communicators non-blocking behind gpubench's back.
+// settle waits until non-blocking communicators leave ncclInProgress: only when
+// NCCL_COMM_BLOCKING=0 makes them non-blocking behind gpubench's back.
+static int settle(int n, void **comms) {
   for (int i = 0; i < n; i++) {
     if (!comms[i]) continue;
     ncclResult_t state = ncclInProgress;
@@ -191,6 +188,12 @@ static int group_end(int n, void **comms) {
     if (state) return state;
   }
   return 0;
+}
+
+// group_end closes a group; on non-blocking communicators it waits until they settle.
+static int group_end(int n, void **comms) {
+  int rc = N.ncclGroupEnd();
+  return rc == ncclInProgress ? settle(n, comms) : rc;
 }
 
 // config is the communicators' configuration: blocking, and from 2.28 nvlinkCentricSched.
@@ -312,7 +315,9 @@ int gn_collective(int kind, int n, void **comms, void **streams, void **send, vo
                   int dtype, int op, int root) {
   if (!N.loaded) return GN_ERR_NOT_LOADED;
   if (kind == GN_ALLTOALL && !gn_has(GN_HAS_ALLTOALL)) return GN_ERR_NO_SYMBOL;
-  int rc = N.ncclGroupStart();
+  // As nccl-tests: a group only when this thread drives several GPUs; one call needs none.
+  int grouped = n > 1;
+  int rc = grouped ? N.ncclGroupStart() : 0;
   for (int i = 0; i < n && !rc; i++) {
     switch (kind) {
     case GN_ALLREDUCE: rc = N.ncclAllReduce(send[i], recv[i], count, dtype, op, comms[i], streams[i]); break;
@@ -322,8 +327,9 @@ int gn_collective(int kind, int n, void **comms, void **streams, void **send, vo
     case GN_REDUCE: rc = N.ncclReduce(send[i], recv[i], count, dtype, op, root, comms[i], streams[i]); break;
     case GN_ALLTOALL: rc = N.ncclAlltoAll(send[i], recv[i], count, dtype, comms[i], streams[i]); break;
     }
-    if (rc == ncclInProgress) rc = 0;
+    if (rc == ncclInProgress) rc = grouped ? 0 : settle(n, comms);
   }
+  if (!grouped) return rc;
   int end = group_end(n, comms);
   return rc ? rc : end;
 }
