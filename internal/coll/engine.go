@@ -292,7 +292,7 @@ func Run(ctx context.Context, b gpu.Backend, opt Options) (*Summary, error) {
 	if opt.OnStart != nil {
 		opt.OnStart(s)
 	}
-	r := &runner{b: b, comm: comm, opt: opt, n: len(devs), local: local, devs: devs, ctx: ctx}
+	r := &runner{b: b, comm: comm, opt: opt, n: len(devs), local: local, devs: devs, ctx: ctx, largest: s.Sweep.Max}
 	for cycle := 0; cycle < max(opt.Cycles, 1) || opt.Cycles < 0; cycle++ {
 		for _, a := range r.args() {
 			if err := r.warmup(s.Sweep, a); err != nil {
@@ -487,7 +487,10 @@ type runner struct {
 	local []int        // the ranks this process drives
 	devs  []gpu.Device // every rank's device
 	ctx   context.Context
-	in    *Row // the row's inputs, made as the process's ranks need them
+	// largest is the sweep's largest size once clamped to the devices' memory (nccl-tests'
+	// maxbytes), which the timed iterations' places fit in (turns).
+	largest int64
+	in      *Row // the row's inputs, made as the process's ranks need them
 	// busSum and cells make the mean busbw over every measured cell, nccl-tests' footer figure.
 	busSum float64
 	cells  int
@@ -514,48 +517,95 @@ func (r *runner) sync() error {
 	return r.comm.Synchronize(ctx)
 }
 
-// buffers is one placement's device memory.
+// buffers is one placement's device memory: each rank's send and receive buffer, and the places
+// the timed iterations move through in turn (turn), the first of which is send and recv.
 type buffers struct {
 	send, recv []gpu.Buffer
-	allocs     []gpu.Buffer
+	turns      []place
+	allocs     []gpu.Buffer // what send and recv are views of
+	spares     []gpu.Buffer // the further places
 }
 
-// alloc gives each rank a send and a receive buffer, or, in place, one buffer holding both views.
-func (r *runner) alloc(k Counts, dt gpu.DType, inPlace bool) (*buffers, error) {
+// place is where one turn's ranks send from and receive into.
+type place struct{ send, recv []gpu.Buffer }
+
+// turn is where timed iteration i runs.
+func (bs *buffers) turn(i int) place { return bs.turns[i%len(bs.turns)] }
+
+// turns is how many places a size's timed iterations move through. nccl-tests moves each timed
+// iteration's buffers on by the size, along buffers of the sweep's largest size, "so that we avoid
+// cache effects" (startColl in src/common.cu): iteration i runs at place i mod (largest / size),
+// so a loop of n iterations touches at most n places. On a simulator, whose devices have no
+// cache, the places change nothing but the memory the loop's calls name.
+func (r *runner) turns(k Counts, dt gpu.DType) int {
+	unit := max(k.Send, k.Recv) * int64(dt.Size())
+	if unit == 0 {
+		return 1
+	}
+	return int(max(1, min(int64(r.opt.Iters), r.largest/unit)))
+}
+
+// alloc gives each rank a send and a receive buffer, or, in place, one buffer holding both views,
+// and, for turns above 1, the further places of the timed iterations in buffers of their own, so
+// that send and recv are what they are with one turn (a simulator backs them first, within its
+// data cap, and the places after them carry timing only once the cap is spent).
+func (r *runner) alloc(k Counts, dt gpu.DType, inPlace bool, turns int) (*buffers, error) {
 	elt := int64(dt.Size())
-	bs := &buffers{send: make([]gpu.Buffer, r.n), recv: make([]gpu.Buffer, r.n)}
-	for _, rank := range r.local {
-		d := r.devs[rank]
-		sizes := []int64{k.Send * elt, k.Recv * elt}
-		if inPlace {
-			sizes = []int64{max(k.Send, k.Recv) * elt}
-		}
-		var got []gpu.Buffer
-		for _, n := range sizes {
-			x, err := r.b.Alloc(d.Ordinal, n)
-			if err != nil {
-				r.free(bs)
-				return nil, err
+	sendN, recvN := k.Send*elt, k.Recv*elt
+	unit := max(sendN, recvN)
+	bs := &buffers{turns: make([]place, turns)}
+	for t := range bs.turns {
+		bs.turns[t] = place{send: make([]gpu.Buffer, r.n), recv: make([]gpu.Buffer, r.n)}
+	}
+	bs.send, bs.recv = bs.turns[0].send, bs.turns[0].recv
+	// places allocates every local rank's places from turn from to turn to, one unit apart in
+	// one buffer (two out of place), and sets their views.
+	places := func(from, to int, allocs *[]gpu.Buffer) error {
+		span := int64(to-from-1) * unit
+		for _, rank := range r.local {
+			sizes := []int64{span + sendN, span + recvN}
+			if inPlace {
+				sizes = []int64{span + unit}
 			}
-			bs.allocs = append(bs.allocs, x)
-			got = append(got, x)
-		}
-		if inPlace {
+			var got []gpu.Buffer
+			for _, n := range sizes {
+				x, err := r.b.Alloc(r.devs[rank].Ordinal, n)
+				if err != nil {
+					return err
+				}
+				*allocs = append(*allocs, x)
+				got = append(got, x)
+			}
 			so, ro := r.opt.Coll.InPlace(k, rank)
-			bs.send[rank], bs.recv[rank] = got[0].Slice(so*elt, k.Send*elt), got[0].Slice(ro*elt, k.Recv*elt)
-		} else {
-			bs.send[rank], bs.recv[rank] = got[0], got[1]
+			for t := from; t < to; t++ {
+				off, p := int64(t-from)*unit, &bs.turns[t]
+				if inPlace {
+					p.send[rank], p.recv[rank] = got[0].Slice(off+so*elt, sendN), got[0].Slice(off+ro*elt, recvN)
+				} else {
+					p.send[rank], p.recv[rank] = got[0].Slice(off, sendN), got[1].Slice(off, recvN)
+				}
+			}
 		}
+		return nil
+	}
+	err := places(0, 1, &bs.allocs)
+	if err == nil && turns > 1 {
+		err = places(1, turns, &bs.spares)
+	}
+	if err != nil {
+		r.free(bs)
+		return nil, err
 	}
 	return bs, nil
 }
 
 func (r *runner) free(bs *buffers) {
-	for _, x := range bs.allocs {
+	for _, x := range slices.Concat(bs.allocs, bs.spares) {
 		_ = r.b.Free(x)
 	}
 }
 
+// hasData reports whether every local rank's send and receive buffer holds data.
 func (bs *buffers) hasData() bool {
 	for _, x := range bs.allocs {
 		if !x.HasData() {
@@ -573,7 +623,7 @@ func (r *runner) warmup(w Sweep, a Args) error {
 	}
 	for size := w.Min; size <= w.Max; size *= 2 {
 		k := r.opt.Coll.Counts(size/int64(a.DType.Size()), a.DType.Size(), r.n)
-		bs, err := r.alloc(k, a.DType, false)
+		bs, err := r.alloc(k, a.DType, false, 1)
 		if err != nil {
 			return &StepError{Coll: r.opt.Coll.Name, Size: k.Bytes, Err: fmt.Errorf("warm-up: %w", err)}
 		}
@@ -594,7 +644,7 @@ func (r *runner) warmup(w Sweep, a Args) error {
 // placement measures one size in one placement, then checks it.
 func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 	c := r.opt.Coll
-	bs, err := r.alloc(k, a.DType, inPlace)
+	bs, err := r.alloc(k, a.DType, inPlace, r.turns(k, a.DType))
 	if err != nil {
 		return Placement{}, err
 	}
@@ -784,16 +834,19 @@ func (r *runner) timedLoop(bs *buffers, k Counts, a Args) (loopTimes, error) {
 		mark = st.Mark
 	}
 	launches, per := iters, 1 // timed launches, and collectives in each
-	var launch func() error
+	var launch func(i int) error
 	if r.opt.Graph > 0 {
 		g, err := r.capture(bs, k, a)
 		if err != nil {
 			return lt, err
 		}
 		defer g.Destroy()
-		launches, per, launch = r.opt.Graph, iters, g.Launch
+		launches, per, launch = r.opt.Graph, iters, func(int) error { return g.Launch() }
 	} else {
-		launch = func() error { return r.opt.Coll.Call(r.comm, bs.send, bs.recv, k, a) }
+		launch = func(i int) error {
+			t := bs.turn(i)
+			return r.opt.Coll.Call(r.comm, t.send, t.recv, k, a)
+		}
 	}
 	done := r.ctx.Done() // a long loop (-n 1000000000) still ends on Ctrl-C
 	t0 := r.b.Now()
@@ -806,7 +859,7 @@ func (r *runner) timedLoop(bs *buffers, k Counts, a Args) (loopTimes, error) {
 			return lt, r.ctx.Err()
 		default:
 		}
-		if err := launch(); err != nil {
+		if err := launch(i); err != nil {
 			return lt, err
 		}
 		if err := mark(); err != nil {
@@ -846,7 +899,8 @@ func (r *runner) capture(bs *buffers, k Counts, a Args) (gpu.Graph, error) {
 	}
 	var err error
 	for i := 0; i < r.opt.Iters && err == nil; i++ {
-		err = r.opt.Coll.Call(r.comm, bs.send, bs.recv, k, a)
+		t := bs.turn(i)
+		err = r.opt.Coll.Call(r.comm, t.send, t.recv, k, a)
 	}
 	g, endErr := gc.EndCapture()
 	if err != nil || endErr != nil {

@@ -359,3 +359,57 @@ func TestOneRankInPlaceMovesNothing(t *testing.T) {
 		}
 	}
 }
+
+// turnsBackend records where rank 0's all-reduces read from, as a real GPU's caches would see it.
+type turnsBackend struct {
+	*sim.Backend
+	sends []gpu.Buffer
+}
+
+func (b *turnsBackend) NewComm(devs []int) (gpu.Comm, error) {
+	c, err := b.Backend.NewComm(devs)
+	return &turnsComm{Comm: c, b: b}, err
+}
+
+type turnsComm struct {
+	gpu.Comm
+	b *turnsBackend
+}
+
+func (c *turnsComm) AllReduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op gpu.RedOp) error {
+	c.b.sends = append(c.b.sends, send[0])
+	return c.Comm.AllReduce(send, recv, count, dt, op)
+}
+
+// As nccl-tests, the timed iterations move along memory rather than run on one buffer (which a
+// GPU's cache would hold from one to the next): each of 5 iterations at 1 KiB in a sweep up to
+// 4 KiB runs at one of 4 places, the first twice; at 4 KiB, the sweep's largest, all run at one.
+// The untimed call and the check use the first place, and the check still finds every element.
+func TestTimedIterationsMoveAlongMemory(t *testing.T) {
+	b := &turnsBackend{Backend: newSim(t, "dgx-h100", sim.Options{})}
+	s, err := coll.Run(context.Background(), b, coll.Options{Coll: coll.AllReduce, Sweep: sweep(t, "1K:4K:x4"),
+		DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum}, Iters: 5, Check: 1, Average: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range s.Results {
+		if r.OutOfPlace.Wrong == nil || *r.OutOfPlace.Wrong != 0 || *r.InPlace.Wrong != 0 {
+			t.Errorf("%d B: the check found wrong elements or did not run: %+v", r.Size, r)
+		}
+	}
+	// Per size: out of place, then in place; each one untimed call, 5 timed, 1 checked.
+	if len(b.sends) != 4*7 {
+		t.Fatalf("%d all-reduce calls; want 28", len(b.sends))
+	}
+	for i, want := range []int{4, 4, 1, 1} {
+		calls := b.sends[7*i : 7*i+7]
+		places := map[gpu.Buffer]bool{}
+		for _, x := range calls[1:6] {
+			places[x] = true
+		}
+		if len(places) != want || calls[0] != calls[1] || calls[6] != calls[0] || (want > 1 && calls[5] != calls[1]) {
+			t.Errorf("placement %d: timed iterations at %d places (want %d); untimed, first, fifth and checked call at %p %p %p %p",
+				i, len(places), want, calls[0], calls[1], calls[5], calls[6])
+		}
+	}
+}
