@@ -31,7 +31,8 @@
  *                                  initialize, before it fails with ncclSystemError (read at each
  *                                  such init)
  *   GPUBENCH_STANDIN_NCCL_TRACE    a file's path: append a line for each ncclGroupStart, ncclGroupEnd,
- *                                  collective, send and recv called (read at the first call)
+ *                                  collective, send, recv, ncclMemAlloc and ncclMemFree called (read
+ *                                  at the first call)
  *   NCCL_DEBUG                     WARN, INFO or TRACE: print each failure on stderr
  *
  * Plain C11 + POSIX threads + dlopen; no CUDA or NCCL header is used: every type is declared below.
@@ -145,6 +146,8 @@ struct rec { /* a call recorded inside a group */
 static int (*rt_launch)(cudaStream_t, void (*)(void *), void *);
 static int (*rt_get_device)(int *);
 static int (*rt_set_device)(int);
+static int (*rt_malloc)(void **, size_t);
+static int (*rt_free)(void *);
 static int (*rt_device_count)(int *);
 static int (*rt_stream_device)(void *);
 static int (*rt_pointer_device)(const void *);
@@ -238,6 +241,7 @@ static void load(void) {
     const struct { const char *name; void *slot; } syms[] = {
         {"cudaLaunchHostFunc", &rt_launch}, {"cudaGetDevice", &rt_get_device},
         {"cudaSetDevice", &rt_set_device}, {"cudaGetDeviceCount", &rt_device_count},
+        {"cudaMalloc", &rt_malloc}, {"cudaFree", &rt_free},
         {"gpubenchStandinStreamDevice", &rt_stream_device},
         {"gpubenchStandinPointerDevice", &rt_pointer_device},
         {"gpubenchStandinPointerRange", &rt_pointer_range},
@@ -1096,6 +1100,27 @@ ncclResult_t ncclRecv(void *recvbuff, size_t count, int datatype, int peer, nccl
 }
 
 /* ---- Version, unique ids, communicators ---------------------------------------------------- */
+
+/* ncclMemAlloc (2.19): NCCL's cuMem allocation, on the current device; here the runtime's
+ * cudaMalloc, since the stand-in runtime has no virtual memory API. */
+ncclResult_t ncclMemAlloc(void **ptr, size_t size) {
+    ncclResult_t e = ready();
+    if (!e) e = need_version("ncclMemAlloc", 21900);
+    if (e) return e;
+    trace("ncclMemAlloc");
+    if (!ptr || size == 0) return fail(ncclInvalidArgument, "ncclMemAlloc: ptr %p, size %zu", (void *)ptr, size);
+    int ce = rt_malloc(ptr, size);
+    return ce ? fail(ncclUnhandledCudaError, "ncclMemAlloc: cudaMalloc of %zu bytes: error %d", size, ce) : ncclSuccess;
+}
+
+ncclResult_t ncclMemFree(void *ptr) {
+    ncclResult_t e = ready();
+    if (!e) e = need_version("ncclMemFree", 21900);
+    if (e) return e;
+    trace("ncclMemFree");
+    int ce = rt_free(ptr);
+    return ce ? fail(ncclUnhandledCudaError, "ncclMemFree: cudaFree: error %d", ce) : ncclSuccess;
+}
 
 ncclResult_t ncclGetVersion(int *version) {
     ncclResult_t e = ready();

@@ -56,6 +56,9 @@ ncclResult_t ncclReduceScatter(const void *, void *, size_t, int, int, ncclComm_
 ncclResult_t ncclAlltoAll(const void *, void *, size_t, int, ncclComm_t, cudaStream_t);
 ncclResult_t ncclSend(const void *, size_t, int, int, ncclComm_t, cudaStream_t);
 ncclResult_t ncclRecv(void *, size_t, int, int, ncclComm_t, cudaStream_t);
+ncclResult_t ncclMemAlloc(void **, size_t);
+ncclResult_t ncclMemFree(void *);
+int gpubenchStandinPointerDevice(const void *);
 
 enum { INT8, UINT8, INT32, UINT32, INT64, UINT64, HALF, FLOAT, DOUBLE, BF16 };
 enum { SUM, PROD, MAX, MIN, AVG };
@@ -158,6 +161,9 @@ static void child_old_version(void) {
     EXPECT(ncclAllReduce(a, b, 4, BF16, SUM, c[0], st[0]), 4);
     EXPECT(ncclAlltoAll(a, b, 1, FLOAT, c[0], st[0]), 5);
     EXPECT_ERR("ncclAlltoAll is not in NCCL 2.8.4");
+    void *m = NULL;
+    EXPECT(ncclMemAlloc(&m, 64), 5);
+    EXPECT_ERR("ncclMemAlloc is not in NCCL 2.8.4");
     EXPECT(ncclCommInitRankConfig(&c[0], 1, (ncclUniqueId){{0}}, 0, &cfg), 5);
     EXPECT(ncclCommAbort(c[1]), 0);
     ncclResult_t ae = -1;
@@ -187,6 +193,13 @@ static void test_basics(void) {
     int v = 0;
     EXPECT(ncclGetVersion(&v), 0);
     EXPECT(v, 23007);
+    void *m = NULL;
+    cudaSetDevice(1);
+    EXPECT(ncclMemAlloc(&m, 1000), 0); /* on the current device */
+    EXPECT(gpubenchStandinPointerDevice(m), 1);
+    EXPECT(ncclMemFree(m), 0);
+    EXPECT(ncclMemAlloc(NULL, 8), 4);
+    cudaSetDevice(0);
     EXPECT(strcmp(ncclGetErrorString(0), "no error"), 0);
     EXPECT(strcmp(ncclGetErrorString(6), "remote process exited or there was a network error"), 0);
     EXPECT(strcmp(ncclGetErrorString(7), "NCCL operation in progress"), 0);

@@ -79,10 +79,11 @@ func (b *Backend) valid(dev int) error {
 
 // buffer is device memory (dev >= 0) or pinned host memory (dev == gpu.HostDevice).
 type buffer struct {
-	dev  int
-	ptr  unsafe.Pointer // where this view starts
-	n    int64
-	root bool // from Alloc or AllocHost, so Free may release it
+	dev     int
+	ptr     unsafe.Pointer // where this view starts
+	n       int64
+	root    bool         // from Alloc, AllocHost or AllocWith, so Free may release it
+	release func() error // from AllocWith: how Free releases it
 }
 
 func (x *buffer) Device() int   { return x.dev }
@@ -125,6 +126,19 @@ func (b *Backend) Alloc(dev int, n int64) (gpu.Buffer, error) {
 	return &buffer{dev: dev, ptr: p, n: n, root: true}, nil
 }
 
+// AllocWith allocates n bytes on device dev with another library's allocator (NCCL's
+// ncclMemAlloc), whose buffer Free then gives back to release.
+func (b *Backend) AllocWith(dev int, n int64, alloc func(dev int, n int64) (unsafe.Pointer, error), release func(dev int, p unsafe.Pointer) error) (gpu.Buffer, error) {
+	if err := b.valid(dev); err != nil {
+		return nil, err
+	}
+	p, err := alloc(dev, max(n, 1))
+	if err != nil {
+		return nil, err
+	}
+	return &buffer{dev: dev, ptr: p, n: n, root: true, release: func() error { return release(dev, p) }}, nil
+}
+
 // AllocHost allocates pinned host memory with its pages on the CPUs nearest device near, read from
 // sysfs (nvbandwidth sets the CPU affinity through NVML for the same reason); where sysfs says
 // nothing, the memory lands wherever the thread runs.
@@ -147,6 +161,9 @@ func (b *Backend) Free(buf gpu.Buffer) error {
 	}
 	if !x.root {
 		return fmt.Errorf("free of a slice: %w", gpu.ErrInvalid)
+	}
+	if x.release != nil {
+		return x.release()
 	}
 	if x.dev == gpu.HostDevice {
 		return freeHost(x.ptr)

@@ -88,6 +88,26 @@ var (
 	_ gpu.TypeChecker = (*Backend)(nil)
 )
 
+// Alloc allocates device memory as nccl-tests does: with ncclMemAlloc where NCCL has it (2.19+),
+// memory NCCL can register for zero-copy (NVLS in CUDA graphs, which cudaMalloc's memory is not:
+// NCCL's "User Buffer Registration" documentation), else as the CUDA backend does.
+func (b *Backend) Alloc(dev int, n int64) (gpu.Buffer, error) {
+	if C.gn_has(C.GN_HAS_MEMALLOC) == 0 {
+		return b.Backend.Alloc(dev, n)
+	}
+	return b.Backend.AllocWith(dev, n, memAlloc, memFree)
+}
+
+func memAlloc(dev int, n int64) (unsafe.Pointer, error) {
+	var p unsafe.Pointer
+	err := check("ncclMemAlloc", C.gn_mem_alloc(C.int(dev), C.size_t(n), &p))
+	return p, err
+}
+
+func memFree(dev int, p unsafe.Pointer) error {
+	return check("ncclMemFree", C.gn_mem_free(C.int(dev), p))
+}
+
 // Open loads NCCL for the given CUDA backend (whose libcudart NCCL's streams come from).
 func Open(cb *cuda.Backend, explicit string) (*Backend, error) {
 	loaded.Lock()

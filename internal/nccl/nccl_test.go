@@ -119,6 +119,26 @@ func TestBindingAgainstStandins(t *testing.T) {
 			}
 		}
 	})
+	// As nccl-tests allocates from NCCL 2.19: memory NCCL can register for zero-copy, every
+	// allocation given back.
+	t.Run("buffers from ncclMemAlloc", func(t *testing.T) {
+		if err := os.Truncate(trace, 0); err != nil {
+			t.Fatal(err)
+		}
+		w, _ := coll.ParseSizes("1K:4K")
+		if _, err := coll.Run(context.Background(), b, coll.Options{Coll: coll.AllGather, Sweep: w, DTypes: []gpu.DType{gpu.Float},
+			Iters: 3, Check: 1, Average: 1, Timeout: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(trace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		allocs, frees := strings.Count(string(data), "ncclMemAlloc\n"), strings.Count(string(data), "ncclMemFree\n")
+		if allocs == 0 || frees != allocs {
+			t.Errorf("%d ncclMemAlloc and %d ncclMemFree calls; want some, as many of each", allocs, frees)
+		}
+	})
 	t.Run("one rank per thread, as one per process", func(t *testing.T) {
 		id, err := b.NewUniqueID()
 		if err != nil {

@@ -58,6 +58,8 @@ static struct {
   ncclResult_t (*ncclAlltoAll)(const void *, void *, size_t, int, ncclComm_t, cudaStream_t); // optional, 2.28
   ncclResult_t (*ncclSend)(const void *, size_t, int, int, ncclComm_t, cudaStream_t);          // optional, 2.7
   ncclResult_t (*ncclRecv)(void *, size_t, int, int, ncclComm_t, cudaStream_t);                // optional, 2.7
+  ncclResult_t (*ncclMemAlloc)(void **, size_t);                                              // optional, 2.19
+  ncclResult_t (*ncclMemFree)(void *);                                                         // optional, 2.19
   // From libcudart.
   int (*cudaSetDevice)(int);
   int (*cudaStreamCreateWithFlags)(cudaStream_t *, unsigned int);
@@ -123,6 +125,8 @@ int gn_load(const char *nccl_path, const char *cudart_path, char *err, size_t er
   MAY(h, ncclAlltoAll);
   MAY(h, ncclSend);
   MAY(h, ncclRecv);
+  MAY(h, ncclMemAlloc);
+  MAY(h, ncclMemFree);
   MAY(c, cudaStreamBeginCapture);
   MAY(c, cudaStreamEndCapture);
   MAY(c, cudaGraphInstantiateWithFlags);
@@ -146,6 +150,7 @@ int gn_has(int what) {
   case GN_HAS_ALLTOALL: return N.ncclAlltoAll != NULL && N.version >= 22800;
   case GN_HAS_SENDRECV: return N.ncclSend != NULL && N.ncclRecv != NULL;
   case GN_HAS_CONFIG: return N.ncclCommInitRankConfig != NULL && N.version >= 21400;
+  case GN_HAS_MEMALLOC: return N.ncclMemAlloc != NULL && N.ncclMemFree != NULL && N.version >= 21900;
   case GN_HAS_GRAPH: // NCCL can be captured from 2.9
     return N.version >= 20900 && N.cudaStreamBeginCapture && N.cudaStreamEndCapture && N.cudaGraphInstantiateWithFlags &&
            N.cudaGraphLaunch && N.cudaGraphExecDestroy && N.cudaGraphDestroy;
@@ -231,6 +236,18 @@ int gn_comm_init(int n, const int *devs, void **comms, void **streams) {
   }
   int end = group_end(n, comms);
   return rc ? rc : end;
+}
+
+int gn_mem_alloc(int dev, size_t n, void **ptr) {
+  if (!gn_has(GN_HAS_MEMALLOC)) return GN_ERR_NO_SYMBOL;
+  CUDA(N.cudaSetDevice(dev));
+  return N.ncclMemAlloc(ptr, n);
+}
+
+int gn_mem_free(int dev, void *ptr) {
+  if (!gn_has(GN_HAS_MEMALLOC)) return GN_ERR_NO_SYMBOL;
+  CUDA(N.cudaSetDevice(dev));
+  return N.ncclMemFree(ptr);
 }
 
 int gn_unique_id(char *out) {

@@ -16,7 +16,7 @@ enum { GN_ALLREDUCE, GN_ALLGATHER, GN_REDUCESCATTER, GN_BROADCAST, GN_REDUCE, GN
 int gn_load(const char *nccl_path, const char *cudart_path, char *err, size_t errlen);
 int gn_version(int *version);
 // gn_has reports whether an optional feature's entry points loaded (and, for NCCL, its version).
-enum { GN_HAS_ALLTOALL, GN_HAS_SENDRECV, GN_HAS_CONFIG, GN_HAS_GRAPH };
+enum { GN_HAS_ALLTOALL, GN_HAS_SENDRECV, GN_HAS_CONFIG, GN_HAS_GRAPH, GN_HAS_MEMALLOC };
 int gn_has(int what);
 const char *gn_nccl_error_string(int code);
 const char *gn_last_error(void);
@@ -25,6 +25,11 @@ const char *gn_last_error(void);
 // communicators are blocking, as nccl-tests makes them; from NCCL 2.28 they are configured with
 // nvlinkCentricSched as nccl-tests configures them.
 int gn_comm_init(int n, const int *devs, void **comms, void **streams);
+// gn_mem_alloc allocates n bytes on device dev with ncclMemAlloc (NCCL 2.19+), as nccl-tests
+// allocates its buffers: memory NCCL can register for zero-copy (NVLS in CUDA graphs); gn_mem_free
+// releases it.
+int gn_mem_alloc(int dev, size_t n, void **ptr);
+int gn_mem_free(int dev, void *ptr);
 // gn_unique_id writes a new ncclUniqueId (128 bytes) to out.
 int gn_unique_id(char *out);
 // gn_comm_init_rank makes this process's rank of a communicator spanning processes, on device
@@ -35,7 +40,7 @@ int gn_comm_init_rank(int dev, int nranks, const char *id, int rank, void **comm
 int gn_comm_destroy(int n, const int *devs, void **comms, void **streams, int abort);
 int gn_comm_abort(int n, void **comms);
 
-// gn_collective enqueues one collective on every rank inside one group.
+// gn_collective enqueues one collective on every rank, inside a group when there are several.
 int gn_collective(int kind, int n, void **comms, void **streams, void **send, void **recv, size_t count,
                   int dtype, int op, int root);
 // gn_sendrecv enqueues a group of sends and receives: op i on rank[i] with peer[i], among the n
