@@ -3,6 +3,7 @@ package sim_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"math"
 	"strings"
 	"sync"
@@ -261,6 +262,41 @@ func TestJoinCommDefersTimingOnlyCalls(t *testing.T) {
 		}
 		if errs[rank] == nil || !strings.Contains(errs[rank].Error(), "rank 1 made 5 calls since the ranks last met at the exchange, rank 0 made 4") {
 			t.Errorf("rank %d: %v; want the extra timing-only call named", rank, errs[rank])
+		}
+	}
+}
+
+// Timing-only calls meet anyway once a rank has kept MaxDeferred of them, so that a long run with
+// no data to move keeps bounded memory and still sees a process that is gone.
+func TestJoinCommMeetsPastMaxDeferred(t *testing.T) {
+	devs := []int{0, 8}
+	hub := backed(t)
+	defer hub.Close()
+	read := make([]int64, len(devs))
+	errs := joinEach(t, hub, devs, nil, func(rank int, b *sim.Backend, c gpu.Comm) error {
+		bufs := make([]gpu.Buffer, len(devs))
+		bufs[rank] = rankInput(b, devs[rank], rank, 16)
+		c.(gpu.DataSkipper).SkipData(true)
+		before := sim.Received(c)
+		for i := range sim.MaxDeferred + 1 {
+			if i == sim.MaxDeferred {
+				read[rank] = sim.Received(c) - before // none yet
+			}
+			if err := c.AllReduce(bufs, bufs, 16, gpu.Float, gpu.Sum); err != nil {
+				return err
+			}
+			if err := c.Synchronize(context.Background()); err != nil {
+				return err
+			}
+		}
+		if sim.Received(c) == before {
+			return errors.New("no meeting after MaxDeferred + 1 timing-only calls")
+		}
+		return nil
+	})
+	for rank, err := range errs {
+		if err != nil || read[rank] != 0 {
+			t.Errorf("rank %d: %v; read %d bytes before the bound", rank, err, read[rank])
 		}
 	}
 }
