@@ -165,8 +165,7 @@ func newRow(c *Collective, n int, bytes int64, a Args, seed uint64) *Row {
 // Input is rank's whole input.
 func (x *Row) Input(rank int) []byte {
 	if x.in[rank] == nil {
-		x.in[rank] = make([]byte, x.bytes)
-		fillInput(x.in[rank], x.dt, x.reduce, x.op, x.n, rank, x.seed, 0)
+		x.in[rank] = x.Part(rank, 0, x.bytes/int64(x.dt.Size()))
 	}
 	return x.in[rank]
 }

@@ -393,38 +393,20 @@ func (a *a2a) between() {
 }
 
 // sender is the GPU whose NIC a route from GPU g to a GPU on the given rail leaves by, and the
-// NVLink hops to it (none when it is g): nicView.netRoute's choice.
+// NVLink hops to it: nicView.netRoute's choice, with each node's GPU on a rail looked up once.
 func (a *a2a) sender(g, rail int) (int, []Hop) {
-	from, hops := a.railSender(g, rail)
-	if peer, nvl := a.v.nicOwner(from, a.v.nic(from), a.v.up(from)); peer != from {
-		return peer, append(append([]Hop(nil), hops...), nvl...)
-	}
-	return from, hops
-}
-
-// railSender is the GPU of g's node on the given rail that a route from g leaves by, and the
-// NVLink hops to it (none when it is g).
-func (a *a2a) railSender(g, rail int) (int, []Hop) {
-	t := a.t
-	if t.NoPXN || t.fabric.railOf[a.v.nic(g)] == rail {
-		return g, nil
-	}
-	if a.railGPU == nil {
-		a.railGPU = map[[2]int]int{}
-	}
-	node := t.gpus[g].node
-	peer, ok := a.railGPU[[2]int{node, rail}]
-	if !ok {
-		peer = a.v.railGPU(g, rail)
-		a.railGPU[[2]int{node, rail}] = peer
-	}
-	if peer < 0 {
-		return g, nil
-	}
-	if h := t.nvlPath(g, peer); h != nil {
-		return peer, h
-	}
-	return g, nil
+	return a.v.sender(g, rail, func(g, rail int) int {
+		key := [2]int{a.t.gpus[g].node, rail}
+		peer, ok := a.railGPU[key]
+		if !ok {
+			if a.railGPU == nil {
+				a.railGPU = map[[2]int]int{}
+			}
+			peer = a.v.railGPU(g, rail)
+			a.railGPU[key] = peer
+		}
+		return peer
+	})
 }
 
 // top2 keeps the two largest values from different domains.

@@ -310,20 +310,30 @@ func (v nicView) netRoute(a, b int) Path {
 	if v.nic(a) < 0 || v.nic(b) < 0 {
 		return Path{}
 	}
-	from, hops := a, []Hop(nil)
-	if rail := t.fabric.railOf[v.nic(b)]; !t.NoPXN && t.fabric.railOf[v.nic(a)] != rail {
-		if peer := v.railGPU(a, rail); peer >= 0 {
-			if h := t.nvlPath(a, peer); h != nil {
-				from, hops = peer, append(hops, h...)
+	from, pxn := v.sender(a, t.fabric.railOf[v.nic(b)], v.railGPU)
+	hops := append(append([]Hop(nil), pxn...), v.up(from)...)
+	hops = append(hops, t.netHops(v.nic(from), v.nic(b))...)
+	return t.path(append(hops, v.down(b)...), PathNET)
+}
+
+// sender is the GPU whose NIC a route from GPU g to a NIC on the given rail leaves by, and the
+// NVLink hops to it (none when it is g; they may be shared, so not to be appended to): with PXN,
+// the GPU of g's node on that rail (peerOn: railGPU, or a cache of it) when NVLink reaches it;
+// then, when that GPU's way to its NIC crosses a CPU, the GPU beside the NIC (nicOwner).
+func (v nicView) sender(g, rail int, peerOn func(g, rail int) int) (int, []Hop) {
+	t := v.t
+	from, hops := g, []Hop(nil)
+	if !t.NoPXN && t.fabric.railOf[v.nic(g)] != rail {
+		if peer := peerOn(g, rail); peer >= 0 {
+			if h := t.nvlPath(g, peer); h != nil {
+				from, hops = peer, h
 			}
 		}
 	}
 	if peer, nvl := v.nicOwner(from, v.nic(from), v.up(from)); peer != from {
-		from, hops = peer, append(hops, nvl...)
+		return peer, append(append([]Hop(nil), hops...), nvl...)
 	}
-	hops = append(hops, v.up(from)...)
-	hops = append(hops, t.netHops(v.nic(from), v.nic(b))...)
-	return t.path(append(hops, v.down(b)...), PathNET)
+	return from, hops
 }
 
 // railGPU is a GPU of a's node whose NIC is on the given rail, or -1.
