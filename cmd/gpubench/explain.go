@@ -172,6 +172,9 @@ func writeExplanation(w io.Writer, x sim.Explanation) error {
 	share := 100 * max(c.LatencyUS, c.BandwidthUS) / c.TimeUS
 	line("terms", "latency %s + bandwidth %s (size / algbw): %s dominates (%.0f%% of the time)",
 		usText(c.LatencyUS), usText(c.BandwidthUS), x.Dominant, share)
+	if c.FillUS > 0 {
+		line("pipeline", "the simulated call adds %s for NVLS's scatter, reduce and gather stages to drain, which NCCL's estimate leaves out", usText(c.FillUS))
+	}
 	line("balance", "the two terms are equal at %s: latency dominates below, bandwidth above", sizeText(x.BalanceBytes))
 	if !x.PointToPoint && c.Algo != "copy" {
 		switch d := x.ChangeBelow; {

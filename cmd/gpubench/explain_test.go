@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// The text says what was chosen over what, the bottleneck, the two terms and where the pick
-// changes, one labelled line each.
+// The text says what was chosen over what, the bottleneck, the two terms, NVLS's pipeline and
+// where the pick changes, one labelled line each.
 func TestExplainText(t *testing.T) {
 	out, errOut, code := gpubench(t, "explain", "allreduce", "--topology", "dgx-h100", "--size", "1G")
 	if code != 0 || errOut != "" {
@@ -23,6 +23,7 @@ func TestExplainText(t *testing.T) {
 		`\nbottleneck: NVLink; rings over the links carry 370\.8 GB/s busbw\n`,
 		`\nbandwidth:  busbw ` + num + ` GB/s, algbw ` + num + ` GB/s; NCCL's per-channel or protocol limit sets it, not the links\n`,
 		`\nterms:      latency 25\.0 us \+ bandwidth ` + num + ` us \(size / algbw\): bandwidth dominates \(9[0-9]% of the time\)\n`,
+		`\npipeline:   the simulated call adds ` + num + ` us for NVLS.s scatter, reduce and gather stages to drain, which NCCL.s estimate leaves out\n`,
 		`\nbalance:    the two terms are equal at [0-9.]+ MiB \([0-9]+ B\): latency dominates below, bandwidth above\n`,
 		`\nbelow:      Ring/LL under [0-9.]+ [KM]iB \([0-9]+ B\), NVLS/Simple from there\n`,
 		`\nabove:      NVLS/Simple up to 16 GiB \(17179869184 B\), the largest size scanned\n$`,
@@ -31,8 +32,8 @@ func TestExplainText(t *testing.T) {
 			t.Errorf("the explanation lacks %s:\n%s", want, out)
 		}
 	}
-	if lines := strings.Count(out, "\n"); lines != 9 {
-		t.Errorf("%d lines; want 9:\n%s", lines, out)
+	if lines := strings.Count(out, "\n"); lines != 10 {
+		t.Errorf("%d lines; want 10:\n%s", lines, out)
 	}
 
 	out, _, code = gpubench(t, "explain", "allreduce", "--topology", "dgx-h100", "--size", "8")
@@ -78,7 +79,7 @@ func TestExplainJSON(t *testing.T) {
 		t.Errorf("wrong header fields: %v %v %v %v", doc["collective"], doc["bytes"], doc["ranks"], doc["nodes"])
 	}
 	chosen, _ := doc["chosen"].(map[string]any)
-	for _, field := range []string{"algo", "proto", "channels", "time_us", "latency_us", "bandwidth_us", "algbw_gbs", "busbw_gbs"} {
+	for _, field := range []string{"algo", "proto", "channels", "time_us", "latency_us", "bandwidth_us", "algbw_gbs", "busbw_gbs", "sim_time_us", "fill_us"} {
 		if _, ok := chosen[field]; !ok {
 			t.Errorf("chosen has no %q: %v", field, chosen)
 		}

@@ -218,7 +218,7 @@ func TestReadGpubenchTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c := f.Coll; f.Form != FormNCCLTests || c.Backend != "sim" || c.Topology != "dgx-h100" || c.Collective != "allreduce" ||
-		c.Config.Ranks != 8 || len(c.Results) != 10 || c.Results[9].OutOfPlace.BusBW != 89.90 {
+		c.Config.Ranks != 8 || len(c.Results) != 10 || c.Results[9].OutOfPlace.BusBW != 74.27 {
 		t.Errorf("%s: %s on %s/%s, %d ranks, %d rows", f.Form, c.Collective, c.Backend, c.Topology, c.Config.Ranks, len(c.Results))
 	}
 }

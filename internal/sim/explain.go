@@ -76,8 +76,12 @@ type ExplainedCandidate struct {
 	AlgGBs      float64 `json:"algbw_gbs"`
 	BusGBs      float64 `json:"busbw_gbs"`
 	// SimTimeUS is what the simulated call takes: TimeUS is NCCL's own estimate, which it picks
-	// by; they differ where the fabric's latency is not InfiniBand's or a calibration applies.
+	// by; they differ where the fabric's latency is not InfiniBand's, a calibration applies, and
+	// for NVLS on one NVLink domain.
 	SimTimeUS float64 `json:"sim_time_us"`
+	// FillUS is the part of SimTimeUS a pipeline of stages takes to drain, which NCCL's estimate
+	// leaves out: NVLS all-reduce on one NVLink domain (docs/model.md, "NVLS's pipeline").
+	FillUS float64 `json:"fill_us"`
 }
 
 // RegimeChange is a size where the tuner's pick changes. Bytes is the first size of the upper
@@ -199,7 +203,7 @@ func busFactor(coll string, n int) float64 {
 // explained is a tuner candidate with its two terms and its bus bandwidth.
 func (m *model) explained(c Candidate, bytes int64, factor float64) ExplainedCandidate {
 	return ExplainedCandidate{Algo: c.Algo, Proto: c.Proto, Channels: c.Channels, TimeUS: c.TimeUS,
-		LatencyUS: c.LatencyUS, BandwidthUS: c.TimeUS - c.LatencyUS, AlgGBs: c.AlgGBs, BusGBs: c.AlgGBs * factor, SimTimeUS: c.SimUS}
+		LatencyUS: c.LatencyUS, BandwidthUS: c.TimeUS - c.LatencyUS, AlgGBs: c.AlgGBs, BusGBs: c.AlgGBs * factor, SimTimeUS: c.SimUS, FillUS: c.FillUS}
 }
 
 // netKind names the network as the link load does: its kind, or net.

@@ -51,8 +51,8 @@ func TestTreeBwIntra(t *testing.T) {
 // give on 5 and 8 GPUs (NVIDIA/nccl#1455).
 func TestNVLSOneNode(t *testing.T) {
 	t.Parallel()
-	busbw := func(c Candidate, n int) float64 {
-		return float64(4<<30) / (1e3 * (c.SimUS - c.SimLatencyUS)) * 2 * float64(n-1) / float64(n)
+	busbw := func(c Candidate, n int) float64 { // what the links carry: without the pipeline's fill
+		return float64(4<<30) / (1e3 * (c.SimUS - c.SimLatencyUS - c.FillUS)) * 2 * float64(n-1) / float64(n)
 	}
 	for _, tc := range []struct {
 		n            int
@@ -71,6 +71,59 @@ func TestNVLSOneNode(t *testing.T) {
 		}
 		if pick := m.decide(collAllReduce, 4<<30).Chosen().Algo; tc.n == 5 && pick != "Ring" {
 			t.Errorf("5 GPUs: NCCL's tuner picks %s; want Ring", pick)
+		}
+	}
+}
+
+// NVLS all-reduce on one node is a pipeline of three stages handing on loops of heads × chunk
+// bytes a channel, NCCL's chunk shrinking with the size: the simulated call takes two loop-times
+// more than its bandwidth time, and nothing else does.
+func TestNVLSPipelineFill(t *testing.T) {
+	t.Parallel()
+	const ops = 16 * 8 // 8 H100: 16 NVLS channels, 8 heads
+	for _, c := range []struct{ bytes, chunk int64 }{
+		{1 << 20, 16 << 10}, {4 << 20, 16 << 10}, {2*ops*(32<<10) - 1, 16 << 10}, {2 * ops * (32 << 10), 32 << 10},
+		{16 << 20, 32 << 10}, {64 << 20, 64 << 10}, {256 << 20, 64 << 10}, {1 << 30, 128 << 10}, {4 << 30, 128 << 10},
+	} {
+		if got := nvlsChunk(c.bytes, ops); got != c.chunk {
+			t.Errorf("%d B: chunk %d; want NCCL's %d", c.bytes, got, c.chunk)
+		}
+	}
+	m := modelOf(t, "dgx-h100", 1, 8)
+	nvls := func(m *model, coll collKind, bytes int64) Candidate {
+		for _, c := range m.decide(coll, bytes).Candidates {
+			if c.Algo == "NVLS" {
+				return c
+			}
+		}
+		t.Fatalf("no NVLS candidate for %d B", bytes)
+		return Candidate{}
+	}
+	for _, c := range []struct {
+		bytes int64
+		loops float64 // the call's loops a channel: its bandwidth time is this many loop-times
+	}{{1 << 20, 1}, {64 << 20, 8}, {1 << 30, 64}} {
+		x := nvls(m, collAllReduce, c.bytes)
+		bwUS := x.SimUS - x.SimLatencyUS - x.FillUS
+		if want := 2 * bwUS / c.loops; math.Abs(x.FillUS-want) > 1e-9*want {
+			t.Errorf("%d B: fill %.2f µs; want two loop-times of %.2f (the links' %.2f over %v loops)", c.bytes, x.FillUS, want/2, bwUS, c.loops)
+		}
+	}
+	if fill := m.nvlsFillUS(0, 0); fill != 0 {
+		t.Errorf("0 B: fill %v; want 0", fill)
+	}
+	if x := nvls(m, collAllGather, 64<<20); x.FillUS != 0 {
+		t.Errorf("NVLS all-gather: fill %v; want 0 (another kernel, not modelled)", x.FillUS)
+	}
+	for _, c := range m.decide(collAllReduce, 64<<20).Candidates {
+		if c.Algo != "NVLS" && c.FillUS != 0 {
+			t.Errorf("%s/%s: fill %v; want 0", c.Algo, c.Proto, c.FillUS)
+		}
+	}
+	two := modelOf(t, "dgx-h100", 2, 16)
+	for _, c := range two.decide(collAllReduce, 64<<20).Candidates {
+		if c.FillUS != 0 {
+			t.Errorf("two nodes, %s/%s: fill %v; want 0 (NVLS across nodes is another kernel)", c.Algo, c.Proto, c.FillUS)
 		}
 	}
 }

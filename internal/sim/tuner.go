@@ -99,6 +99,9 @@ type Candidate struct {
 	// with the fabric's own latency in place of the InfiniBand latency NCCL's tables assume.
 	SimLatencyUS float64
 	SimUS        float64
+	// FillUS is the part of SimUS that a pipeline of stages takes to drain, which NCCL's
+	// estimate leaves out (nvlsFillUS).
+	FillUS float64
 }
 
 // Decision is what the tuner decides for one collective and size, and why: every candidate it
@@ -139,9 +142,13 @@ func (m *model) candidate(c collKind, a, p int, nBytes int64) (Candidate, bool) 
 		lat, simLat = lat*plateau, simLat*plateau
 	}
 	bwUS := float64(nBytes) / (1000 * bw)
-	simBwUS := bwUS
+	simBwUS, fillUS := bwUS, 0.0
 	if a == algoNVLS && m.nodes == 1 {
 		simBwUS = float64(nBytes) / (1000 * m.bandwidthOf(c, a, p, false))
+		if c == collAllReduce {
+			fillUS = m.nvlsFillUS(nBytes, simBwUS)
+			simBwUS += fillUS
+		}
 	}
 
 	if cal := m.topo.Calibration; cal != nil { // the machine's own figures, which NCCL does not know
@@ -150,7 +157,41 @@ func (m *model) candidate(c collKind, a, p int, nBytes int64) (Candidate, bool) 
 		}
 	}
 	return Candidate{Algo: algoNames[a], Proto: protoNames[p], Channels: m.runChannels(a, p, nBytes),
-		LatencyUS: lat, AlgGBs: bw, TimeUS: lat + bwUS, SimLatencyUS: simLat, SimUS: simLat + simBwUS}, true
+		LatencyUS: lat, AlgGBs: bw, TimeUS: lat + bwUS, SimLatencyUS: simLat, SimUS: simLat + simBwUS, FillUS: fillUS}, true
+}
+
+// nvlsStages are the warp groups of a channel of NCCL's NVLS all-reduce on one NVLink domain
+// (all_reduce.h, RunWorkColl NVLS, oneNode): scatter (the input into each head's buffer), reduce
+// (through the switch, multimem), gather (the result into the output). Each hands the next one
+// loop of nHeads chunks per step (ProtoSimple<1, 1>), so the call is a pipeline of three stages.
+const nvlsStages = 3
+
+// nvlsFillUS is how much longer than its bandwidth time bwUS the NVLS all-reduce of nBytes on
+// one domain takes: a pipeline of nvlsStages ends (stages - 1) loop-times after its first stage
+// has passed the last loop, a loop being heads × chunk bytes a channel (the whole call when it
+// is smaller) and taking its share of bwUS. NCCL's chunk shrinks with the size (nvlsChunk), so
+// the fill is the largest part of the time at mid sizes: with 8 H100, 2 loop-times of 7.5 µs
+// at 4 MiB, 30 µs at 64 MiB.
+func (m *model) nvlsFillUS(nBytes int64, bwUS float64) float64 {
+	if nBytes <= 0 {
+		return 0
+	}
+	ops := int64(m.nvlsRunChannels(algoNVLS) * m.graphs[algoNVLS].nChannels) // channels × heads
+	loop := min(ops*nvlsChunk(nBytes, ops), nBytes)
+	return (nvlsStages - 1) * bwUS * float64(loop) / float64(nBytes)
+}
+
+// nvlsChunk is the chunk NCCL's NVLS all-reduce runs nBytes with on ops concurrent (channel,
+// head) pairs (enqueue.cc, calcCollChunking): NCCL_NVLS_CHUNKSIZE, 128 KiB, then 64 KiB under 64
+// loops of ops chunks, 32 KiB under 8 and 16 KiB under 2.
+func nvlsChunk(nBytes, ops int64) int64 {
+	chunk := int64(128 << 10)
+	for _, s := range [...]struct{ loops, chunk int64 }{{64, 64 << 10}, {8, 32 << 10}, {2, 16 << 10}} {
+		if nBytes < s.loops*ops*chunk {
+			chunk = s.chunk
+		}
+	}
+	return chunk
 }
 
 // NCCL's threads a channel and bytes a thread before a launch takes more of either
