@@ -224,7 +224,7 @@ func (t *Topology) buildFabric() {
 // kindLatencyUS is each fabric kind's default latency_us: the latency of one NIC's link through
 // the fabric, so that NIC to NIC through one switch is twice it (docs/topology.md gives the
 // sources). InfiniBand's is the reference: NCCL's latency tables were measured on it.
-var kindLatencyUS = map[string]float64{"infiniband": 2.0, "roce": 2.5, "efa": 7.0, "ethernet": 4.0}
+var kindLatencyUS = map[string]float64{"infiniband": 2.0, "roce": 2.5, "efa": 10.0, "ethernet": 4.0}
 
 // LinkLatencyUS is the latency of one NIC's link through the fabric: latency_us when set, else
 // the default for the fabric's kind.

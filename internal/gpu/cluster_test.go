@@ -169,3 +169,24 @@ func TestVersion2Errors(t *testing.T) {
 		}
 	}
 }
+
+// Each fabric kind has its own latency a NIC link, and adds to NCCL's InfiniBand tables twice
+// what its link takes beyond InfiniBand's: EFA's is AWS's p5 figure (20 µs NIC to NIC), and a
+// latency_us given in the file takes its place.
+func TestFabricLatency(t *testing.T) {
+	for _, c := range []struct {
+		net        gpu.Network
+		link, more float64
+	}{
+		{gpu.Network{Kind: "infiniband"}, 2, 0},
+		{gpu.Network{Kind: "roce"}, 2.5, 1},
+		{gpu.Network{Kind: "efa"}, 10, 16},
+		{gpu.Network{Kind: "ethernet"}, 4, 4},
+		{gpu.Network{Kind: "efa", LatencyUS: 9}, 9, 14},
+		{gpu.Network{Kind: "infiniband", LatencyUS: 1}, 1, 0},
+	} {
+		if link, more := c.net.LinkLatencyUS(), c.net.ExtraLatencyUS(); link != c.link || more != c.more {
+			t.Errorf("%s, latency_us %v: link %v µs, %v over InfiniBand; want %v and %v", c.net.Kind, c.net.LatencyUS, link, more, c.link, c.more)
+		}
+	}
+}
