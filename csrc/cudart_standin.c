@@ -18,6 +18,7 @@
  *   GPUBENCH_STANDIN_MEMORY     bytes of memory per device (default 1 GiB)
  *   GPUBENCH_STANDIN_NO_P2P     pairs without peer access, e.g. "0-1,2-3" (both directions)
  *   GPUBENCH_STANDIN_COPY_GBPS  if > 0, asynchronous copies take bytes/(GBPS*1e9) s at least
+ *   GPUBENCH_STANDIN_NAME       every device's name, read at each call (default "gpubench stand-in device N")
  *
  * It also exports three helpers that are not CUDA API, for the stand-in NCCL (nccl_standin.c):
  * gpubenchStandinStreamDevice, gpubenchStandinPointerDevice and gpubenchStandinPointerRange.
@@ -481,7 +482,12 @@ cudaError_t cudaGetDeviceProperties_v2(void *prop, int dev) {
     if (!prop) return ret(cudaErrorInvalidValue);
     if (!valid_dev(dev)) return ret(cudaErrorInvalidDevice);
     memset(prop, 0, 256);
-    snprintf(prop, 256, "gpubench stand-in device %d", dev);
+    const char *name = getenv("GPUBENCH_STANDIN_NAME");
+    if (name && *name) {
+        snprintf(prop, 256, "%s", name); /* truncated to 255 bytes and the NUL */
+    } else {
+        snprintf(prop, 256, "gpubench stand-in device %d", dev);
+    }
     return cudaSuccess;
 }
 

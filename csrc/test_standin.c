@@ -150,6 +150,17 @@ static void test_devices(void) {
     EXPECT(cudaGetDeviceProperties_v2(prop, 1), 0);
     EXPECT(strcmp((char *)prop, "gpubench stand-in device 1"), 0);
     EXPECT(prop[256], 0x5a); /* nothing written past name[256] */
+    setenv("GPUBENCH_STANDIN_NAME", "NVIDIA H200", 1); /* a dry run names a real GPU */
+    EXPECT(cudaGetDeviceProperties_v2(prop, 1), 0);
+    EXPECT(strcmp((char *)prop, "NVIDIA H200"), 0);
+    char longName[400];
+    memset(longName, 'x', sizeof longName - 1);
+    longName[sizeof longName - 1] = 0;
+    setenv("GPUBENCH_STANDIN_NAME", longName, 1);
+    EXPECT(cudaGetDeviceProperties_v2(prop, 1), 0);
+    EXPECT(strlen((char *)prop), 255); /* cut to name[256] */
+    EXPECT(prop[256], 0x5a);
+    unsetenv("GPUBENCH_STANDIN_NAME");
 
     EXPECT(cudaGetLastError(), 101); /* sticky, from the bad ordinal above */
     EXPECT(cudaSetDevice(4), 101);

@@ -9,6 +9,8 @@
 #   scripts/gpu-vs-nccl-tests.sh OUT_DIR
 # NCCL_TESTS_SRC: the nccl-tests source tree (default .gpu/nccl-tests; never committed: export it
 # from a clone with `git archive`). GPUBENCH_BIN: a built gpubench (default: go build). REPS: 3.
+# MAX_BYTES: the sweep's largest size and the graph runs' size (1G; cmd/gpubench's dry run of this
+# script on the stand-in libraries takes a smaller one).
 set -euo pipefail
 out=${1:?usage: scripts/gpu-vs-nccl-tests.sh OUT_DIR}
 mkdir -p "$out"
@@ -18,6 +20,7 @@ out=$(cd "$out" && pwd) # paths given are taken from where the script was run
 cd "$(dirname "$0")/.."
 src=$(cd "${NCCL_TESTS_SRC:-.gpu/nccl-tests}" && pwd)
 reps=${REPS:-3}
+max=${MAX_BYTES:-1G}
 : >"$out/summary.txt"
 . scripts/step.sh # step NAME COMMAND...
 
@@ -54,7 +57,7 @@ export LD_LIBRARY_PATH=$home/lib:$cuda/lib64:${LD_LIBRARY_PATH:-} # the wheel's 
 
 status=0
 mkdir -p "$out/nccl-tests" "$out/gpubench"
-sweep=(-g 1 -b 8 -e 1G -f 4)
+sweep=(-g 1 -b 8 -e "$max" -f 4)
 for rep in $(seq 1 "$reps"); do
   for c in all_reduce all_gather reduce_scatter alltoall sendrecv; do
     step "nccl-tests/$c.$rep" "$build/${c}_perf" "${sweep[@]}" || status=1
@@ -65,8 +68,8 @@ done
 # Graph mode at 1 GiB (the last run's out-of-place 776 µs against 504 without it), and the call
 # at 8 B over 1000 iterations (in place it is the call overhead alone), alternating.
 for rep in $(seq 1 "$reps"); do
-  step "nccl-tests/graph.$rep" "$build/all_reduce_perf" -g 1 -b 1G -e 1G -G 5 || status=1
-  step "gpubench/graph.$rep" "$gb" allreduce --backend cuda --nccl-lib "$lib" -g 1 -b 1G -e 1G -G 5 || status=1
+  step "nccl-tests/graph.$rep" "$build/all_reduce_perf" -g 1 -b "$max" -e "$max" -G 5 || status=1
+  step "gpubench/graph.$rep" "$gb" allreduce --backend cuda --nccl-lib "$lib" -g 1 -b "$max" -e "$max" -G 5 || status=1
   step "nccl-tests/8b.$rep" "$build/all_reduce_perf" -g 1 -b 8 -e 8 -n 1000 -w 100 || status=1
   step "gpubench/8b.$rep" "$gb" allreduce --backend cuda --nccl-lib "$lib" -g 1 -b 8 -e 8 -n 1000 -w 100 || status=1
 done
@@ -78,17 +81,21 @@ for c in all_reduce all_gather reduce_scatter alltoall sendrecv graph 8b; do
     "$gb" compare "$out/nccl-tests/$c.$rep.out" "$out/gpubench/$c.$rep.out" --output json >"$out/compare.$c.$rep.json" || [ $? -eq 3 ] || status=1
   done
 done
-python3 - "$out" "$reps" >"$out/side-by-side.txt" <<'EOF' || status=1
+python3 - "$out" "$reps" "$max" >"$out/side-by-side.txt" <<'EOF' || status=1
 import json, statistics, sys
-out, reps = sys.argv[1], int(sys.argv[2])
-print("# gpubench time / nccl-tests time, median of %d alternated pairs; -g 1 -b 8 -e 1G -f 4" % reps)
+out, reps, top = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+print("# gpubench time / nccl-tests time, median of %d alternated pairs; -g 1 -b 8 -e %s -f 4" % (reps, top))
 print("%-18s %12s %10s %10s" % ("collective", "size", "out-of-place", "in-place"))
 worst, n, within = 0.0, 0, 0
 names = {"graph": "all_reduce -G 5", "8b": "all_reduce -n 1000"}
 for c in ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv", "graph", "8b"):
     ratios = {}
     for rep in range(1, reps + 1):
-        doc = json.load(open("%s/compare.%s.%d.json" % (out, c, rep)))
+        try:
+            doc = json.load(open("%s/compare.%s.%d.json" % (out, c, rep)))
+        except (OSError, ValueError):  # a run that failed: the rest of the table still comes out
+            print("# %s, run %d: no comparison (summary.txt says why)" % (names.get(c, c), rep))
+            continue
         for row in doc["comparisons"][0]["rows"]:
             old, new = row.get("old"), row.get("new")
             if not old or not new or not old.get("time_us") or new.get("time_us") is None:
