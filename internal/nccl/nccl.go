@@ -192,7 +192,8 @@ func (b *Backend) NewComm(devices []int) (gpu.Comm, error) {
 	if n == 0 {
 		return nil, fmt.Errorf("nccl comm: no devices: %w", gpu.ErrInvalid)
 	}
-	c := &comm{b: b, devs: make([]C.int, n), comms: make([]unsafe.Pointer, n), streams: make([]unsafe.Pointer, n), world: n}
+	c := &comm{b: b, devs: make([]C.int, n), comms: make([]unsafe.Pointer, n), streams: make([]unsafe.Pointer, n), world: n,
+		sendPtrs: make([]unsafe.Pointer, n), recvPtrs: make([]unsafe.Pointer, n)}
 	for i, d := range devices {
 		c.devs[i] = C.int(d)
 	}
@@ -225,7 +226,8 @@ func (b *Backend) JoinComm(ctx context.Context, id []byte, size, rank, dev int) 
 	if len(id) != uniqueIDBytes || size < 1 || rank < 0 || rank >= size {
 		return nil, fmt.Errorf("nccl: joining as rank %d of %d with a %d-byte id: %w", rank, size, len(id), gpu.ErrInvalid)
 	}
-	c := &comm{b: b, devs: []C.int{C.int(dev)}, comms: make([]unsafe.Pointer, 1), streams: make([]unsafe.Pointer, 1), first: rank, world: size}
+	c := &comm{b: b, devs: []C.int{C.int(dev)}, comms: make([]unsafe.Pointer, 1), streams: make([]unsafe.Pointer, 1), first: rank, world: size,
+		sendPtrs: make([]unsafe.Pointer, 1), recvPtrs: make([]unsafe.Pointer, 1)}
 	done := make(chan error, 1)
 	go func() {
 		cid := C.CBytes(id)
@@ -257,6 +259,9 @@ type comm struct {
 	aborted        bool               // the communicators are gone
 	failed         bool               // a call failed: close by aborting
 	capturing      bool
+	// sendPtrs and recvPtrs hold a collective's device addresses, one per rank of this process's,
+	// made once so that a call allocates nothing (a comm is used by one goroutine at a time).
+	sendPtrs, recvPtrs []unsafe.Pointer
 }
 
 var _ gpu.GraphComm = (*comm)(nil)
@@ -293,35 +298,34 @@ func (c *comm) failure(err error) error {
 	return err
 }
 
-// ptrs turns per-rank buffers into device addresses, checking each is on its rank's device.
-func (c *comm) ptrs(bufs []gpu.Buffer) ([]unsafe.Pointer, error) {
+// ptrs puts the device addresses of this process's ranks' buffers into out, checking each is
+// on its rank's device.
+func (c *comm) ptrs(bufs []gpu.Buffer, out []unsafe.Pointer) error {
 	if len(bufs) != c.world {
-		return nil, fmt.Errorf("nccl: %d buffers for %d ranks: %w", len(bufs), c.world, gpu.ErrInvalid)
+		return fmt.Errorf("nccl: %d buffers for %d ranks: %w", len(bufs), c.world, gpu.ErrInvalid)
 	}
-	out := make([]unsafe.Pointer, len(c.devs))
 	for i, x := range bufs[c.first : c.first+len(c.devs)] {
 		p, dev, err := cuda.Pointer(x)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if dev != int(c.devs[i]) {
-			return nil, fmt.Errorf("nccl: rank %d's buffer is on device %d, not %d: %w", c.first+i, dev, c.devs[i], gpu.ErrInvalid)
+			return fmt.Errorf("nccl: rank %d's buffer is on device %d, not %d: %w", c.first+i, dev, c.devs[i], gpu.ErrInvalid)
 		}
 		out[i] = p
 	}
-	return out, nil
+	return nil
 }
 
 func (c *comm) collective(name string, kind C.int, send, recv []gpu.Buffer, count int64, dt gpu.DType, op gpu.RedOp, root int) error {
 	if c.aborted {
 		return fmt.Errorf("nccl %s: the communicators were aborted: %w", name, gpu.ErrInvalid)
 	}
-	s, err := c.ptrs(send)
-	if err != nil {
+	s, r := c.sendPtrs, c.recvPtrs
+	if err := c.ptrs(send, s); err != nil {
 		return err
 	}
-	r, err := c.ptrs(recv)
-	if err != nil {
+	if err := c.ptrs(recv, r); err != nil {
 		return err
 	}
 	return c.failure(check(name, C.gn_collective(kind, C.int(len(c.devs)), &c.comms[0], &c.streams[0], &s[0], &r[0],

@@ -261,3 +261,44 @@ func (m memRank) AllGather(_ context.Context, v []float64) ([][]float64, error) 
 	}
 	return w.out, nil
 }
+
+// One rank's all-reduce as the timed loop makes it: the binding's own part of the call allocates
+// nothing (the stand-in's host-side work, in C, is not counted), so that what a call costs over
+// NCCL's is the cgo crossing alone (issue: gpubench's 8 B call against a bare ncclAllReduce).
+func BenchmarkAllReduceCall(b *testing.B) {
+	b.Setenv("GPUBENCH_STANDIN_DEVICES", "1")
+	rt, lib := cudatest.StandinNCCL(b)
+	cb, err := cuda.Open(rt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	nb, err := nccl.Open(cb, lib)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := nb.NewComm([]int{0})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	buf, err := nb.Alloc(0, 8)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer nb.Free(buf)
+	bufs := []gpu.Buffer{buf}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if err := c.AllReduce(bufs, bufs, 2, gpu.Float, gpu.Sum); err != nil {
+			b.Fatal(err)
+		}
+		if i%1024 == 1023 {
+			if err := c.Synchronize(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := c.Synchronize(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+}
