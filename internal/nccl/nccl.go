@@ -260,8 +260,12 @@ type comm struct {
 	failed         bool               // a call failed: close by aborting
 	capturing      bool
 	// sendPtrs and recvPtrs hold a collective's device addresses, one per rank of this process's,
-	// made once so that a call allocates nothing (a comm is used by one goroutine at a time).
-	sendPtrs, recvPtrs []unsafe.Pointer
+	// made once so that a call allocates nothing (a comm is used by one goroutine at a time);
+	// p2pRank, p2pPeer, p2pSend and p2pBufs are SendRecv's, grown to the most operations a call
+	// has had.
+	sendPtrs, recvPtrs        []unsafe.Pointer
+	p2pRank, p2pPeer, p2pSend []C.int
+	p2pBufs                   []unsafe.Pointer
 }
 
 var _ gpu.GraphComm = (*comm)(nil)
@@ -389,8 +393,10 @@ func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 	if n == 0 {
 		return nil
 	}
-	rank, peer, isSend := make([]C.int, n), make([]C.int, n), make([]C.int, n)
-	bufs := make([]unsafe.Pointer, n)
+	if len(c.p2pBufs) < n {
+		c.p2pRank, c.p2pPeer, c.p2pSend, c.p2pBufs = make([]C.int, n), make([]C.int, n), make([]C.int, n), make([]unsafe.Pointer, n)
+	}
+	rank, peer, isSend, bufs := c.p2pRank[:n], c.p2pPeer[:n], c.p2pSend[:n], c.p2pBufs[:n]
 	for i, o := range ops {
 		l, ok := c.local(o.Rank)
 		if !ok || o.Peer < 0 || o.Peer >= c.world {
@@ -403,7 +409,7 @@ func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 		if dev != int(c.devs[l]) {
 			return fmt.Errorf("nccl send/recv: rank %d's buffer is on device %d: %w", o.Rank, dev, gpu.ErrInvalid)
 		}
-		rank[i], peer[i], bufs[i] = C.int(l), C.int(o.Peer), p
+		rank[i], peer[i], bufs[i], isSend[i] = C.int(l), C.int(o.Peer), p, 0
 		if o.Send {
 			isSend[i] = 1
 		}

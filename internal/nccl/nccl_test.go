@@ -262,10 +262,25 @@ func (m memRank) AllGather(_ context.Context, v []float64) ([][]float64, error) 
 	return w.out, nil
 }
 
-// One rank's all-reduce as the timed loop makes it: the binding's own part of the call allocates
-// nothing (the stand-in's host-side work, in C, is not counted), so that what a call costs over
-// NCCL's is the cgo crossing alone (issue: gpubench's 8 B call against a bare ncclAllReduce).
+// One rank's all-reduce and send/receive pair as the timed loop makes them: the binding's own part
+// of a call allocates nothing (the stand-in's host-side work, in C, is not counted), so that what
+// a call costs over NCCL's is the cgo crossing alone (gpubench's 8 B call against a bare
+// ncclAllReduce).
 func BenchmarkAllReduceCall(b *testing.B) {
+	benchmarkCall(b, func(c gpu.Comm, bufs []gpu.Buffer) error { return c.AllReduce(bufs, bufs, 2, gpu.Float, gpu.Sum) })
+}
+
+func BenchmarkSendRecvCall(b *testing.B) {
+	var ops []gpu.P2POp
+	benchmarkCall(b, func(c gpu.Comm, bufs []gpu.Buffer) error {
+		if ops == nil {
+			ops = []gpu.P2POp{{Rank: 0, Peer: 0, Send: true, Buf: bufs[0]}, {Rank: 0, Peer: 0, Buf: bufs[0]}}
+		}
+		return c.SendRecv(ops, 2, gpu.Float)
+	})
+}
+
+func benchmarkCall(b *testing.B, call func(gpu.Comm, []gpu.Buffer) error) {
 	b.Setenv("GPUBENCH_STANDIN_DEVICES", "1")
 	rt, lib := cudatest.StandinNCCL(b)
 	cb, err := cuda.Open(rt)
@@ -289,7 +304,7 @@ func BenchmarkAllReduceCall(b *testing.B) {
 	bufs := []gpu.Buffer{buf}
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		if err := c.AllReduce(bufs, bufs, 2, gpu.Float, gpu.Sum); err != nil {
+		if err := call(c, bufs); err != nil {
 			b.Fatal(err)
 		}
 		if i%1024 == 1023 {
