@@ -7,7 +7,8 @@
  *
  * What it models: N fake devices; a current device per host thread; allocations tagged with their
  * device (real host memory, counted against a per-device budget); peer access per ordered pair;
- * streams as FIFO queues each drained by its own worker thread; events with CLOCK_MONOTONIC
+ * streams as FIFO queues each drained by its own worker thread, which stream capture turns into
+ * graphs that each launch queues anew; events with CLOCK_MONOTONIC
  * timestamps; the sticky per-thread last error. It fails where real CUDA fails for the misuses
  * gpubench must not make (wrong current device, peer access enabled twice or not enabled, an
  * event recorded on another device's stream), and in a few places it is deliberately stricter
@@ -44,13 +45,17 @@ enum {
     cudaErrorInvalidDevice = 101,
     cudaErrorPeerAccessUnsupported = 217,
     cudaErrorInvalidResourceHandle = 400,
+    cudaErrorIllegalState = 401,
     cudaErrorNotReady = 600,
     cudaErrorPeerAccessAlreadyEnabled = 704,
     cudaErrorPeerAccessNotEnabled = 705,
+    cudaErrorStreamCaptureUnsupported = 900,
 };
 
 typedef struct CUstream_st *cudaStream_t;
 typedef struct CUevent_st *cudaEvent_t;
+typedef struct CUgraph_st *cudaGraph_t;
+typedef struct CUgraph_st *cudaGraphExec_t; /* CUDA's is struct CUgraphExec_st: the same here */
 typedef void (*cudaHostFn_t)(void *userData);
 
 enum { H2H = 0, H2D = 1, D2H = 2, D2D = 3, DEFAULT_KIND = 4 }; /* cudaMemcpyKind */
@@ -85,9 +90,19 @@ struct op { /* one item of a stream's queue */
     struct op *next;
 };
 
+/* A stream's captured work (cudaStreamBeginCapture to cudaStreamEndCapture), and what
+ * cudaGraphInstantiateWithFlags makes of it: copies of the ops, which cudaGraphLaunch queues anew
+ * at every launch. Only copies, memsets and host functions are captured. */
+struct CUgraph_st {
+    int dev;
+    size_t n, cap;
+    struct op *ops;
+};
+
 struct CUstream_st {
     int dev;
     unsigned flags;
+    struct CUgraph_st *capture; /* under mu: the graph being captured, or NULL */
     int refs, dead; /* under g_lock: callers using it outside g_lock; destroyed */
     pthread_t thread;
     pthread_mutex_t mu; /* guards the queue */
@@ -343,8 +358,42 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-/* Appends a copy of *tmpl to the stream's queue (the caller holds a stream reference). */
+/* Appends op to graph g; 0 when out of memory. */
+static int graph_add(struct CUgraph_st *g, const struct op *op) {
+    if (g->n == g->cap) {
+        size_t cap = g->cap ? 2 * g->cap : 8;
+        struct op *x = realloc(g->ops, cap * sizeof *x);
+        if (!x) return 0;
+        g->ops = x, g->cap = cap;
+    }
+    g->ops[g->n] = *op;
+    g->ops[g->n++].next = NULL;
+    return 1;
+}
+
+static void graph_free(struct CUgraph_st *g) {
+    if (g) free(g->ops);
+    free(g);
+}
+
+/* Whether the stream is capturing: its work goes into a graph, and it cannot be waited for. */
+static int capturing(struct CUstream_st *s) {
+    pthread_mutex_lock(&s->mu);
+    int c = s->capture != NULL;
+    pthread_mutex_unlock(&s->mu);
+    return c;
+}
+
+/* Appends a copy of *tmpl to the stream's queue, or to its graph while it captures (the caller
+ * holds a stream reference). */
 static cudaError_t enqueue(struct CUstream_st *s, const struct op *tmpl) {
+    pthread_mutex_lock(&s->mu);
+    if (s->capture) {
+        int ok = graph_add(s->capture, tmpl);
+        pthread_mutex_unlock(&s->mu);
+        return ok ? cudaSuccess : cudaErrorMemoryAllocation;
+    }
+    pthread_mutex_unlock(&s->mu);
     struct op *o = malloc(sizeof *o);
     if (!o) return cudaErrorMemoryAllocation;
     *o = *tmpl;
@@ -387,10 +436,12 @@ static const struct {
     {101, "cudaErrorInvalidDevice", "invalid device ordinal"},
     {217, "cudaErrorPeerAccessUnsupported", "peer access is not supported between these two devices"},
     {400, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
+    {401, "cudaErrorIllegalState", "the operation cannot be performed in the present state"},
     {600, "cudaErrorNotReady", "device not ready"},
     {700, "cudaErrorIllegalAddress", "an illegal memory access was encountered"},
     {704, "cudaErrorPeerAccessAlreadyEnabled", "peer access is already enabled"},
     {705, "cudaErrorPeerAccessNotEnabled", "peer access has not been enabled"},
+    {900, "cudaErrorStreamCaptureUnsupported", "operation not permitted when stream is capturing"},
     {999, "cudaErrorUnknown", "unknown error"},
 };
 
@@ -808,6 +859,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->work);
     pthread_cond_destroy(&s->idle);
+    graph_free(s->capture); /* destroyed while capturing: the capture is gone with it */
     free(s);
     return cudaSuccess;
 }
@@ -816,9 +868,10 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     init();
     struct CUstream_st *s = stream_get(stream);
     if (!s) return ret(cudaErrorInvalidResourceHandle);
-    stream_wait_idle(s);
+    cudaError_t e = capturing(s) ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+    if (!e) stream_wait_idle(s);
     stream_put(s);
-    return cudaSuccess;
+    return ret(e);
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
@@ -826,7 +879,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
     struct CUstream_st *s = stream_get(stream);
     if (!s) return ret(cudaErrorInvalidResourceHandle);
     pthread_mutex_lock(&s->mu);
-    cudaError_t e = s->head ? cudaErrorNotReady : cudaSuccess;
+    cudaError_t e = s->capture ? cudaErrorStreamCaptureUnsupported : s->head ? cudaErrorNotReady : cudaSuccess;
     pthread_mutex_unlock(&s->mu);
     stream_put(s);
     return ret(e);
@@ -841,6 +894,101 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *data)
                        : cudaErrorInvalidValue;
     stream_put(s);
     return ret(e);
+}
+
+/* ---- Graphs: stream capture --------------------------------------------------------------- */
+
+/* Work queued on a capturing stream goes into its graph instead of running (enqueue); any
+ * capture mode is taken, and only the stream itself is captured (no event joins other streams). */
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, int mode) {
+    init();
+    if (mode < 0 || mode > 2) return ret(cudaErrorInvalidValue);
+    struct CUstream_st *s = stream_get(stream);
+    if (!s) return ret(cudaErrorInvalidResourceHandle);
+    cudaError_t e = cudaSuccess;
+    struct CUgraph_st *g = calloc(1, sizeof *g);
+    pthread_mutex_lock(&s->mu);
+    if (!g) {
+        e = cudaErrorMemoryAllocation;
+    } else if (s->capture || s->head) { /* capturing already; or work queued, stricter than CUDA */
+        e = cudaErrorIllegalState;
+    } else {
+        g->dev = s->dev;
+        s->capture = g;
+        g = NULL;
+    }
+    pthread_mutex_unlock(&s->mu);
+    free(g);
+    stream_put(s);
+    return ret(e);
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
+    init();
+    if (!graph) return ret(cudaErrorInvalidValue);
+    struct CUstream_st *s = stream_get(stream);
+    if (!s) return ret(cudaErrorInvalidResourceHandle);
+    pthread_mutex_lock(&s->mu);
+    struct CUgraph_st *g = s->capture;
+    s->capture = NULL;
+    pthread_mutex_unlock(&s->mu);
+    stream_put(s);
+    if (!g) return ret(cudaErrorIllegalState);
+    *graph = g;
+    return cudaSuccess;
+}
+
+/* status: 0 none, 1 active (cudaStreamCaptureStatus). */
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, int *status) {
+    init();
+    if (!status) return ret(cudaErrorInvalidValue);
+    struct CUstream_st *s = stream_get(stream);
+    if (!s) return ret(cudaErrorInvalidResourceHandle);
+    *status = capturing(s);
+    stream_put(s);
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *exec, cudaGraph_t graph, unsigned long long flags) {
+    init();
+    if (!exec || !graph || flags) return ret(cudaErrorInvalidValue);
+    struct CUgraph_st *x = calloc(1, sizeof *x);
+    if (!x) return ret(cudaErrorMemoryAllocation);
+    x->dev = graph->dev;
+    for (size_t i = 0; i < graph->n; i++)
+        if (!graph_add(x, &graph->ops[i])) {
+            graph_free(x);
+            return ret(cudaErrorMemoryAllocation);
+        }
+    *exec = x;
+    return cudaSuccess;
+}
+
+/* Queues the graph's work on the stream, in the order it was captured. */
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
+    init();
+    if (!exec) return ret(cudaErrorInvalidValue);
+    struct CUstream_st *s = stream_get(stream);
+    if (!s) return ret(cudaErrorInvalidResourceHandle);
+    cudaError_t e = s->dev != exec->dev ? cudaErrorInvalidValue : cudaSuccess;
+    for (size_t i = 0; i < exec->n && !e; i++)
+        e = enqueue(s, &exec->ops[i]);
+    stream_put(s);
+    return ret(e);
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    init();
+    if (!exec) return ret(cudaErrorInvalidValue);
+    graph_free(exec);
+    return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    init();
+    if (!graph) return ret(cudaErrorInvalidValue);
+    graph_free(graph);
+    return cudaSuccess;
 }
 
 /* ---- Events -------------------------------------------------------------------------------- */
@@ -893,6 +1041,8 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     cudaError_t err = cudaSuccess;
     if (!e || e->dev != s->dev) {
         err = cudaErrorInvalidResourceHandle;
+    } else if (capturing(s)) { /* stricter than CUDA, which makes an event node */
+        err = cudaErrorStreamCaptureUnsupported;
     } else {
         o.seq = ++e->recorded;
         e->refs++;
@@ -919,6 +1069,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
     struct CUevent_st *e = event_find(event);
     struct op o = {.type = OP_WAIT, .ev = e};
     cudaError_t err = !e ? cudaErrorInvalidResourceHandle : flags ? cudaErrorInvalidValue : cudaSuccess;
+    if (!err && capturing(s)) err = cudaErrorStreamCaptureUnsupported; /* stricter than CUDA */
     if (!err && (o.seq = e->recorded) > e->completed)
         e->refs++;
     else

@@ -125,6 +125,10 @@ struct ncclComm {
     int rank, n, dev, blocking, finalized;
     uint64_t seq, launches;       /* collectives issued; host functions queued (for the hang fault) */
     uint64_t *sendseq, *recvseq;  /* per peer */
+    /* Launches captured into CUDA graphs (freed with the communicator), and the sequences their
+     * runs take, under the clique's mu: GRAPH_SEQ | count, apart from calls made outside graphs. */
+    struct launch *graphs;
+    uint64_t gseq, *gsendseq, *grecvseq;
     struct ncclComm *next;        /* registry */
 };
 
@@ -133,8 +137,12 @@ struct launch { /* the payload of one host function: one collective, or a group'
     ncclComm_t comm;
     cudaStream_t stream;
     int rank, hang, p2p, nparts, cap;
+    int graph;           /* captured: run anew, with fresh sequences, at each launch of the graph */
+    struct launch *next; /* the communicator's graphs list */
     struct part *parts;
 };
+
+#define GRAPH_SEQ ((uint64_t)1 << 63)
 
 struct rec { /* a call recorded inside a group */
     ncclComm_t comm;
@@ -151,6 +159,7 @@ static int (*rt_free)(void *);
 static int (*rt_device_count)(int *);
 static int (*rt_stream_device)(void *);
 static int (*rt_pointer_device)(const void *);
+static int (*rt_is_capturing)(cudaStream_t, int *);
 static size_t (*rt_pointer_range)(const void *);
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -245,6 +254,7 @@ static void load(void) {
         {"gpubenchStandinStreamDevice", &rt_stream_device},
         {"gpubenchStandinPointerDevice", &rt_pointer_device},
         {"gpubenchStandinPointerRange", &rt_pointer_range},
+        {"cudaStreamIsCapturing", &rt_is_capturing},
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         void *fn = dlsym(h, syms[i].name);
@@ -572,6 +582,42 @@ static void host_fn(void *arg) {
     free(L);
 }
 
+/* Runs at each launch of a CUDA graph that captured launch T: a fresh launch of T's parts, whose
+ * sequences come from the communicator's count of graph runs. Every rank launches its graphs in
+ * the same order, as NCCL asks of them, so the sequences meet at their rendezvous. */
+static void graph_host_fn(void *arg) {
+    struct launch *T = arg, *L = malloc(sizeof *L);
+    struct part *parts = malloc((size_t)T->nparts * sizeof *parts);
+    struct clique *cl = T->cl;
+    ncclComm_t c = T->comm;
+    pthread_mutex_lock(&cl->mu);
+    if (!L || !parts) {
+        fail(ncclSystemError, "out of host memory running a captured launch");
+        abort_locked(cl, -1, ncclSystemError);
+        pthread_mutex_unlock(&cl->mu);
+        free(L);
+        free(parts);
+        return;
+    }
+    *L = *T;
+    L->graph = 0, L->hang = 0, L->next = NULL, L->parts = parts, L->cap = T->nparts;
+    for (int j = 0; j < T->nparts; j++) {
+        struct part *p = &parts[j];
+        *p = T->parts[j];
+        p->rdv = NULL;
+        if (p->kind == K_SEND)
+            p->seq = GRAPH_SEQ | c->gsendseq[p->peer]++;
+        else if (p->kind == K_RECV)
+            p->seq = GRAPH_SEQ | c->grecvseq[p->peer]++;
+        else
+            p->seq = GRAPH_SEQ | c->gseq++;
+    }
+    cl->refs++;
+    cl->pending[L->rank]++;
+    pthread_mutex_unlock(&cl->mu);
+    host_fn(L);
+}
+
 /* ---- Communicators ------------------------------------------------------------------------- */
 
 static int comm_live(ncclComm_t c) {
@@ -616,11 +662,21 @@ static ncclResult_t comm_release(ncclComm_t c, int abort) {
         pthread_mutex_lock(&cl->mu);
         if (abort) abort_locked(cl, c->rank, remote_error());
         int last = clique_put_locked(cl);
+        for (struct launch *T = c->graphs; T; T = T->next) /* each captured launch held one */
+            last = clique_put_locked(cl);
         pthread_mutex_unlock(&cl->mu);
         if (last) clique_free(cl);
     }
+    while (c->graphs) {
+        struct launch *T = c->graphs;
+        c->graphs = T->next;
+        free(T->parts);
+        free(T);
+    }
     free(c->sendseq);
     free(c->recvseq);
+    free(c->gsendseq);
+    free(c->grecvseq);
     free(c);
     return ncclSuccess;
 }
@@ -898,36 +954,60 @@ static ncclResult_t launch_all(void) {
         }
         L->parts[L->nparts++] = rc->p;
     }
+    /* A launch on a capturing stream goes into its graph and takes its sequences when it runs. */
+    for (size_t k = 0; k < nL && !err; k++) {
+        struct launch *L = Ls[k];
+        ncclComm_t c = L->comm;
+        int ce = rt_is_capturing(L->stream, &L->graph);
+        if (ce) {
+            err = fail(ncclUnhandledCudaError, "cudaStreamIsCapturing failed with CUDA error %d", ce);
+        } else if (L->graph && !c->gsendseq &&
+                   (!(c->gsendseq = calloc((size_t)c->n, sizeof *c->gsendseq)) ||
+                    !(c->grecvseq = calloc((size_t)c->n, sizeof *c->grecvseq)))) {
+            free(c->gsendseq);
+            c->gsendseq = NULL;
+            err = fail(ncclSystemError, "out of host memory capturing a launch");
+        }
+    }
     /* Only now, with nothing left to fail but the launch itself, are sequence numbers used up. */
     for (size_t k = 0; k < nL && !err; k++) {
         struct launch *L = Ls[k];
         ncclComm_t c = L->comm;
-        long long index = (long long)c->launches++;
-        L->hang = c->rank == L->cl->hang_rank && index == L->cl->hang_at;
+        if (!L->graph) {
+            long long index = (long long)c->launches++;
+            L->hang = c->rank == L->cl->hang_rank && index == L->cl->hang_at;
+        }
         for (int j = 0; j < L->nparts; j++) {
             struct part *p = &L->parts[j];
+            p->corrupt = c->rank == L->cl->corrupt_rank;
+            if (L->graph) continue; /* numbered at each run (graph_host_fn) */
             if (p->kind == K_SEND)
                 p->seq = c->sendseq[p->peer]++;
             else if (p->kind == K_RECV)
                 p->seq = c->recvseq[p->peer]++;
             else
                 p->seq = c->seq++;
-            p->corrupt = c->rank == L->cl->corrupt_rank;
         }
     }
     for (size_t k = 0; k < nL; k++) {
         struct launch *L = Ls[k];
         if (!err) {
+            int graph = L->graph; /* once launched, a plain L is host_fn's to free */
             pthread_mutex_lock(&L->cl->mu);
             L->cl->refs++;
-            L->cl->pending[L->rank]++;
+            if (!graph) L->cl->pending[L->rank]++; /* a captured launch is pending when it runs */
             pthread_mutex_unlock(&L->cl->mu);
-            int ce = rt_launch(L->stream, host_fn, L);
-            if (ce == 0) continue; /* host_fn owns L now */
+            if (graph) { /* the communicator keeps it for the graph's launches */
+                L->next = L->comm->graphs;
+                L->comm->graphs = L;
+            }
+            int ce = rt_launch(L->stream, graph ? graph_host_fn : host_fn, L);
+            if (ce == 0) continue;
+            if (graph) L->comm->graphs = L->next;
             err = fail(ncclUnhandledCudaError, "cudaLaunchHostFunc failed with CUDA error %d", ce);
             pthread_mutex_lock(&L->cl->mu); /* the communicator still holds a reference */
             L->cl->refs--;
-            L->cl->pending[L->rank]--;
+            if (!graph) L->cl->pending[L->rank]--;
             set_async(L->cl, L->rank, ncclUnhandledCudaError);
             pthread_mutex_unlock(&L->cl->mu);
         }

@@ -32,6 +32,14 @@ typedef int ncclResult_t;
 typedef struct ncclComm *ncclComm_t;
 typedef struct { char internal[128]; } ncclUniqueId;
 typedef struct { size_t size; unsigned magic, version; int blocking; } ncclConfig_t; /* the 2.14 layout */
+typedef struct CUgraph_st *cudaGraph_t;
+typedef struct CUgraphExec_st *cudaGraphExec_t;
+cudaError_t cudaStreamBeginCapture(cudaStream_t, int);
+cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t *);
+cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *, cudaGraph_t, unsigned long long);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t, cudaStream_t);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t);
+cudaError_t cudaGraphDestroy(cudaGraph_t);
 ncclResult_t ncclGetVersion(int *);
 ncclResult_t ncclGetUniqueId(ncclUniqueId *);
 ncclResult_t ncclCommInitAll(ncclComm_t *, int, const int *);
@@ -484,6 +492,58 @@ static void test_allreduce(ncclComm_t *c) {
     }
 }
 
+/* Captured into CUDA graphs (one per rank's stream): an all-reduce and a send/recv ring run at
+ * every launch of the graphs, with fresh rendezvous, between calls made outside them. */
+static void test_graphs(ncclComm_t *c) {
+    float *b[N], *x[N], *y[N], one[2] = {1, 2}, got[2];
+    cudaGraph_t g;
+    cudaGraphExec_t ex[N];
+    for (int r = 0; r < N; r++) {
+        b[r] = dalloc(r, sizeof one), x[r] = dalloc(r, sizeof one), y[r] = dalloc(r, sizeof one);
+        put(b[r], one, sizeof one);
+        float mine[2] = {(float)r, (float)r};
+        put(x[r], mine, sizeof mine);
+        EXPECT(cudaSetDevice(r), 0);
+        EXPECT(cudaStreamBeginCapture(st[r], 1), 0);
+    }
+    EXPECT(ncclGroupStart(), 0);
+    for (int r = 0; r < N; r++) EXPECT(ncclAllReduce(b[r], b[r], 2, FLOAT, SUM, c[r], st[r]), 0);
+    EXPECT(ncclGroupEnd(), 0);
+    EXPECT(ncclGroupStart(), 0);
+    for (int r = 0; r < N; r++) {
+        EXPECT(ncclSend(x[r], 2, FLOAT, (r + 1) % N, c[r], st[r]), 0);
+        EXPECT(ncclRecv(y[r], 2, FLOAT, (r + N - 1) % N, c[r], st[r]), 0);
+    }
+    EXPECT(ncclGroupEnd(), 0);
+    for (int r = 0; r < N; r++) {
+        EXPECT(cudaStreamEndCapture(st[r], &g), 0);
+        EXPECT(cudaGraphInstantiateWithFlags(&ex[r], g, 0), 0);
+        EXPECT(cudaGraphDestroy(g), 0);
+        get(got, b[r], sizeof got);
+        EXPECT(got[1], 2); /* captured, not run */
+    }
+    for (int launch = 1; launch <= 2; launch++) {
+        for (int r = 0; r < N; r++) EXPECT(cudaGraphLaunch(ex[r], st[r]), 0);
+        /* A plain all-reduce between launches takes its own sequence. */
+        EXPECT(ncclGroupStart(), 0);
+        for (int r = 0; r < N; r++) EXPECT(ncclAllReduce(NULL, NULL, 0, FLOAT, SUM, c[r], st[r]), 0);
+        EXPECT(ncclGroupEnd(), 0);
+        sync_all();
+        for (int r = 0; r < N; r++) {
+            get(got, b[r], sizeof got);
+            EXPECT(got[1], launch == 1 ? 2 * N : 2 * N * N); /* summed in place, again */
+            get(got, y[r], sizeof got);
+            EXPECT(got[0], (float)((r + N - 1) % N));
+        }
+    }
+    for (int r = 0; r < N; r++) {
+        EXPECT(cudaGraphExecDestroy(ex[r]), 0);
+        cudaFree(b[r]);
+        cudaFree(x[r]);
+        cudaFree(y[r]);
+    }
+}
+
 static void test_collectives(ncclComm_t *c) {
     enum { C = 4 };
     int32_t *sb[N], *rb[N], h[N * N * C], w[N * N * C];
@@ -748,6 +808,7 @@ int main(void) {
     init_all(c);
     test_allreduce(c);
     test_collectives(c);
+    test_graphs(c);
     test_errors(c);
     destroy_all(c);
     test_hang();

@@ -60,6 +60,15 @@ cudaError_t cudaEventSynchronize(cudaEvent_t);
 cudaError_t cudaEventElapsedTime(float *, cudaEvent_t, cudaEvent_t);
 cudaError_t cudaEventDestroy(cudaEvent_t);
 cudaError_t cudaDeviceSynchronize(void);
+typedef struct CUgraph_st *cudaGraph_t;
+typedef struct CUgraphExec_st *cudaGraphExec_t;
+cudaError_t cudaStreamBeginCapture(cudaStream_t, int);
+cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t *);
+cudaError_t cudaStreamIsCapturing(cudaStream_t, int *);
+cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *, cudaGraph_t, unsigned long long);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t, cudaStream_t);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t);
+cudaError_t cudaGraphDestroy(cudaGraph_t);
 
 enum { H2H, H2D, D2H, D2D };
 #define MiB ((size_t)1 << 20)
@@ -404,6 +413,80 @@ static void *stress(void *arg) {
     return (void *)(intptr_t)bad;
 }
 
+static void count_up(void *p) { ++*(int *)p; }
+
+/* Capture: work queued on a capturing stream does not run; the graph runs it at every launch,
+ * in order. A capturing stream cannot be waited for, nor take an event (stricter than CUDA). */
+static void test_graphs(void) {
+    cudaStream_t s;
+    cudaEvent_t e;
+    cudaGraph_t g;
+    cudaGraphExec_t x, other;
+    void *d, *h;
+    int runs = 0, st = -1;
+    const size_t n = 256;
+
+    EXPECT(cudaSetDevice(0), 0);
+    EXPECT(cudaStreamCreateWithFlags(&s, 1), 0);
+    EXPECT(cudaEventCreate(&e), 0);
+    EXPECT(cudaMalloc(&d, n), 0);
+    EXPECT(cudaHostAlloc(&h, n, 0), 0);
+    memset(h, 7, n);
+    EXPECT(cudaStreamEndCapture(s, &g), 401); /* not capturing */
+    EXPECT(cudaStreamBeginCapture(s, 3), 1);
+    EXPECT(cudaStreamBeginCapture(NULL, 1), 400);
+    EXPECT(cudaStreamBeginCapture(s, 1), 0);
+    EXPECT(cudaStreamBeginCapture(s, 1), 401); /* already */
+    EXPECT(cudaStreamIsCapturing(s, &st), 0);
+    EXPECT(st, 1);
+    EXPECT(cudaMemsetAsync(d, 0, n, s), 0);
+    EXPECT(cudaMemcpyAsync(d, h, n / 2, H2D, s), 0);
+    EXPECT(cudaLaunchHostFunc(s, count_up, &runs), 0);
+    EXPECT(cudaStreamSynchronize(s), 900);
+    EXPECT(cudaStreamQuery(s), 900);
+    EXPECT(cudaEventRecord(e, s), 900);
+    EXPECT(cudaStreamWaitEvent(s, e, 0), 900);
+    EXPECT(cudaStreamEndCapture(s, &g), 0);
+    EXPECT(cudaStreamIsCapturing(s, &st), 0);
+    EXPECT(st, 0);
+    EXPECT(runs, 0); /* captured, not run */
+    EXPECT(cudaGraphInstantiateWithFlags(&x, g, 1), 1);
+    EXPECT(cudaGraphInstantiateWithFlags(&x, g, 0), 0);
+    EXPECT(cudaGraphDestroy(g), 0); /* the instance keeps its own copy */
+    unsigned char back[256];
+    for (int launch = 1; launch <= 2; launch++) {
+        memset(back, 1, n);
+        EXPECT(cudaMemcpy(d, back, n, H2D), 0); /* the graph's memset and copy must redo it */
+        EXPECT(cudaGraphLaunch(x, s), 0);
+        EXPECT(cudaStreamSynchronize(s), 0);
+        EXPECT(runs, launch);
+        EXPECT(cudaMemcpy(back, d, n, D2H), 0);
+        EXPECT(back[0] == 7 && back[n / 2 - 1] == 7 && back[n / 2] == 0 && back[n - 1] == 0, 1);
+    }
+    /* An instance of device 0 on device 1's stream: refused. */
+    cudaStream_t s1;
+    EXPECT(cudaSetDevice(1), 0);
+    EXPECT(cudaStreamCreateWithFlags(&s1, 1), 0);
+    EXPECT(cudaGraphLaunch(x, s1), 1);
+    EXPECT(cudaStreamBeginCapture(s1, 0), 0); /* an empty capture, destroyed with its stream */
+    EXPECT(cudaStreamEndCapture(s1, &g), 0);
+    EXPECT(cudaGraphInstantiateWithFlags(&other, g, 0), 0);
+    EXPECT(cudaGraphLaunch(other, s1), 0);
+    EXPECT(cudaStreamSynchronize(s1), 0);
+    EXPECT(cudaGraphExecDestroy(other), 0);
+    EXPECT(cudaGraphDestroy(g), 0);
+    EXPECT(cudaStreamBeginCapture(s1, 0), 0);
+    EXPECT(cudaStreamDestroy(s1), 0);
+    EXPECT(cudaSetDevice(0), 0);
+    EXPECT(cudaGraphExecDestroy(x), 0);
+    EXPECT(cudaGraphExecDestroy(NULL), 1);
+    EXPECT(cudaGetLastError(), 1);
+    EXPECT(cudaFree(d), 0);
+    EXPECT(cudaFreeHost(h), 0);
+    EXPECT(cudaEventDestroy(e), 0);
+    EXPECT(cudaStreamDestroy(s), 0);
+}
+
 static void test_threads(void) {
     pthread_t t[8];
     for (int i = 0; i < 8; i++) pthread_create(&t[i], NULL, stress, (void *)(intptr_t)i);
@@ -424,6 +507,7 @@ int main(void) {
     test_peer();
     test_memory();
     test_streams();
+    test_graphs();
     test_threads();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

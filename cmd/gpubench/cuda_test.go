@@ -74,8 +74,8 @@ func TestExpectWithoutTheMachine(t *testing.T) {
 	}
 }
 
-// Older NCCL: no bfloat16 or avg before 2.10 (a usage error naming the version needed), and
-// all-to-all as grouped send/recv before 2.28.
+// Older NCCL: no bfloat16 or avg before 2.10 (a usage error naming the version needed), no graph
+// mode before 2.9 (the run fails saying so), and all-to-all as grouped send/recv before 2.28.
 func TestOlderNCCL(t *testing.T) {
 	env, backend := standinEnv(t, "GPUBENCH_STANDIN_NCCL_VERSION=2804")
 	for _, args := range [][]string{{"allreduce", "-d", "bfloat16"}, {"reduce", "-o", "avg"}} {
@@ -83,6 +83,10 @@ func TestOlderNCCL(t *testing.T) {
 		if code != 2 || out != "" || !strings.Contains(errOut, "needs NCCL 2.10 or later; the loaded NCCL is 2.8.4") {
 			t.Errorf("%v on NCCL 2.8.4: exit %d, %q", args, code, errOut)
 		}
+	}
+	_, errOut, code := gpubenchProcess(t, env, append([]string{"allreduce", "--sizes", "1K", "-G", "2"}, backend...)...)
+	if code != 1 || !strings.Contains(errOut, "graph mode (-G) needs CUDA graphs (cudaStreamBeginCapture, cudaGraphInstantiateWithFlags: CUDA 11.4 or later) and NCCL 2.9 or later") {
+		t.Errorf("-G on NCCL 2.8.4: exit %d, %q", code, errOut)
 	}
 	env, backend = standinEnv(t, "GPUBENCH_STANDIN_NCCL_VERSION=22703")
 	out, errOut, code := gpubenchProcess(t, env, append([]string{"alltoall", "--sizes", "1K:1M:x32", "-n", "2"}, backend...)...)
