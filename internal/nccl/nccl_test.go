@@ -52,55 +52,39 @@ func TestBindingAgainstStandins(t *testing.T) {
 	if err := b.CheckTypes(gpu.DTypes, gpu.RedOps); err != nil {
 		t.Errorf("NCCL 2.30 lacks nothing: %v", err)
 	}
-	for _, c := range coll.Collectives {
-		t.Run(c.Name, func(t *testing.T) {
-			w, _ := coll.ParseSizes("8B:64K:x32")
-			s, err := coll.Run(context.Background(), b, coll.Options{Coll: c, Sweep: w, DTypes: gpu.DTypes, Ops: gpu.RedOps,
-				Root: -1, Iters: 2, Warmup: 1, Check: 1, Average: 1, Timeout: time.Minute})
-			if err != nil {
-				t.Fatal(err)
-			}
-			checked := 0
-			for _, r := range s.Results {
-				for _, p := range []coll.Placement{r.OutOfPlace, r.InPlace} {
-					if p.Wrong != nil {
-						checked++
-						if *p.Wrong != 0 {
-							t.Errorf("%s %s root %d size %d: %d wrong", r.Type, r.Op, r.Root, r.Size, *p.Wrong)
+	// Every collective, type and operation, checked; then in graph mode, each size's timed
+	// iterations captured once and the graph launched: the stand-ins run a captured call anew at
+	// every launch, so its results are checked as ever.
+	for _, mode := range []struct {
+		name   string
+		dtypes []gpu.DType
+		ops    []gpu.RedOp
+		graph  int
+	}{{"", gpu.DTypes, gpu.RedOps, 0}, {"graph mode/", []gpu.DType{gpu.Float}, []gpu.RedOp{gpu.Sum}, 2}} {
+		for _, c := range coll.Collectives {
+			t.Run(mode.name+c.Name, func(t *testing.T) {
+				w, _ := coll.ParseSizes("8B:64K:x32")
+				s, err := coll.Run(context.Background(), b, coll.Options{Coll: c, Sweep: w, DTypes: mode.dtypes, Ops: mode.ops,
+					Root: -1, Iters: 3, Warmup: 1, Check: 1, Average: 1, Graph: mode.graph, Timeout: time.Minute})
+				if err != nil {
+					t.Fatal(err)
+				}
+				checked := 0
+				for _, r := range s.Results {
+					for _, p := range []coll.Placement{r.OutOfPlace, r.InPlace} {
+						if p.Wrong != nil {
+							checked++
+							if *p.Wrong != 0 {
+								t.Errorf("%s %s root %d size %d: %d wrong", r.Type, r.Op, r.Root, r.Size, *p.Wrong)
+							}
 						}
 					}
 				}
-			}
-			if checked == 0 || s.OutOfBounds != 0 {
-				t.Errorf("checked %d placements, %d out of bounds", checked, s.OutOfBounds)
-			}
-		})
-	}
-	// Graph mode: each collective's timed iterations captured once and the graph launched; the
-	// stand-ins run a captured call anew at every launch, so the results are checked as ever.
-	for _, c := range coll.Collectives {
-		t.Run("graph mode/"+c.Name, func(t *testing.T) {
-			w, _ := coll.ParseSizes("8B:64K:x32")
-			s, err := coll.Run(context.Background(), b, coll.Options{Coll: c, Sweep: w, DTypes: []gpu.DType{gpu.Float},
-				Ops: []gpu.RedOp{gpu.Sum}, Root: -1, Iters: 3, Warmup: 1, Check: 1, Average: 1, Graph: 2, Timeout: time.Minute})
-			if err != nil {
-				t.Fatal(err)
-			}
-			checked := 0
-			for _, r := range s.Results {
-				for _, p := range []coll.Placement{r.OutOfPlace, r.InPlace} {
-					if p.Wrong != nil {
-						checked++
-						if *p.Wrong != 0 {
-							t.Errorf("%d B: %d wrong", r.Size, *p.Wrong)
-						}
-					}
+				if checked == 0 || s.OutOfBounds != 0 {
+					t.Errorf("checked %d placements, %d out of bounds", checked, s.OutOfBounds)
 				}
-			}
-			if checked == 0 || s.OutOfBounds != 0 {
-				t.Errorf("checked %d placements, %d out of bounds", checked, s.OutOfBounds)
-			}
-		})
+			})
+		}
 	}
 	// As nccl-tests calls NCCL: a thread that drives one GPU makes its collective alone, one that
 	// drives several opens a group around them.
