@@ -910,7 +910,7 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, int mode) {
     pthread_mutex_lock(&s->mu);
     if (!g) {
         e = cudaErrorMemoryAllocation;
-    } else if (s->capture || s->head) { /* capturing already; or work queued, stricter than CUDA */
+    } else if (s->capture) { /* capturing already */
         e = cudaErrorIllegalState;
     } else {
         g->dev = s->dev;

@@ -423,7 +423,7 @@ static void test_graphs(void) {
     cudaGraph_t g;
     cudaGraphExec_t x, other;
     void *d, *h;
-    int runs = 0, st = -1;
+    int runs = 0, before = 0, st = -1;
     const size_t n = 256;
 
     EXPECT(cudaSetDevice(0), 0);
@@ -435,6 +435,7 @@ static void test_graphs(void) {
     EXPECT(cudaStreamEndCapture(s, &g), 401); /* not capturing */
     EXPECT(cudaStreamBeginCapture(s, 3), 1);
     EXPECT(cudaStreamBeginCapture(NULL, 1), 400);
+    EXPECT(cudaLaunchHostFunc(s, count_up, &before), 0); /* queued before the capture: runs */
     EXPECT(cudaStreamBeginCapture(s, 1), 0);
     EXPECT(cudaStreamBeginCapture(s, 1), 401); /* already */
     EXPECT(cudaStreamIsCapturing(s, &st), 0);
@@ -450,6 +451,8 @@ static void test_graphs(void) {
     EXPECT(cudaStreamIsCapturing(s, &st), 0);
     EXPECT(st, 0);
     EXPECT(runs, 0); /* captured, not run */
+    EXPECT(cudaStreamSynchronize(s), 0);
+    EXPECT(before, 1);
     EXPECT(cudaGraphInstantiateWithFlags(&x, g, 1), 1);
     EXPECT(cudaGraphInstantiateWithFlags(&x, g, 0), 0);
     EXPECT(cudaGraphDestroy(g), 0); /* the instance keeps its own copy */
