@@ -147,7 +147,10 @@ func writeExplanation(w io.Writer, x sim.Explanation) error {
 	default:
 		run := ""
 		if math.Abs(c.SimTimeUS-c.TimeUS) > 0.005*c.TimeUS {
-			run = fmt.Sprintf(" by NCCL's figures; the simulated call takes %s (the fabric's latency, a calibration, or NVLS on one node, held to its links and not NCCL's channel figure)", usText(c.SimTimeUS))
+			run = fmt.Sprintf(" by NCCL's figures; the simulated call takes %s", usText(c.SimTimeUS))
+			if len(c.SimWhy) > 0 {
+				run += " (" + simWhyText(c.SimWhy) + ")"
+			}
 		}
 		line("chosen", "%s, %s, %s%s", pair, countText(c.Channels, "channel"), usText(c.TimeUS), run)
 		if r := x.RunnerUp; r != nil {
@@ -247,4 +250,18 @@ func linkText(kind string) string {
 		return "NCCL's point-to-point channels (each at what NCCL plans one to carry: half an NVLink inside a domain, 14 GB/s across)"
 	}
 	return "the NICs and the network (" + kind + ")"
+}
+
+// simWhyText says in words why a simulated call's time is not NCCL's estimate.
+func simWhyText(why []string) string {
+	words := map[string]string{
+		"fabric latency": "the fabric's latency beyond the InfiniBand of NCCL's tables",
+		"nvls links":     "NVLS on one node, held to its links rather than NCCL's channel figure",
+		"calibration":    "the topology's calibration",
+	}
+	var out []string
+	for _, w := range why {
+		out = append(out, words[w])
+	}
+	return strings.Join(out, "; ")
 }

@@ -18,7 +18,7 @@ func TestExplainText(t *testing.T) {
 	num := `[0-9]+\.[0-9]`
 	for _, want := range []string{
 		`^allreduce of 1 GiB \(1073741824 B\) on dgx-h100: 8 GPUs, 1 node\n`,
-		`\nchosen:     NVLS/Simple, 16 channels, ` + num + ` us by NCCL.s figures; the simulated call takes ` + num + ` us \(the fabric.s latency, a calibration, or NVLS on one node, held to its links and not NCCL.s channel figure\)\n`,
+		`\nchosen:     NVLS/Simple, 16 channels, ` + num + ` us by NCCL.s figures; the simulated call takes ` + num + ` us \(NVLS on one node, held to its links rather than NCCL.s channel figure\)\n`,
 		`\nrunner-up:  Ring/Simple, 24 channels, ` + num + ` us \(` + num + `% slower\)\n`,
 		`\nbottleneck: NVLink; rings over the links carry 370\.8 GB/s busbw\n`,
 		`\nbandwidth:  busbw ` + num + ` GB/s, algbw ` + num + ` GB/s; NCCL's per-channel or protocol limit sets it, not the links\n`,
@@ -79,7 +79,7 @@ func TestExplainJSON(t *testing.T) {
 		t.Errorf("wrong header fields: %v %v %v %v", doc["collective"], doc["bytes"], doc["ranks"], doc["nodes"])
 	}
 	chosen, _ := doc["chosen"].(map[string]any)
-	for _, field := range []string{"algo", "proto", "channels", "time_us", "latency_us", "bandwidth_us", "algbw_gbs", "busbw_gbs", "sim_time_us", "fill_us"} {
+	for _, field := range []string{"algo", "proto", "channels", "time_us", "latency_us", "bandwidth_us", "algbw_gbs", "busbw_gbs", "sim_time_us", "fill_us", "sim_why"} {
 		if _, ok := chosen[field]; !ok {
 			t.Errorf("chosen has no %q: %v", field, chosen)
 		}

@@ -82,6 +82,11 @@ type ExplainedCandidate struct {
 	// FillUS is the part of SimTimeUS a pipeline of stages takes to drain, which NCCL's estimate
 	// leaves out: NVLS all-reduce on one NVLink domain (docs/model.md, "NVLS's pipeline").
 	FillUS float64 `json:"fill_us"`
+	// SimWhy says why SimTimeUS differs from TimeUS, each reason that applies: "fabric latency"
+	// (a network slower than the InfiniBand of NCCL's tables), "nvls links" (NVLS on one NVLink
+	// domain, held to its links rather than NCCL's channel figure), "calibration" (the topology's
+	// own fit); empty where they are the same model.
+	SimWhy []string `json:"sim_why"`
 }
 
 // RegimeChange is a size where the tuner's pick changes. Bytes is the first size of the upper
@@ -202,8 +207,21 @@ func busFactor(coll string, n int) float64 {
 
 // explained is a tuner candidate with its two terms and its bus bandwidth.
 func (m *model) explained(c Candidate, bytes int64, factor float64) ExplainedCandidate {
+	why := []string{}
+	if c.SimLatencyUS != c.LatencyUS && m.netExtraUS > 0 {
+		why = append(why, "fabric latency")
+	}
+	if c.Algo == algoNames[algoNVLS] && m.nodes == 1 {
+		why = append(why, "nvls links")
+	}
+	if cal := m.topo.Calibration; cal != nil {
+		if _, ok := cal.Algorithms[c.Algo+"/"+c.Proto]; ok {
+			why = append(why, "calibration")
+		}
+	}
 	return ExplainedCandidate{Algo: c.Algo, Proto: c.Proto, Channels: c.Channels, TimeUS: c.TimeUS,
-		LatencyUS: c.LatencyUS, BandwidthUS: c.TimeUS - c.LatencyUS, AlgGBs: c.AlgGBs, BusGBs: c.AlgGBs * factor, SimTimeUS: c.SimUS, FillUS: c.FillUS}
+		LatencyUS: c.LatencyUS, BandwidthUS: c.TimeUS - c.LatencyUS, AlgGBs: c.AlgGBs, BusGBs: c.AlgGBs * factor,
+		SimTimeUS: c.SimUS, FillUS: c.FillUS, SimWhy: why}
 }
 
 // netKind names the network as the link load does: its kind, or net.

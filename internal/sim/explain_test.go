@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -331,5 +332,27 @@ func TestCollNetDirectNeedsNVSwitch(t *testing.T) {
 	}
 	if a := algos(pcie, ranks(2)); a["CollNetDirect"] || !a["CollNetChain"] {
 		t.Errorf("two PCIe L40S servers on SHARP weigh %v; want CollNetChain and no CollNetDirect", a)
+	}
+}
+
+// Where the simulated call is not NCCL's estimate, the explanation says why: NVLS on one node
+// held to its links, a fabric slower than InfiniBand, a calibration; nothing where they agree.
+func TestExplainSimWhy(t *testing.T) {
+	if x := explain(t, "dgx-h100", 8, nil, "allreduce", 1<<30); !slices.Equal(x.Chosen.SimWhy, []string{"nvls links"}) {
+		t.Errorf("NVLS on one node: %q", x.Chosen.SimWhy)
+	}
+	if x := explain(t, "dgx-a100", 8, nil, "allreduce", 1<<30); len(x.Chosen.SimWhy) != 0 || x.Chosen.SimTimeUS != x.Chosen.TimeUS {
+		t.Errorf("ring on one node: %q, %v against %v", x.Chosen.SimWhy, x.Chosen.SimTimeUS, x.Chosen.TimeUS)
+	}
+	efa := topoOf(t, "dgx-h100", 2)
+	efa.Network.Kind, efa.Network.LatencyUS = "efa", 0
+	x, err := Explain(efa, ranks(16), nil, "allreduce", 8)
+	if err != nil || !slices.Equal(x.Chosen.SimWhy, []string{"fabric latency"}) {
+		t.Errorf("EFA: %q, %v", x.Chosen.SimWhy, err)
+	}
+	cal := topoOf(t, "dgx-a100", 1)
+	cal.Calibration = &gpu.Calibration{Algorithms: map[string]gpu.AlgoCalibration{"Ring/Simple": {Bandwidth: 0.9}}}
+	if x, err = Explain(cal, ranks(8), nil, "allreduce", 1<<30); err != nil || !slices.Equal(x.Chosen.SimWhy, []string{"calibration"}) {
+		t.Errorf("calibrated: %q, %v", x.Chosen.SimWhy, err)
 	}
 }
