@@ -376,7 +376,7 @@ func (m *model) explainP2P(x *Explanation, coll string, bytes int64) error {
 		bw, link = ch, "channels" // one operation's channels carry less than the links
 	}
 	lat := math.Round((total-bw)*1e6) / 1e6 // to the picosecond: the sum's rounding is noise
-	c := ExplainedCandidate{Algo: "P2P", Proto: "Simple", Channels: m.p2pOpChannels(per), TimeUS: total, LatencyUS: lat, BandwidthUS: bw, SimTimeUS: total}
+	c := ExplainedCandidate{Algo: "P2P", Proto: "Simple", Channels: m.p2pOpChannels(per), TimeUS: total, LatencyUS: lat, BandwidthUS: bw, SimTimeUS: total, SimWhy: []string{}}
 	if bw > 0 {
 		c.AlgGBs = float64(bytes) / (1e3 * bw)
 		c.BusGBs = c.AlgGBs * busFactor(coll, n)

@@ -344,6 +344,9 @@ func TestExplainSimWhy(t *testing.T) {
 	if x := explain(t, "dgx-a100", 8, nil, "allreduce", 1<<30); len(x.Chosen.SimWhy) != 0 || x.Chosen.SimTimeUS != x.Chosen.TimeUS {
 		t.Errorf("ring on one node: %q, %v against %v", x.Chosen.SimWhy, x.Chosen.SimTimeUS, x.Chosen.TimeUS)
 	}
+	if x := explain(t, "dgx-h100", 8, nil, "alltoall", 1<<20); x.Chosen.SimWhy == nil || len(x.Chosen.SimWhy) != 0 {
+		t.Errorf("all-to-all: %#v; want an empty list (JSON [], not null)", x.Chosen.SimWhy)
+	}
 	efa := topoOf(t, "dgx-h100", 2)
 	efa.Network.Kind, efa.Network.LatencyUS = "efa", 0
 	x, err := Explain(efa, ranks(16), nil, "allreduce", 8)
