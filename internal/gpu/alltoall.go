@@ -394,19 +394,20 @@ func (a *a2a) between() {
 
 // sender is the GPU whose NIC a route from GPU g to a GPU on the given rail leaves by, and the
 // NVLink hops to it: nicView.netRoute's choice, with each node's GPU on a rail looked up once.
-func (a *a2a) sender(g, rail int) (int, []Hop) {
-	return a.v.sender(g, rail, func(g, rail int) int {
-		key := [2]int{a.t.gpus[g].node, rail}
-		peer, ok := a.railGPU[key]
-		if !ok {
-			if a.railGPU == nil {
-				a.railGPU = map[[2]int]int{}
-			}
-			peer = a.v.railGPU(g, rail)
-			a.railGPU[key] = peer
+func (a *a2a) sender(g, rail int) (int, []Hop) { return a.v.sender(g, rail, a.railPeer) }
+
+// railPeer is nicView.railGPU, kept per (node, rail).
+func (a *a2a) railPeer(g, rail int) int {
+	key := [2]int{a.t.gpus[g].node, rail}
+	peer, ok := a.railGPU[key]
+	if !ok {
+		if a.railGPU == nil {
+			a.railGPU = map[[2]int]int{}
 		}
-		return peer
-	})
+		peer = a.v.railGPU(g, rail)
+		a.railGPU[key] = peer
+	}
+	return peer
 }
 
 // top2 keeps the two largest values from different domains.

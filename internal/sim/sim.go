@@ -458,16 +458,18 @@ func routeEnv(t *gpu.Topology, env map[string]string) error {
 	if e.hca == nil && t.NICOK == nil {
 		return nil
 	}
-	for _, n := range t.Nodes {
-		if e.hca == nil || len(t.Nodes) == 1 || slices.ContainsFunc(n.NICs, func(c gpu.NIC) bool { return e.hca(c.ID) }) {
-			continue
+	if e.hca != nil && len(t.Nodes) > 1 { // one node needs no NIC
+		for _, n := range t.Nodes {
+			if slices.ContainsFunc(n.NICs, func(c gpu.NIC) bool { return e.hca(c.ID) }) {
+				continue
+			}
+			var ids []string
+			for _, c := range n.NICs {
+				ids = append(ids, c.ID)
+			}
+			return fmt.Errorf("NCCL_IB_HCA=%q leaves node %s none of its NICs (%s): NCCL would fall back to sockets, which the simulator does not model; name at least one of them",
+				env["NCCL_IB_HCA"], n.Hostname, strings.Join(ids, ", "))
 		}
-		var ids []string
-		for _, c := range n.NICs {
-			ids = append(ids, c.ID)
-		}
-		return fmt.Errorf("NCCL_IB_HCA=%q leaves node %s none of its NICs (%s): NCCL would fall back to sockets, which the simulator does not model; name at least one of them",
-			env["NCCL_IB_HCA"], n.Hostname, strings.Join(ids, ", "))
 	}
 	t.NICOK = e.hca // GPUs whose own NIC it leaves out take the nearest it allows (nil: their own)
 	if err := t.Validate(); err != nil {
