@@ -20,7 +20,7 @@ FUZZMIN ?= 200x
 # about them say nothing about gpubench, and a new user reads them as a failed build.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build run test vet fmt-check tidy-check unit cgocheck standin-check fuzz bench gpu-check gpu-bundle clean
+.PHONY: all build run test vet lint fmt-check tidy-check unit cgocheck standin-check fuzz bench gpu-check gpu-bundle clean
 
 all: build
 
@@ -31,7 +31,7 @@ build:
 run: build
 	./$(BIN) allreduce --sizes 8B:8GB
 
-test: fmt-check tidy-check vet standin-check unit cgocheck fuzz
+test: fmt-check tidy-check vet lint standin-check unit cgocheck fuzz
 
 fmt-check:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
@@ -43,6 +43,12 @@ tidy-check:
 vet:
 	$(GO) vet ./...
 	CGO_ENABLED=0 $(GO) vet ./...
+
+# staticcheck (honnef.co/go/tools), pinned: dead code, misused APIs, style slips that vet leaves.
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+lint:
+	$(GO) run $(STATICCHECK) ./...
 
 # Each package's tests must end well inside TIMEOUT (go test applies it per package's test binary),
 # even under -race on two busy cores: no test runs for long, the simulator is fast instead. The

@@ -250,14 +250,13 @@ type planCase struct {
 }
 
 type planRow struct {
-	c                 planCase
-	planned, ratio    float64
-	memory, capacity  float64 // GiB
-	fits              bool
-	choice            string
-	choiceStep, step  float64
-	layoutRatio       float64
-	publishedStepText string
+	c                planCase
+	planned, ratio   float64
+	memory, capacity float64 // GiB
+	fits             bool
+	choice           string
+	choiceStep, step float64
+	layoutRatio      float64
 }
 
 const (

@@ -41,11 +41,6 @@ func (s fsys) names(p ...string) []string {
 	return n
 }
 
-func (s fsys) exists(p ...string) bool {
-	_, err := os.Stat(s.path(p...))
-	return err == nil
-}
-
 func (s fsys) hostname() string {
 	if h, ok := s.read("proc", "sys", "kernel", "hostname"); ok && h != "" {
 		return h

@@ -810,8 +810,6 @@ func (t *Topology) NICs(n int) []int {
 	return v
 }
 
-func (t *Topology) nearestNIC(v int) int { return t.nearest(v, "nic", LinkPCIe, LinkSMP) }
-
 // nearest finds the vertex of the given kind fewest hops from v over the given link kinds.
 func (t *Topology) nearest(v int, kind string, via ...LinkKind) int {
 	w, _ := t.search(v, via, func(w int) bool { return t.kinds[w] == kind })

@@ -165,13 +165,6 @@ func (e *evaluator) paceStage(l Layout) (st stage, fwd, bwd float64) {
 	return st, fwd, bwd
 }
 
-// pipelineFactor is how many micro-batch times the pipeline takes: m + (PP-1)/v (Narayanan et
-// al. 2021, section 2.2: the bubble of 1F1B is (PP-1) micro-batch times, of the interleaved
-// schedule (PP-1)/v).
-func pipelineFactor(l Layout) float64 {
-	return float64(l.MicroBatches) + float64(l.PP-1)/float64(l.VPP)
-}
-
 // optimizerTime is the update's memory traffic over the GPU's memory bandwidth: an optimistic
 // bound, the update being bandwidth-bound.
 func (e *evaluator) optimizerTime(l Layout) float64 {

@@ -15,8 +15,6 @@ import (
 	"github.com/gpubench/gpubench/internal/results"
 )
 
-func ptr[T any](v T) *T { return &v }
-
 // collFile is an all-reduce run from 1 KiB to 1 MiB (x4, 6 sizes, and a 0-byte row that is not
 // drawn), its busbw scaled by speed.
 func collFile(name string, speed float64) *results.File {

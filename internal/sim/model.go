@@ -345,6 +345,3 @@ func (m *model) p2pTime(flows []gpu.Flow, bytes int64, peers int) float64 {
 
 // log2i is floor(log2(n)), 0 for n < 2.
 func log2i(n int) int { return max(bits.Len(uint(max(n, 1)))-1, 0) }
-
-// formatGBs writes a bandwidth for explanations.
-func formatGBs(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + " GB/s" }

@@ -650,7 +650,7 @@ func parseNCCLList(s string, elems []string) ([numColls][]bool, error) {
 		prefix, list, hasPrefix := strings.Cut(token, ":")
 		if !hasPrefix {
 			if i > 0 {
-				return out, fmt.Errorf("every entry but the first needs a collective prefix such as allreduce:")
+				return out, fmt.Errorf("every entry but the first needs a collective prefix, such as %q", "allreduce:Ring")
 			}
 			list, prefix = prefix, ""
 		}

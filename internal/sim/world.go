@@ -195,7 +195,6 @@ type joined struct {
 	pending  []*call    // enqueued, run at Synchronize
 	deferred []wireCall // timing-only calls run since the last meeting, for the exchange to check
 	recorded *[]*call   // non-nil while capturing a graph
-	graphs   [][]*call  // the launches queued in pending, by marker
 }
 
 // call is one enqueued call: what the exchange gets of it, and how to run it once the exchange
