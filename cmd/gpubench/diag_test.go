@@ -43,7 +43,7 @@ func diagRun(t *testing.T, read func(string, topo.Options) (*diag.Devices, error
 		now: func() time.Time { return time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC) }}
 	g := &globals{}
 	root := &cobra.Command{Use: "gpubench", SilenceErrors: true, SilenceUsage: true}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
+	root.SetFlagErrorFunc(flagErr)
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.backend, "backend", "auto", "")
 	pf.StringVar(&g.topology, "topology", "dgx-h100", "")

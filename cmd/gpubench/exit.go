@@ -8,6 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/gpubench/gpubench/internal/gpu"
 	"github.com/gpubench/gpubench/internal/input"
 )
@@ -50,6 +53,35 @@ func (e *exitError) Unwrap() error { return e.err }
 
 func usageErr(format string, a ...any) error {
 	return &exitError{code: exitUsage, err: fmt.Errorf(format, a...)}
+}
+
+// flagErr is cobra's flag error function: a value the flag cannot parse is named as the other
+// usage errors name theirs (the short flag when there is one), with what the flag takes in place
+// of strconv's words; other parse errors (an unknown flag, a missing value) stay as pflag says.
+func flagErr(_ *cobra.Command, err error) error {
+	var bad *pflag.InvalidValueError
+	if !errors.As(err, &bad) {
+		return usageErr("%v", err)
+	}
+	f := bad.GetFlag()
+	takes, ok := flagTakes[f.Value.Type()]
+	if !ok {
+		return usageErr("%v", err)
+	}
+	name := "--" + f.Name
+	if f.Shorthand != "" {
+		name = "-" + f.Shorthand
+	}
+	return usageErr("invalid %s %q: %s", name, bad.GetValue(), takes)
+}
+
+// flagTakes says what a flag of each pflag type takes.
+var flagTakes = map[string]string{
+	"int":      "use a whole number",
+	"uint64":   "use a whole number, 0 or more",
+	"float64":  "use a number",
+	"bool":     "use true or false",
+	"duration": "use a duration such as 90s, 10m or 1h30m",
 }
 
 // runtimeErr maps a failure while running to its exit code.

@@ -59,7 +59,7 @@ func newRootCmd(e *env) *cobra.Command {
 		Version:       e.version,
 	}
 	root.SetVersionTemplate(versionLine(e.version) + "\n")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
+	root.SetFlagErrorFunc(flagErr)
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.backend, "backend", "auto", "GPU backend: auto (real GPUs when available, else the simulator), cuda or sim")
 	pf.StringVar(&g.cudaLib, "cuda-lib", "", "path of libcudart to load (default: $GPUBENCH_CUDART, then the usual sonames and folders)")

@@ -27,7 +27,7 @@ func topoRun(t *testing.T, discover func(topo.Options) (*topo.Report, error), ar
 		now: func() time.Time { return time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC) }}
 	g := &globals{}
 	root := &cobra.Command{Use: "gpubench", SilenceErrors: true, SilenceUsage: true}
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr("%v", err) })
+	root.SetFlagErrorFunc(flagErr)
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.backend, "backend", "auto", "")
 	pf.StringVar(&g.topology, "topology", "dgx-h100", "")
