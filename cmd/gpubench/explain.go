@@ -178,6 +178,19 @@ func writeExplanation(w io.Writer, x sim.Explanation) error {
 	if c.FillUS > 0 {
 		line("pipeline", "the simulated call adds %s for NVLS's scatter, reduce and gather stages to drain, which NCCL's estimate leaves out", usText(c.FillUS))
 	}
+	call := c.SimTimeUS
+	if call == 0 {
+		call = c.TimeUS
+	}
+	launch := usText(x.LaunchUS) + " a call from the host"
+	if x.LaunchGPUs > 1 {
+		launch = fmt.Sprintf("%s a GPU from the host; one thread launching it on %d GPUs of a node (nccl-tests -g %d) takes %s",
+			usText(x.LaunchUS), x.LaunchGPUs, x.LaunchGPUs, usText(x.OneThreadLaunchUS))
+	}
+	if x.OneThreadLaunchUS > call {
+		launch += ", longer than the call: a timed loop runs at the launches' pace"
+	}
+	line("launch", "%s", launch)
 	line("balance", "the two terms are equal at %s: latency dominates below, bandwidth above", sizeText(x.BalanceBytes))
 	if !x.PointToPoint && c.Algo != "copy" {
 		switch d := x.ChangeBelow; {

@@ -24,6 +24,7 @@ func TestExplainText(t *testing.T) {
 		`\nbandwidth:  busbw ` + num + ` GB/s, algbw ` + num + ` GB/s; NCCL's per-channel or protocol limit sets it, not the links\n`,
 		`\nterms:      latency 25\.0 us \+ bandwidth ` + num + ` us \(size / algbw\): bandwidth dominates \(9[0-9]% of the time\)\n`,
 		`\npipeline:   the simulated call adds ` + num + ` us for NVLS.s scatter, reduce and gather stages to drain, which NCCL.s estimate leaves out\n`,
+		`\nlaunch:     4\.9 us a GPU from the host; one thread launching it on 8 GPUs of a node \(nccl-tests -g 8\) takes 39\.2 us\n`,
 		`\nbalance:    the two terms are equal at [0-9.]+ MiB \([0-9]+ B\): latency dominates below, bandwidth above\n`,
 		`\nbelow:      Ring/LL under [0-9.]+ [KM]iB \([0-9]+ B\), NVLS/Simple from there\n`,
 		`\nabove:      NVLS/Simple up to 16 GiB \(17179869184 B\), the largest size scanned\n$`,
@@ -32,13 +33,13 @@ func TestExplainText(t *testing.T) {
 			t.Errorf("the explanation lacks %s:\n%s", want, out)
 		}
 	}
-	if lines := strings.Count(out, "\n"); lines != 10 {
-		t.Errorf("%d lines; want 10:\n%s", lines, out)
+	if lines := strings.Count(out, "\n"); lines != 11 {
+		t.Errorf("%d lines; want 11:\n%s", lines, out)
 	}
 
 	out, _, code = gpubench(t, "explain", "allreduce", "--topology", "dgx-h100", "--size", "8")
 	if code != 0 || !strings.Contains(out, "\nchosen:     Ring/LL, ") || !strings.Contains(out, "latency dominates") ||
-		!strings.Contains(out, "\nabove:      NVLS/Simple from ") {
+		!strings.Contains(out, "\nabove:      NVLS/Simple from ") || !strings.Contains(out, "takes 39.2 us, longer than the call: a timed loop runs at the launches' pace\n") {
 		t.Errorf("8 B: exit %d\n%s", code, out)
 	}
 }

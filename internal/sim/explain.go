@@ -56,6 +56,13 @@ type Explanation struct {
 	// (algorithm, protocol) changes; nil where it holds to the end of the scan.
 	ChangeBelow *RegimeChange `json:"change_below"`
 	ChangeAbove *RegimeChange `json:"change_above"`
+	// LaunchUS is the host's time to launch the call on one GPU (the topology's calibrated
+	// figure, else the model's), LaunchGPUs the most of the call's GPUs on one node, and
+	// OneThreadLaunchUS what one thread takes to launch it on all of them, as nccl-tests -g does: a
+	// timed loop of calls cannot run faster than that a call (docs/model.md, "Clocks").
+	LaunchUS          float64 `json:"launch_us"`
+	LaunchGPUs        int     `json:"launch_gpus"`
+	OneThreadLaunchUS float64 `json:"one_thread_launch_us"`
 	// ScanMinBytes and ScanMaxBytes bound the sizes scanned for regime changes.
 	ScanMinBytes int64 `json:"scan_min_bytes"`
 	ScanMaxBytes int64 `json:"scan_max_bytes"`
@@ -128,7 +135,9 @@ func Explain(t *gpu.Topology, devs []int, env map[string]string, coll string, by
 	}
 	m := newModel(t, devs, env)
 	x := Explanation{Collective: coll, Topology: t.Name, Bytes: bytes, Ranks: m.n, Nodes: m.nodes,
-		LinksBusGBs: m.ringBus, LinksLimit: m.limit, ScanMinBytes: ScanMinBytes, ScanMaxBytes: ScanMaxBytes}
+		LinksBusGBs: m.ringBus, LinksLimit: m.limit, ScanMinBytes: ScanMinBytes, ScanMaxBytes: ScanMaxBytes,
+		LaunchUS: hostLaunchUS(t), LaunchGPUs: mostOnANode(t, devs)}
+	x.OneThreadLaunchUS = x.LaunchUS * float64(x.LaunchGPUs)
 	kind, tuned := collKinds[coll]
 	if !tuned {
 		if err := m.explainP2P(&x, coll, bytes); err != nil {

@@ -214,14 +214,69 @@ func TestExplainMatchesTheSimulator(t *testing.T) {
 		if err := comm.Synchronize(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		got := (b.Now()-before).Seconds()*1e6 - 8*launchUS
 		x := explain(t, "dgx-h100", 8, nil, c.coll, bytes)
+		got := (b.Now()-before).Seconds()*1e6 - x.OneThreadLaunchUS
 		if math.Abs(got-x.Chosen.TimeUS) > 0.01 {
 			t.Errorf("%s of %d B: the simulator takes %.3f µs, explain says %.3f µs", c.coll, bytes, got, x.Chosen.TimeUS)
 		}
 		if x.PointToPoint != (c.coll != "allreduce") {
 			t.Errorf("%s: point_to_point %v", c.coll, x.PointToPoint)
 		}
+	}
+}
+
+// explain's launch figures are the simulator's: one GPU's launch (a topology's calibrated one
+// when it has it), times the most GPUs one thread launches on a node; and a loop of tiny calls
+// from one thread runs at that pace.
+func TestExplainLaunch(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		topo     string
+		n, gpus  int
+		launchUS float64
+	}{{"dgx-a100", 8, 8, launchUS}, {"dgx-a100", 3, 3, launchUS}, {"dgx-h100x2", 16, 8, launchUS}, {"calibrated", 8, 8, 3}} {
+		tp, err := LoadTopology(strings.TrimPrefix(c.topo, "calibrated"))
+		if c.topo == "calibrated" {
+			tp, err = LoadTopology("dgx-h100")
+			tp.Calibration = &gpu.Calibration{LaunchUS: 3}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := Explain(tp, ranks(c.n), nil, "allreduce", 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if x.LaunchUS != c.launchUS || x.LaunchGPUs != c.gpus || math.Abs(x.OneThreadLaunchUS-float64(c.gpus)*c.launchUS) > 1e-9 {
+			t.Errorf("%s, %d GPUs: launch %.2f µs on %d GPUs, %.2f in all; want %.2f on %d", c.topo, c.n, x.LaunchUS, x.LaunchGPUs, x.OneThreadLaunchUS, c.launchUS, c.gpus)
+		}
+	}
+
+	b := backend(t, "dgx-a100", Options{DataCap: 1})
+	comm, err := b.NewComm(ranks(8))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufs := make([]gpu.Buffer, 8)
+	for i := range bufs {
+		if bufs[i], err = b.Alloc(i, 8); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const calls = 20
+	before := b.Now()
+	for range calls {
+		if err := comm.AllReduce(bufs, bufs, 2, gpu.Float, gpu.Sum); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := comm.Synchronize(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	x := explain(t, "dgx-a100", 8, nil, "allreduce", 8)
+	perCall := (b.Now() - before).Seconds() * 1e6 / calls
+	if x.OneThreadLaunchUS <= x.Chosen.SimTimeUS || math.Abs(perCall-x.OneThreadLaunchUS) > x.Chosen.SimTimeUS/calls+1e-6 {
+		t.Errorf("8 B calls from one thread: %.3f µs a call; explain says the launches take %.3f µs against a %.3f µs call", perCall, x.OneThreadLaunchUS, x.Chosen.SimTimeUS)
 	}
 }
 

@@ -433,14 +433,19 @@ func (b *Backend) hostLaunch(devs []int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.applyTimedFaults()
-	perNode := map[int]int{}
-	busiest := 0
-	for _, d := range devs {
-		perNode[b.topo.NodeOf(d)]++
-		busiest = max(busiest, perNode[b.topo.NodeOf(d)])
-	}
 	threads := max(b.opt.LaunchThreads, 1)
-	b.hostUS += b.launchUS() * float64((busiest+threads-1)/threads)
+	b.hostUS += hostLaunchUS(b.topo) * float64((mostOnANode(b.topo, devs)+threads-1)/threads)
+}
+
+// mostOnANode is the most of devs on any one node of t.
+func mostOnANode(t *gpu.Topology, devs []int) int {
+	perNode := map[int]int{}
+	most := 0
+	for _, d := range devs {
+		perNode[t.NodeOf(d)]++
+		most = max(most, perNode[t.NodeOf(d)])
+	}
+	return most
 }
 
 // routeEnv applies the NCCL_* variables that change routes to t: NCCL_PXN_DISABLE,
@@ -495,10 +500,10 @@ func (b *Backend) CheckCollective(coll string, n int) error {
 	return noAlgorithm(b.topo, devs, b.opt.Env, coll, kind, 1<<20)
 }
 
-// launchUS is the host's time to launch a collective on one GPU: the topology's calibrated
-// figure, else the model's.
-func (b *Backend) launchUS() float64 {
-	if cal := b.topo.Calibration; cal != nil && cal.LaunchUS > 0 {
+// hostLaunchUS is the host's time to launch a collective on one GPU of t: the topology's
+// calibrated figure, else the model's.
+func hostLaunchUS(t *gpu.Topology) float64 {
+	if cal := t.Calibration; cal != nil && cal.LaunchUS > 0 {
 		return cal.LaunchUS
 	}
 	return launchUS
