@@ -269,6 +269,7 @@ func linkText(kind string) string {
 func simWhyText(why []string) string {
 	words := map[string]string{
 		"fabric latency": "the fabric's latency beyond the InfiniBand of NCCL's tables",
+		"plugin latency": "NCCL's figures add the latency its net plugin reports, which steers its pick, not the wire",
 		"nvls links":     "NVLS on one node, held to its links rather than NCCL's channel figure",
 		"calibration":    "the topology's calibration",
 	}

@@ -17,8 +17,8 @@ func (t *Topology) expand() error {
 	if !v2 && (t.Templates != nil || t.NVLinkDomainNodes != 0) {
 		return fmt.Errorf("templates and nvlink_domain_nodes need format %q", TopologyFormat2)
 	}
-	if n := t.Network; n != nil && !v2 && (n.Layout != "" || n.NodesPerLeaf != 0 || n.Tiers != 0 || n.Oversubscription != 0 || n.SwitchLatencyUS != 0 || n.SHARP) {
-		return fmt.Errorf("network layout, nodes_per_leaf, tiers, oversubscription, switch_latency_us and sharp need format %q", TopologyFormat2)
+	if n := t.Network; n != nil && !v2 && (n.Layout != "" || n.NodesPerLeaf != 0 || n.Tiers != 0 || n.Oversubscription != 0 || n.SwitchLatencyUS != 0 || n.SHARP || n.PluginLatencyUS != nil) {
+		return fmt.Errorf("network layout, nodes_per_leaf, tiers, oversubscription, switch_latency_us, sharp and plugin_latency_us need format %q", TopologyFormat2)
 	}
 	total := 0
 	for i, n := range t.Nodes {
@@ -148,6 +148,8 @@ func (n *Network) check() error {
 		return fmt.Errorf("network oversubscription %v; want a ratio from 1 (none) to 64", n.Oversubscription)
 	case n.SwitchLatencyUS < 0 || n.SwitchLatencyUS > 1e3:
 		return fmt.Errorf("network switch_latency_us %v is out of range", n.SwitchLatencyUS)
+	case n.PluginLatencyUS != nil && !(*n.PluginLatencyUS >= 0 && *n.PluginLatencyUS <= 1e3):
+		return fmt.Errorf("network plugin_latency_us %v; give the µs NCCL's net plugin reports, 0 to 1000", *n.PluginLatencyUS)
 	}
 	return nil
 }
@@ -236,6 +238,21 @@ func (n *Network) LinkLatencyUS() float64 {
 		return lat
 	}
 	return defaultLatencyUS[LinkNet]
+}
+
+// kindPluginLatencyUS is each fabric kind's default plugin_latency_us: the latency its NCCL net
+// plugin reports. NCCL's own InfiniBand (RoCE too) and socket transports report 0 ("Not set":
+// src/transport/net_ib/init.cc, net_socket.cc); AWS's plugin for EFA reports 75 µs on p4d, p4de,
+// p5 and p5e and on platforms its table does not name, 35 on p5en, p6 and later
+// (aws-ofi-nccl, src/platform-aws.cpp, since v1.10).
+var kindPluginLatencyUS = map[string]float64{"efa": 75}
+
+// PluginLatency is plugin_latency_us when set, else the default for the fabric's kind.
+func (n *Network) PluginLatency() float64 {
+	if n.PluginLatencyUS != nil {
+		return *n.PluginLatencyUS
+	}
+	return kindPluginLatencyUS[n.Kind]
 }
 
 // ExtraLatencyUS is how much longer than on InfiniBand a message takes from NIC to NIC on this

@@ -162,10 +162,33 @@ func TestVersion2Errors(t *testing.T) {
 		{`{"format": "gpubench-topology/2", "name": "c", "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a", "count": 2}]}`, "count 2 without a template"},
 		{`{"format": "gpubench-topology/2", "name": "c", "network": {"kind": "infiniband", "layout": "torus"}, "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a{i}", "template": "box", "count": 2}]}`, `network layout "torus"`},
 		{`{"format": "gpubench-topology/2", "name": "c", "network": {"kind": "infiniband", "oversubscription": 0.5}, "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a{i}", "template": "box", "count": 2}]}`, "oversubscription 0.5"},
+		{`{"format": "gpubench-topology/2", "name": "c", "network": {"kind": "efa", "plugin_latency_us": -1}, "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a{i}", "template": "box", "count": 2}]}`, "network plugin_latency_us -1; give the µs NCCL's net plugin reports, 0 to 1000"},
+		{`{"format": "gpubench-topology/1", "name": "c", "network": {"kind": "infiniband", "plugin_latency_us": 5}, "nodes": []}`, "plugin_latency_us need format"},
 		{`{"format": "gpubench-topology/2", "name": "c", "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a", "template": "box", "count": 100000}]}`, "gpubench takes at most 16384 GPUs"},
 	} {
 		if _, err := gpu.ParseTopology([]byte(c.doc)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v; want %q", err, c.want)
+		}
+	}
+}
+
+// The latency a fabric's NCCL net plugin reports: none for NCCL's own transports, AWS's
+// plugin's 75 µs for EFA, and the file's figure, 0 included, where it gives one.
+func TestPluginLatency(t *testing.T) {
+	zero, five := 0.0, 5.0
+	for _, c := range []struct {
+		net  gpu.Network
+		want float64
+	}{
+		{gpu.Network{Kind: "infiniband"}, 0},
+		{gpu.Network{Kind: "roce"}, 0},
+		{gpu.Network{Kind: "ethernet"}, 0},
+		{gpu.Network{Kind: "efa"}, 75},
+		{gpu.Network{Kind: "efa", PluginLatencyUS: &zero}, 0},
+		{gpu.Network{Kind: "roce", PluginLatencyUS: &five}, 5},
+	} {
+		if got := c.net.PluginLatency(); got != c.want {
+			t.Errorf("%s, plugin_latency_us %v: %v µs; want %v", c.net.Kind, c.net.PluginLatencyUS, got, c.want)
 		}
 	}
 }

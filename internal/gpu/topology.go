@@ -117,6 +117,11 @@ type Network struct {
 	SwitchLatencyUS  float64 `json:"switch_latency_us,omitempty"` // one switch crossed
 	// SHARP: the switches reduce in the network (NVIDIA SHARP), which NCCL's CollNet uses.
 	SHARP bool `json:"sharp,omitempty"`
+	// PluginLatencyUS is the latency NCCL's net plugin reports for its devices
+	// (ncclNetProperties_t latency), which NCCL's tuner adds to every step between nodes of its
+	// estimate, twice for Simple: it steers NCCL's pick, not the wire. nil: the kind's default
+	// (PluginLatency).
+	PluginLatencyUS *float64 `json:"plugin_latency_us,omitempty"`
 }
 
 // Node is one machine.

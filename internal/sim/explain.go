@@ -220,6 +220,9 @@ func (m *model) explained(c Candidate, bytes int64, factor float64) ExplainedCan
 	if c.SimLatencyUS != c.LatencyUS && m.netExtraUS > 0 {
 		why = append(why, "fabric latency")
 	}
+	if c.SimLatencyUS != c.LatencyUS && m.pluginLatUS > 0 {
+		why = append(why, "plugin latency")
+	}
 	if c.Algo == algoNames[algoNVLS] && m.nodes == 1 {
 		why = append(why, "nvls links")
 	}

@@ -280,6 +280,53 @@ func TestExplainLaunch(t *testing.T) {
 	}
 }
 
+// The latency a net plugin reports enters NCCL's estimate as tuning.cc adds it (graph
+// latencyInter): once per step between nodes, twice for Simple; the simulated call does not pay
+// it, but it can change NCCL's pick, and then what the call runs. On two AWS p5 NCCL with AWS's
+// plugin (75 µs) runs a 64 MiB all-reduce as Ring/LL128 where without it NVLSTree/Simple wins.
+func TestPluginLatencyInNCCLsEstimate(t *testing.T) {
+	t.Parallel()
+	twenty := 20.0
+	for _, proto := range []string{"LL", "Simple"} {
+		env := map[string]string{"NCCL_ALGO": "Ring", "NCCL_PROTO": proto}
+		tp := topoOf(t, "dgx-h100", 2)
+		before, err := Explain(tp, ranks(16), env, "allreduce", 8) // under the ring's plateau (1.4x the latency)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tp.Network.PluginLatencyUS = &twenty
+		after, err := Explain(tp, ranks(16), env, "allreduce", 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps := 2.0 // a ring all-reduce on two nodes crosses between them twice
+		want := steps * twenty
+		if proto == "Simple" {
+			want *= 2
+		}
+		if got := after.Chosen.LatencyUS - before.Chosen.LatencyUS; math.Abs(got-want) > 1e-9 || after.Chosen.SimTimeUS != before.Chosen.SimTimeUS {
+			t.Errorf("Ring/%s: the plugin's 20 µs add %v µs to NCCL's latency (want %v), simulated %v against %v µs before", proto, got, want, after.Chosen.SimTimeUS, before.Chosen.SimTimeUS)
+		}
+	}
+	p5, err := LoadTopology("../../accuracy/topologies/aws-p5-efa.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pick := func() string {
+		x, err := Explain(p5, ranks(16), nil, "allreduce", 64<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x.Chosen.Algo + "/" + x.Chosen.Proto
+	}
+	withPlugin := pick()
+	zero := 0.0
+	p5.Network.PluginLatencyUS = &zero
+	if without := pick(); withPlugin != "Ring/LL128" || without != "NVLSTree/Simple" {
+		t.Errorf("two p5, 64 MiB: %s with the plugin's latency, %s without; want Ring/LL128 and NVLSTree/Simple", withPlugin, without)
+	}
+}
+
 func TestExplainRefuses(t *testing.T) {
 	t.Parallel()
 	tp, _ := LoadTopology("dgx-h100")
@@ -405,8 +452,18 @@ func TestExplainSimWhy(t *testing.T) {
 	efa := topoOf(t, "dgx-h100", 2)
 	efa.Network.Kind, efa.Network.LatencyUS = "efa", 0
 	x, err := Explain(efa, ranks(16), nil, "allreduce", 8)
-	if err != nil || !slices.Equal(x.Chosen.SimWhy, []string{"fabric latency"}) {
+	if err != nil || !slices.Equal(x.Chosen.SimWhy, []string{"fabric latency", "plugin latency"}) {
 		t.Errorf("EFA: %q, %v", x.Chosen.SimWhy, err)
+	}
+	zero, twenty := 0.0, 20.0
+	efa.Network.PluginLatencyUS = &zero
+	if x, err = Explain(efa, ranks(16), nil, "allreduce", 8); err != nil || !slices.Equal(x.Chosen.SimWhy, []string{"fabric latency"}) {
+		t.Errorf("EFA without the plugin's latency: %q, %v", x.Chosen.SimWhy, err)
+	}
+	ib := topoOf(t, "dgx-h100", 2)
+	ib.Network.PluginLatencyUS = &twenty
+	if x, err = Explain(ib, ranks(16), nil, "allreduce", 8); err != nil || !slices.Equal(x.Chosen.SimWhy, []string{"plugin latency"}) {
+		t.Errorf("InfiniBand with a plugin's latency: %q, %v", x.Chosen.SimWhy, err)
 	}
 	cal := topoOf(t, "dgx-a100", 1)
 	cal.Calibration = &gpu.Calibration{Algorithms: map[string]gpu.AlgoCalibration{"Ring/Simple": {Bandwidth: 0.9}}}

@@ -91,6 +91,9 @@ type model struct {
 	// netExtraUS is how much longer a message between nodes takes than on the InfiniBand that
 	// NCCL's latency tables assume (gpu.Network.ExtraLatencyUS).
 	netExtraUS float64
+	// pluginLatUS is the latency the net plugin reports, which NCCL's estimate adds to every
+	// step between nodes and the simulated call does not pay (gpu.Network.PluginLatency).
+	pluginLatUS float64
 }
 
 // searchGraph is what NCCL's topology search finds for one algorithm: its channels and each channel's
@@ -160,7 +163,7 @@ func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
 	m.nvls = m.nvls && m.arch >= 2 && m.n >= 2 && m.env.nvls
 	m.collnet = t.Network != nil && t.Network.SHARP && m.env.collnet && m.nodes > 1 && m.heads > 0
 	if t.Network != nil && m.nodes > 1 {
-		m.netExtraUS = t.Network.ExtraLatencyUS()
+		m.netExtraUS, m.pluginLatUS = t.Network.ExtraLatencyUS(), t.Network.PluginLatency()
 	}
 	if m.n > 1 {
 		flows, rings := t.RingFlowsOn(devs, m.env.hca)

@@ -122,7 +122,7 @@ func (d Decision) Chosen() Candidate { return d.Candidates[0] }
 // candidate evaluates (algorithm a, protocol p) for collective c, as ncclTopoTuneModel sets its
 // bandwidth and latency and ncclTopoGetAlgoTime its time; ok is false where NCCL would not run it.
 func (m *model) candidate(c collKind, a, p int, nBytes int64) (Candidate, bool) {
-	bw, lat, simLat := m.bandwidth(c, a, p), m.latency(c, a, p, 0), m.latency(c, a, p, m.netExtraUS)
+	bw, lat, simLat := m.bandwidth(c, a, p), m.latency(c, a, p, 0, m.pluginLatUS), m.latency(c, a, p, m.netExtraUS, 0)
 	if bw <= 0 || !m.env.enabled(c, a, p) || !m.algoOK(c, a) || !m.protoOK(c, a, p) {
 		return Candidate{}, false
 	}
@@ -420,9 +420,11 @@ func (m *model) llMax() float64 {
 	return llMaxBws[row][min(m.nodes, 3)-1]
 }
 
-// latency is ncclTopoTuneModel's latency in µs for (c, a, p), with netExtra µs added to every
-// step between nodes (0: NCCL's own figure).
-func (m *model) latency(c collKind, a, p int, netExtra float64) float64 {
+// latency is ncclTopoTuneModel's latency in µs for (c, a, p) with the net plugin's reported
+// latency plugin (NCCL's graph latencyInter), with netExtra µs added to every step between
+// nodes: NCCL's own estimate with (0, the plugin's), the simulated call's with (the fabric's
+// extra, 0).
+func (m *model) latency(c collKind, a, p int, netExtra, plugin float64) float64 {
 	intraHW := m.intraHW
 	if a == algoNVLS || a == algoNVLSTree {
 		intraHW = hwNVLink
@@ -431,6 +433,10 @@ func (m *model) latency(c collKind, a, p int, netExtra float64) float64 {
 	inter := hwLat[hwNet][a][p] + netExtra
 	if m.ppn == 1 { // latencies are fully exposed: NCCL takes the Tree network latency
 		inter = hwLat[hwNet][algoTree][p] + netExtra
+	}
+	inter += plugin
+	if p == protoSimple { // NCCL: "Also add the flush extra latency"
+		inter += plugin
 	}
 	lat := baseLat[a][p]
 	ppn := m.n / m.nodes // NCCL's latencies divide the ranks by the nodes in integers (nRanks / nNodes)
