@@ -231,24 +231,23 @@ func TestExplainMatchesTheSimulator(t *testing.T) {
 func TestExplainLaunch(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		topo     string
-		n, gpus  int
-		launchUS float64
-	}{{"dgx-a100", 8, 8, launchUS}, {"dgx-a100", 3, 3, launchUS}, {"dgx-h100x2", 16, 8, launchUS}, {"calibrated", 8, 8, 3}} {
-		tp, err := LoadTopology(strings.TrimPrefix(c.topo, "calibrated"))
-		if c.topo == "calibrated" {
-			tp, err = LoadTopology("dgx-h100")
-			tp.Calibration = &gpu.Calibration{LaunchUS: 3}
-		}
+		topo      string
+		n, gpus   int
+		cal, want float64 // the topology's calibrated launch (0: none), and the launch explain gives
+	}{{"dgx-a100", 8, 8, 0, launchUS}, {"dgx-a100", 3, 3, 0, launchUS}, {"dgx-h100x2", 16, 8, 0, launchUS}, {"dgx-h100", 8, 8, 3, 3}} {
+		tp, err := LoadTopology(c.topo)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if c.cal > 0 {
+			tp.Calibration = &gpu.Calibration{LaunchUS: c.cal}
 		}
 		x, err := Explain(tp, ranks(c.n), nil, "allreduce", 8)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if x.LaunchUS != c.launchUS || x.LaunchGPUs != c.gpus || math.Abs(x.OneThreadLaunchUS-float64(c.gpus)*c.launchUS) > 1e-9 {
-			t.Errorf("%s, %d GPUs: launch %.2f µs on %d GPUs, %.2f in all; want %.2f on %d", c.topo, c.n, x.LaunchUS, x.LaunchGPUs, x.OneThreadLaunchUS, c.launchUS, c.gpus)
+		if x.LaunchUS != c.want || x.LaunchGPUs != c.gpus || math.Abs(x.OneThreadLaunchUS-float64(c.gpus)*c.want) > 1e-9 {
+			t.Errorf("%s (calibrated launch %v), %d GPUs: launch %.2f µs on %d GPUs, %.2f in all; want %.2f on %d", c.topo, c.cal, c.n, x.LaunchUS, x.LaunchGPUs, x.OneThreadLaunchUS, c.want, c.gpus)
 		}
 	}
 
