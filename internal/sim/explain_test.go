@@ -182,16 +182,7 @@ func TestExplainBottleneck(t *testing.T) {
 func TestExplainMatchesTheSimulator(t *testing.T) {
 	t.Parallel()
 	b := backend(t, "dgx-h100", Options{DataCap: 1})
-	comm, err := b.NewComm(ranks(8))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bufs := make([]gpu.Buffer, 8)
-	for i := range bufs {
-		if bufs[i], err = b.Alloc(i, 1<<24); err != nil {
-			t.Fatal(err)
-		}
-	}
+	comm, bufs := commOn(t, b, 8, 1<<24)
 	const bytes = 1 << 20
 	for _, c := range []struct {
 		coll string
@@ -252,16 +243,7 @@ func TestExplainLaunch(t *testing.T) {
 	}
 
 	b := backend(t, "dgx-a100", Options{DataCap: 1})
-	comm, err := b.NewComm(ranks(8))
-	if err != nil {
-		t.Fatal(err)
-	}
-	bufs := make([]gpu.Buffer, 8)
-	for i := range bufs {
-		if bufs[i], err = b.Alloc(i, 8); err != nil {
-			t.Fatal(err)
-		}
-	}
+	comm, bufs := commOn(t, b, 8, 8)
 	const calls = 20
 	before := b.Now()
 	for range calls {

@@ -33,6 +33,22 @@ func ranks(n int) []int {
 	return v
 }
 
+// commOn is a communicator over b's first n devices, with a buffer of bytes on each.
+func commOn(tb testing.TB, b *Backend, n int, bytes int64) (gpu.Comm, []gpu.Buffer) {
+	tb.Helper()
+	comm, err := b.NewComm(ranks(n))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	bufs := make([]gpu.Buffer, n)
+	for i := range bufs {
+		if bufs[i], err = b.Alloc(i, bytes); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return comm, bufs
+}
+
 // The tuner's choices and figures on the presets, against NCCL's own model and published
 // measurements (docs/model.md).
 func TestModelMatchesNCCL(t *testing.T) {

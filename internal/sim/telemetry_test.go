@@ -13,17 +13,7 @@ import (
 // last one's duration.
 func allReduceUntil(tb testing.TB, b *Backend, t time.Duration) time.Duration {
 	tb.Helper()
-	n := len(b.Devices())
-	comm, err := b.NewComm(ranks(n))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	bufs := make([]gpu.Buffer, n)
-	for i := range bufs {
-		if bufs[i], err = b.Alloc(i, 1<<30); err != nil {
-			tb.Fatal(err)
-		}
-	}
+	comm, bufs := commOn(tb, b, len(b.Devices()), 1<<30)
 	defer func() {
 		for _, x := range bufs {
 			_ = b.Free(x)
