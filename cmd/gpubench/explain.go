@@ -178,16 +178,12 @@ func writeExplanation(w io.Writer, x sim.Explanation) error {
 	if c.FillUS > 0 {
 		line("pipeline", "the simulated call adds %s for NVLS's scatter, reduce and gather stages to drain, which NCCL's estimate leaves out", usText(c.FillUS))
 	}
-	call := c.SimTimeUS
-	if call == 0 {
-		call = c.TimeUS
-	}
 	launch := usText(x.LaunchUS) + " a call from the host"
 	if x.LaunchGPUs > 1 {
 		launch = fmt.Sprintf("%s a GPU from the host; one thread launching it on %d GPUs of a node (nccl-tests -g %d) takes %s",
 			usText(x.LaunchUS), x.LaunchGPUs, x.LaunchGPUs, usText(x.OneThreadLaunchUS))
 	}
-	if x.OneThreadLaunchUS > call {
+	if x.OneThreadLaunchUS > c.SimTimeUS {
 		launch += ", longer than the call: a timed loop runs at the launches' pace"
 	}
 	line("launch", "%s", launch)

@@ -90,9 +90,10 @@ type ExplainedCandidate struct {
 	// leaves out: NVLS all-reduce on one NVLink domain (docs/model.md, "NVLS's pipeline").
 	FillUS float64 `json:"fill_us"`
 	// SimWhy says why SimTimeUS differs from TimeUS, each reason that applies: "fabric latency"
-	// (a network slower than the InfiniBand of NCCL's tables), "nvls links" (NVLS on one NVLink
-	// domain, held to its links rather than NCCL's channel figure), "calibration" (the topology's
-	// own fit); empty where they are the same model.
+	// (a network slower than the InfiniBand of NCCL's tables), "plugin latency" (NCCL's estimate
+	// holds the latency its net plugin reports, the wire does not), "nvls links" (NVLS on one
+	// NVLink domain, held to its links rather than NCCL's channel figure), "calibration" (the
+	// topology's own fit); empty where they are the same model.
 	SimWhy []string `json:"sim_why"`
 }
 
@@ -136,8 +137,7 @@ func Explain(t *gpu.Topology, devs []int, env map[string]string, coll string, by
 	m := newModel(t, devs, env)
 	x := Explanation{Collective: coll, Topology: t.Name, Bytes: bytes, Ranks: m.n, Nodes: m.nodes,
 		LinksBusGBs: m.ringBus, LinksLimit: m.limit, ScanMinBytes: ScanMinBytes, ScanMaxBytes: ScanMaxBytes,
-		LaunchUS: hostLaunchUS(t), LaunchGPUs: mostOnANode(t, devs)}
-	x.OneThreadLaunchUS = x.LaunchUS * float64(x.LaunchGPUs)
+		LaunchUS: hostLaunchUS(t), LaunchGPUs: mostOnANode(t, devs), OneThreadLaunchUS: launchCostUS(t, devs, 1)}
 	kind, tuned := collKinds[coll]
 	if !tuned {
 		if err := m.explainP2P(&x, coll, bytes); err != nil {

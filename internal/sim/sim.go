@@ -433,8 +433,14 @@ func (b *Backend) hostLaunch(devs []int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.applyTimedFaults()
-	threads := max(b.opt.LaunchThreads, 1)
-	b.hostUS += hostLaunchUS(b.topo) * float64((mostOnANode(b.topo, devs)+threads-1)/threads)
+	b.hostUS += launchCostUS(b.topo, devs, b.opt.LaunchThreads)
+}
+
+// launchCostUS is the host's time to launch one call on devs of t from threads threads a node:
+// each enqueues for its share of the node's GPUs one after another, nodes in parallel.
+func launchCostUS(t *gpu.Topology, devs []int, threads int) float64 {
+	threads = max(threads, 1)
+	return hostLaunchUS(t) * float64((mostOnANode(t, devs)+threads-1)/threads)
 }
 
 // mostOnANode is the most of devs on any one node of t.
