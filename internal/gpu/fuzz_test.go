@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gpubench/gpubench/internal/gpu"
@@ -93,6 +94,30 @@ func FuzzParseTopology(f *testing.F) {
 		}
 		if again.NumGPUs() != n {
 			t.Fatalf("round trip changed NumGPUs from %d to %d", n, again.NumGPUs())
+		}
+	})
+}
+
+// FuzzParseDType: a name is a type or an operation whose own name reads back to it, or an error
+// of one line; never a panic.
+func FuzzParseDType(f *testing.F) {
+	for _, s := range []string{"float", "FLOAT", " half ", "bf16", "int8", "sum", "avg", "all", "", "\x00", "floatx"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if d, err := gpu.ParseDType(s); err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("ParseDType(%q): error is not one line: %q", s, err)
+			}
+		} else if again, err := gpu.ParseDType(d.String()); err != nil || again != d || d.Size() <= 0 {
+			t.Fatalf("ParseDType(%q) = %v, which reads back as %v, %v", s, d, again, err)
+		}
+		if op, err := gpu.ParseRedOp(s); err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("ParseRedOp(%q): error is not one line: %q", s, err)
+			}
+		} else if again, err := gpu.ParseRedOp(op.String()); err != nil || again != op {
+			t.Fatalf("ParseRedOp(%q) = %v, which reads back as %v, %v", s, op, again, err)
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -78,6 +79,26 @@ func FuzzSetup(f *testing.F) {
 			if r.Fits != c.Memory.Fits || (r.Fits && (c.Time == nil || !(c.Time.StepS > 0) || math.IsInf(c.Time.StepS, 0))) {
 				t.Fatalf("%+v %+v: %+v", m, s, c)
 			}
+		}
+	})
+}
+
+// FuzzParseZeRO: --zero gives a stage 0 to 3 whose number reads back to it, or an error of one
+// line; never a panic.
+func FuzzParseZeRO(f *testing.F) {
+	for _, s := range []string{"0", "3", "fsdp", "FSDP", "4", "-1", "", "1.5", "+2", "03"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := ParseZeRO(s)
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("ParseZeRO(%q): error is not one line: %q", s, err)
+			}
+			return
+		}
+		if again, err := ParseZeRO(strconv.Itoa(n)); n < 0 || n > 3 || err != nil || again != n {
+			t.Fatalf("ParseZeRO(%q) = %d, which reads back as %d, %v", s, n, again, err)
 		}
 	})
 }
