@@ -491,9 +491,14 @@ func routeEnv(t *gpu.Topology, env map[string]string) error {
 
 // CheckCollective refuses NCCL_* variables that leave a collective (its command's name) on the
 // first n GPUs no algorithm and protocol, as NCCL fails its first call, before a run starts.
+// Ring/Simple serves every collective on every machine, and only NCCL_ALGO and NCCL_PROTO can
+// take it away: without them there is nothing to check, and no model to build (at 8,192 GPUs
+// that is a third of a one-size run).
 func (b *Backend) CheckCollective(coll string, n int) error {
 	kind, ok := collKinds[coll]
-	if !ok || n < 2 || n > len(b.devices) {
+	_, algo := b.opt.Env["NCCL_ALGO"]
+	_, proto := b.opt.Env["NCCL_PROTO"]
+	if !ok || n < 2 || n > len(b.devices) || !algo && !proto {
 		return nil
 	}
 	devs := make([]int, n)

@@ -39,3 +39,36 @@ func TestRunChannels(t *testing.T) {
 		t.Errorf("two DGX H100: Tree/LL of 1 KiB on %d channels; want 1", got)
 	}
 }
+
+// CheckCollective refuses exactly the NCCL_ALGO and NCCL_PROTO values that leave a collective
+// nothing to run, and builds no model without them (Ring/Simple serves every collective).
+func TestCheckCollective(t *testing.T) {
+	for _, c := range []struct {
+		topo, coll string
+		env        map[string]string
+		refused    bool
+	}{
+		{"dgx-h100", "broadcast", nil, false},
+		{"dgx-h100", "broadcast", map[string]string{"NCCL_NVLS_ENABLE": "0", "NCCL_COLLNET_ENABLE": "0"}, false},
+		{"dgx-h100", "broadcast", map[string]string{"NCCL_ALGO": "nvls"}, true},
+		{"dgx-h100", "allreduce", map[string]string{"NCCL_ALGO": "nvls"}, false},
+		{"dgx-h100", "allreduce", map[string]string{"NCCL_ALGO": "nvls", "NCCL_NVLS_ENABLE": "0"}, true},
+		{"dgx-h100", "allreduce", map[string]string{"NCCL_ALGO": "nvlstree"}, true}, // one node
+		{"dgx-h100", "allreduce", map[string]string{"NCCL_ALGO": "nvls", "NCCL_PROTO": "LL"}, true},
+		{"pcie-4090x8", "allreduce", map[string]string{"NCCL_PROTO": "LL128"}, false}, // asked for, so on
+		{"pcie-4090x8", "allreduce", map[string]string{"NCCL_PROTO": "^LL,LL128,Simple"}, true},
+	} {
+		tp, err := LoadTopology(c.topo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := New(tp, Options{Env: c.env})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = b.CheckCollective(c.coll, 8)
+		if (err != nil) != c.refused {
+			t.Errorf("%s %s %v: CheckCollective gave %v, want refused %v", c.topo, c.coll, c.env, err, c.refused)
+		}
+	}
+}
