@@ -134,7 +134,7 @@ func (g *globals) loadTopology() (*gpu.Topology, error) {
 		return t, nil
 	}
 	if t, err = t.WithNodes(g.nodes); err != nil {
-		return nil, usageErr("invalid --nodes: %v", err)
+		return nil, usageErr("invalid --nodes %d: %v", g.nodes, err)
 	}
 	return t, nil
 }

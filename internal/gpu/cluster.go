@@ -82,7 +82,7 @@ func (t *Topology) expand() error {
 // of a preset or file. The result is validated.
 func (t *Topology) WithNodes(count int) (*Topology, error) {
 	if count < 1 || len(t.Nodes) == 0 || count > MaxGPUs/max(len(t.Nodes[0].GPUs), 1) {
-		return nil, fmt.Errorf("--nodes %d: use 1 to %d nodes of %d GPUs", count, MaxGPUs/max(len(t.Nodes[0].GPUs), 1), len(t.Nodes[0].GPUs))
+		return nil, fmt.Errorf("use 1 to %d nodes of %d GPUs", MaxGPUs/max(len(t.Nodes[0].GPUs), 1), len(t.Nodes[0].GPUs))
 	}
 	first := t.Nodes[0]
 	host := first.Hostname
