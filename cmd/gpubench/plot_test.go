@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"image"
 	"image/color"
 	"image/png"
@@ -215,45 +214,4 @@ func TestPlotNCCLTests(t *testing.T) {
 	if img := decodePNG(t, filepath.Join(dir, "olivia.png")); countColor(img, plotutil.Color(0)) < 50 {
 		t.Error("olivia.png: its line is not drawn")
 	}
-}
-
-// FuzzParseImageSize: --size gives a width and height of 100 to 20000 pixels that read back
-// the same, or an error of one line; never a panic.
-func FuzzParseImageSize(f *testing.F) {
-	for _, s := range []string{"960x600", "100X100", "20000x20000", "99x100", "x", "", "1e3x200", "-100x200", "300x"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		w, h, err := parseImageSize(s)
-		if err != nil {
-			if strings.Contains(err.Error(), "\n") {
-				t.Fatalf("parseImageSize(%q): error is not one line: %q", s, err)
-			}
-			return
-		}
-		w2, h2, err := parseImageSize(fmt.Sprintf("%dx%d", w, h))
-		if w < 100 || h < 100 || w > 20000 || h > 20000 || err != nil || w2 != w || h2 != h {
-			t.Fatalf("parseImageSize(%q) = %d x %d, which reads back as %d x %d, %v", s, w, h, w2, h2, err)
-		}
-	})
-}
-
-// FuzzParseCap: --sim-data-cap gives a size of 0 or more bytes, or an error of one line; never a
-// panic.
-func FuzzParseCap(f *testing.F) {
-	for _, s := range []string{"0", "8MiB", "1G", "0B", "-1", "", "1.5K", "99999999999T"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		n, err := parseCap(s)
-		if err != nil {
-			if strings.Contains(err.Error(), "\n") {
-				t.Fatalf("parseCap(%q): error is not one line: %q", s, err)
-			}
-			return
-		}
-		if n < 0 {
-			t.Fatalf("parseCap(%q) = %d", s, n)
-		}
-	})
 }
