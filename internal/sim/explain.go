@@ -379,7 +379,7 @@ func (m *model) explainP2P(x *Explanation, coll string, bytes int64) error {
 		}
 	}
 	total := m.p2pTime(flows, per, peers)
-	bw, link := m.topo.LinkLoadKind(flows, m.efficiency)
+	bw, link := m.linkLoad(flows)
 	if n == 1 {
 		c := m.decide(collBroadcast, per).Chosen() // a local copy, as the simulated call
 		bw, link = c.TimeUS-c.LatencyUS, "memory"

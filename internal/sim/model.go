@@ -3,6 +3,7 @@ package sim
 import (
 	"math"
 	"math/bits"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -168,7 +169,7 @@ func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
 	if m.n > 1 {
 		flows, rings := t.RingFlowsOn(devs, m.env.hca)
 		m.rings = rings
-		us, limit := t.LinkLoadKind(flows, m.efficiency)
+		us, limit := m.linkLoad(flows)
 		m.ringBus, m.limit = float64(rings)/(us*1e3), limit
 	}
 	m.graphs = m.searchGraphs()
@@ -213,7 +214,8 @@ func (m *model) searchGraphs() [numAlgos]searchGraph {
 				continue
 			}
 			flow := gpu.Flow{Path: m.topo.Route(d, next), Bytes: 1}
-			nvl = math.Min(nvl, 1/(m.topo.LinkLoad([]gpu.Flow{flow}, m.efficiency)*1e3))
+			us, _ := m.linkLoad([]gpu.Flow{flow})
+			nvl = math.Min(nvl, 1/(us*1e3))
 		}
 		ppn := math.Round(m.ppn)
 		n := m.env.clampChannels(int(math.Min(32, ppn)))
@@ -242,7 +244,7 @@ func (m *model) domainBus() float64 {
 			continue
 		}
 		flows, rings := m.topo.RingFlowsOn(local, nil)
-		if us := m.topo.LinkLoad(flows, m.efficiency); us > 0 {
+		if us, _ := m.linkLoad(flows); us > 0 {
 			bus = math.Min(bus, float64(rings)/(us*1e3))
 		}
 	}
@@ -317,6 +319,23 @@ func nvlinkRingChannels(bw float64, arch int, cc float64) int {
 	return nch
 }
 
+// linkLoad is the flows' time in µs on the links, each derated by efficiency, and the kind of
+// link that sets it. A flow staged through host memory (type SHM: P2P off) moves at
+// stagedEfficiency of a direct one over the same links: NCCL's SHM transport writes every byte
+// to host memory and reads it back, as a copy staged through host memory does (copy.go).
+func (m *model) linkLoad(flows []gpu.Flow) (float64, string) {
+	shm := func(f gpu.Flow) bool { return f.Path.Type == gpu.PathSHM }
+	if slices.ContainsFunc(flows, shm) {
+		flows = slices.Clone(flows) // the caller's flows stay as they are
+		for i := range flows {
+			if shm(flows[i]) {
+				flows[i].Bytes /= stagedEfficiency
+			}
+		}
+	}
+	return m.topo.LinkLoadKind(flows, m.efficiency)
+}
+
 // efficiency derates a link of the given kind to what NCCL's own model assumes it delivers.
 func (m *model) efficiency(kind gpu.LinkKind) float64 {
 	switch kind {
@@ -343,7 +362,8 @@ func (m *model) p2pTime(flows []gpu.Flow, bytes int64, peers int) float64 {
 	for _, f := range flows {
 		lat = math.Max(lat, f.Path.LatencyUS)
 	}
-	return baseLat[algoRing][protoSimple] + lat + math.Max(m.topo.LinkLoad(flows, m.efficiency), m.p2pChannelUS(bytes, peers))
+	us, _ := m.linkLoad(flows)
+	return baseLat[algoRing][protoSimple] + lat + math.Max(us, m.p2pChannelUS(bytes, peers))
 }
 
 // log2i is floor(log2(n)), 0 for n < 2.
