@@ -285,8 +285,10 @@ func TestFleetSmallFleets(t *testing.T) {
 	}{
 		{3, 0, []string{"dgx-h100-0"}}, {3, 1, []string{"dgx-h100-1"}}, {2, 1, []string{"dgx-h100-0", "dgx-h100-1"}},
 	} {
+		// No data (--sim-data-cap 0): a slow NIC is found by time alone, and the test runs in a
+		// tenth of the CPU.
 		out, _, code := gpubench(t, "fleet", "--backend", "sim", "--nodes", fmt.Sprint(tc.nodes), "--size", "1MiB", "--output", "json",
-			"--sim-fault", fmt.Sprintf("slow-nic=dgx-h100-%d/mlx5_3,0.4", tc.bad))
+			"--sim-data-cap", "0", "--sim-fault", fmt.Sprintf("slow-nic=dgx-h100-%d/mlx5_3,0.4", tc.bad))
 		var rep struct{ Suspects []struct{ Host, NIC string } }
 		if err := json.Unmarshal([]byte(out), &rep); err != nil || code != exitCheck {
 			t.Fatalf("exit %d: %v", code, err)
