@@ -165,6 +165,9 @@ func writeExplanation(w io.Writer, x sim.Explanation) error {
 		if x.LinksLimit != x.Bottleneck {
 			bottleneck += ", bounded by " + linkText(x.LinksLimit)
 		}
+		if x.Staged {
+			bottleneck += ", every hop staged through host memory (no P2P)"
+		}
 	}
 	line("bottleneck", "%s", bottleneck)
 	bw := fmt.Sprintf("busbw %s, algbw %s", gbsText(c.BusGBs), gbsText(c.AlgGBs))

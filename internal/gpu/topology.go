@@ -678,6 +678,16 @@ func (t *Topology) Route(a, b int) Path {
 	return t.StagedRoute(a, b)
 }
 
+// NVLinkRoute is the NVLink path from GPU a to GPU b (type NVL), whether or not P2P is on: NVLS
+// reaches the switch over it either way, as its multicast is no peer access; empty where no
+// NVLink joins them.
+func (t *Topology) NVLinkRoute(a, b int) Path {
+	if h := t.nvlPath(a, b); h != nil {
+		return t.path(h, PathNVL)
+	}
+	return Path{}
+}
+
 // StagedRoute is the path of a copy between two GPUs of one node staged through host memory: up
 // to the first GPU's nearest CPU, then down to the second GPU.
 func (t *Topology) StagedRoute(a, b int) Path {

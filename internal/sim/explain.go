@@ -44,9 +44,11 @@ type Explanation struct {
 	Bottleneck string `json:"bottleneck"`
 	Capped     bool   `json:"capped"`
 	// LinksBusGBs is the bus bandwidth the links carry as NCCL's rings use them, and LinksLimit
-	// the kind of link that bounds it (0 and "" on one rank).
+	// the kind of link that bounds it (0 and "" on one rank). Staged: the rings' hops between
+	// GPUs of a host go through host memory (P2P off), at the staged-copy efficiency.
 	LinksBusGBs float64 `json:"links_bus_gbs"`
 	LinksLimit  string  `json:"links_limit"`
+	Staged      bool    `json:"staged"`
 	// Dominant is the larger of Chosen's two terms: "latency" or "bandwidth".
 	Dominant string `json:"dominant"`
 	// BalanceBytes is the size at which Chosen's latency and bandwidth terms are equal:
@@ -136,7 +138,7 @@ func Explain(t *gpu.Topology, devs []int, env map[string]string, coll string, by
 	}
 	m := newModel(t, devs, env)
 	x := Explanation{Collective: coll, Topology: t.Name, Bytes: bytes, Ranks: m.n, Nodes: m.nodes,
-		LinksBusGBs: m.ringBus, LinksLimit: m.limit, ScanMinBytes: ScanMinBytes, ScanMaxBytes: ScanMaxBytes,
+		LinksBusGBs: m.ringBus, LinksLimit: m.limit, Staged: m.staged, ScanMinBytes: ScanMinBytes, ScanMaxBytes: ScanMaxBytes,
 		LaunchUS: hostLaunchUS(t), LaunchGPUs: mostOnANode(t, devs), OneThreadLaunchUS: launchCostUS(t, devs, 1)}
 	kind, tuned := collKinds[coll]
 	if !tuned {

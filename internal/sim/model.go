@@ -89,6 +89,7 @@ type model struct {
 	p2p     *p2pPlan // worked out at the first point-to-point call
 	env     tunerEnv
 	limit   string // the kind of link that bounds the ring, for explain
+	staged  bool   // the ring's hops go through host memory (P2P off)
 	// netExtraUS is how much longer a message between nodes takes than on the InfiniBand that
 	// NCCL's latency tables assume (gpu.Network.ExtraLatencyUS).
 	netExtraUS float64
@@ -169,6 +170,7 @@ func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
 	if m.n > 1 {
 		flows, rings := t.RingFlowsOn(devs, m.env.hca)
 		m.rings = rings
+		m.staged = slices.ContainsFunc(flows, func(f gpu.Flow) bool { return f.Path.Type == gpu.PathSHM })
 		us, limit := m.linkLoad(flows)
 		m.ringBus, m.limit = float64(rings)/(us*1e3), limit
 	}
@@ -213,9 +215,10 @@ func (m *model) searchGraphs() [numAlgos]searchGraph {
 			if m.topo.DomainOf(d) != m.topo.DomainOf(next) {
 				continue
 			}
-			flow := gpu.Flow{Path: m.topo.Route(d, next), Bytes: 1}
-			us, _ := m.linkLoad([]gpu.Flow{flow})
-			nvl = math.Min(nvl, 1/(us*1e3))
+			flow := gpu.Flow{Path: m.topo.NVLinkRoute(d, next), Bytes: 1}
+			if us, _ := m.linkLoad([]gpu.Flow{flow}); us > 0 {
+				nvl = math.Min(nvl, 1/(us*1e3))
+			}
 		}
 		ppn := math.Round(m.ppn)
 		n := m.env.clampChannels(int(math.Min(32, ppn)))

@@ -72,3 +72,19 @@ func TestCheckCollective(t *testing.T) {
 		}
 	}
 }
+
+// NCCL_P2P_DISABLE takes away the P2P transport, not NVLS: with it, 8 H100 still run NVLS at 1 GiB
+// as fast as without (its multicast reaches the switch over NVLink, no peer access), while the
+// rings go through host memory, staged, and say so.
+func TestP2PDisableLeavesNVLS(t *testing.T) {
+	on := backend(t, "dgx-h100", Options{})
+	off := backend(t, "dgx-h100", Options{Env: map[string]string{"NCCL_P2P_DISABLE": "1"}})
+	mOn, mOff := newModel(on.topo, ranks(8), nil), newModel(off.topo, ranks(8), off.opt.Env)
+	a, b := mOn.decide(collAllReduce, 1<<30).Chosen(), mOff.decide(collAllReduce, 1<<30).Chosen()
+	if a.Algo != "NVLS" || b.Algo != "NVLS" || a.SimUS != b.SimUS {
+		t.Errorf("1 GiB all-reduce: %s/%s %.1f us with P2P, %s/%s %.1f us without; want NVLS alike", a.Algo, a.Proto, a.SimUS, b.Algo, b.Proto, b.SimUS)
+	}
+	if mOn.staged || !mOff.staged || mOff.ringBus >= mOn.ringBus/10 {
+		t.Errorf("rings: staged %v, %.1f GB/s with P2P; staged %v, %.1f GB/s without", mOn.staged, mOn.ringBus, mOff.staged, mOff.ringBus)
+	}
+}
