@@ -170,7 +170,7 @@ func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
 	if m.n > 1 {
 		flows, rings := t.RingFlowsOn(devs, m.env.hca)
 		m.rings = rings
-		m.staged = slices.ContainsFunc(flows, func(f gpu.Flow) bool { return f.Path.Type == gpu.PathSHM })
+		m.staged = slices.ContainsFunc(flows, throughHost)
 		us, limit := m.linkLoad(flows)
 		m.ringBus, m.limit = float64(rings)/(us*1e3), limit
 	}
@@ -327,17 +327,19 @@ func nvlinkRingChannels(bw float64, arch int, cc float64) int {
 // stagedEfficiency of a direct one over the same links: NCCL's SHM transport writes every byte
 // to host memory and reads it back, as a copy staged through host memory does (copy.go).
 func (m *model) linkLoad(flows []gpu.Flow) (float64, string) {
-	shm := func(f gpu.Flow) bool { return f.Path.Type == gpu.PathSHM }
-	if slices.ContainsFunc(flows, shm) {
+	if slices.ContainsFunc(flows, throughHost) {
 		flows = slices.Clone(flows) // the caller's flows stay as they are
 		for i := range flows {
-			if shm(flows[i]) {
+			if throughHost(flows[i]) {
 				flows[i].Bytes /= stagedEfficiency
 			}
 		}
 	}
 	return m.topo.LinkLoadKind(flows, m.efficiency)
 }
+
+// throughHost reports whether f is staged through host memory (P2P off).
+func throughHost(f gpu.Flow) bool { return f.Path.Type == gpu.PathSHM }
 
 // efficiency derates a link of the given kind to what NCCL's own model assumes it delivers.
 func (m *model) efficiency(kind gpu.LinkKind) float64 {
