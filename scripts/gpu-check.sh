@@ -40,6 +40,7 @@ done
 step allreduce-graph "$bin" allreduce --backend cuda -g "$g" --sizes 8B:1GB:x8 -G 5 -T 60 || status=1
 step allreduce-json "$bin" allreduce --backend cuda -g "$g" --sizes 8B:1GB:x32 --output json -T 60 || status=1
 step allreduce-per-iter "$bin" allreduce --backend cuda -g "$g" --sizes 1M:1GB:x32 --per-iter --out "$out/allreduce-per-iter.jsonl" -T 60 || status=1
+step allreduce-launch-time "$bin" allreduce --backend cuda -g "$g" --sizes 8B:1GB:x8 -C 1 -T 60 || status=1 # -C 1: the host's launch time a call, by size
 if [ "$g" -ge 2 ]; then # one rank per process, through the rendezvous and ncclCommInitRank
   step allreduce-2proc bash -c 'for r in 1 0; do RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=29577 "$1" allreduce --backend cuda --sizes 8B:1GB:x8 -T 60 & done; s=0; for p in $(jobs -p); do wait $p || s=1; done; exit $s' _ "$bin" || status=1
 fi
