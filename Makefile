@@ -89,7 +89,7 @@ fuzz:
 	$(GO) test ./internal/plan -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/plan -run '^$$' -fuzz '^FuzzSetup$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/plan -run '^$$' -fuzz '^FuzzParseZeRO$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
-	$(GO) test ./cmd/gpubench -run '^$$' -fuzz '^FuzzFlagValues$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/plot -run '^$$' -fuzz '^FuzzParseImageSize$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 
 # CPU seconds and peak memory of simulated 8B:8GB all-reduce and all-to-all sweeps at 8 to 8,192
 # GPUs, loading 1,024 nodes, a rendezvous of 1,024 ranks, and 16 one-rank processes against one

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -297,29 +296,4 @@ func TestVersion(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "gpubench test (commit ") {
 		t.Errorf("version: exit %d, %q", code, out)
 	}
-}
-
-// FuzzFlagValues: plot's --size gives a width and height of 100 to 20000 pixels that read back the
-// same, and --sim-data-cap a size of 0 or more bytes, or each an error of one line; never a panic.
-func FuzzFlagValues(f *testing.F) {
-	for _, s := range []string{"960x600", "100X100", "20000x20000", "99x100", "x", "", "1e3x200", "-100x200", "300x",
-		"0", "8MiB", "1G", "0B", "-1", "1.5K", "99999999999T"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		if w, h, err := parseImageSize(s); err != nil {
-			if strings.Contains(err.Error(), "\n") {
-				t.Fatalf("parseImageSize(%q): error is not one line: %q", s, err)
-			}
-		} else if w2, h2, err := parseImageSize(fmt.Sprintf("%dx%d", w, h)); w < 100 || h < 100 || w > 20000 || h > 20000 || err != nil || w2 != w || h2 != h {
-			t.Fatalf("parseImageSize(%q) = %d x %d, which reads back as %d x %d, %v", s, w, h, w2, h2, err)
-		}
-		if n, err := parseCap(s); err != nil {
-			if strings.Contains(err.Error(), "\n") {
-				t.Fatalf("parseCap(%q): error is not one line: %q", s, err)
-			}
-		} else if n < 0 {
-			t.Fatalf("parseCap(%q) = %d", s, n)
-		}
-	})
 }

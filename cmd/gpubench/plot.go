@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -82,7 +81,7 @@ func (f *plotFlags) run(cmd *cobra.Command, e *env, g *globals, args []string) e
 		return usageErr("invalid --out %q: the folder %s does not exist", f.out, filepath.Dir(f.out))
 	}
 	var err error
-	if opt.Width, opt.Height, err = parseImageSize(f.size); err != nil {
+	if opt.Width, opt.Height, err = plot.ParseImageSize(f.size); err != nil {
 		return usageErr("invalid --size %q: %v", f.size, err)
 	}
 	if !slices.Contains(plot.Measures, f.y) {
@@ -125,21 +124,6 @@ func (f *plotFlags) run(cmd *cobra.Command, e *env, g *globals, args []string) e
 	line := fmt.Sprintf("wrote %s (%dx%d %s) from %s", f.out, opt.Width, opt.Height, strings.ToUpper(opt.Format), strings.Join(args, ", "))
 	return summary(e, g.output, "plot", line, map[string]any{"file": f.out, "format": opt.Format,
 		"width": opt.Width, "height": opt.Height, "inputs": args})
-}
-
-// parseImageSize reads WIDTHxHEIGHT in pixels.
-func parseImageSize(s string) (w, h int, err error) {
-	a, b, ok := strings.Cut(strings.ToLower(s), "x")
-	if ok {
-		w, err = strconv.Atoi(a)
-		if err == nil {
-			h, err = strconv.Atoi(b)
-		}
-	}
-	if !ok || err != nil || w < 100 || h < 100 || w > 20000 || h > 20000 {
-		return 0, 0, fmt.Errorf("give WIDTHxHEIGHT in pixels, 100 to 20000 each, e.g. 960x600")
-	}
-	return w, h, nil
 }
 
 // writeAtomic writes data to path through a temporary file in the same folder, so that a failure

@@ -11,6 +11,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -34,6 +35,21 @@ var (
 // DPI is the resolution sizes in pixels are given at: a PNG is Width x Height pixels, and an SVG
 // Width x Height CSS pixels (written in points, 0.75 pt to the pixel).
 const DPI = 96
+
+// ParseImageSize reads WIDTHxHEIGHT in pixels (plot's --size), 100 to 20000 each.
+func ParseImageSize(s string) (w, h int, err error) {
+	a, b, ok := strings.Cut(strings.ToLower(s), "x")
+	if ok {
+		w, err = strconv.Atoi(a)
+		if err == nil {
+			h, err = strconv.Atoi(b)
+		}
+	}
+	if !ok || err != nil || w < 100 || h < 100 || w > 20000 || h > 20000 {
+		return 0, 0, fmt.Errorf("give WIDTHxHEIGHT in pixels, 100 to 20000 each, e.g. 960x600")
+	}
+	return w, h, nil
+}
 
 // Options say what to draw and how large.
 type Options struct {

@@ -201,3 +201,24 @@ func TestDrawRefuses(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseImageSize: --size gives a width and height of 100 to 20000 pixels that read back the
+// same, or an error of one line; never a panic.
+func FuzzParseImageSize(f *testing.F) {
+	for _, s := range []string{"960x600", "100X100", "20000x20000", "99x100", "x", "", "1e3x200", "-100x200", "300x", "+100x+100"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		w, h, err := ParseImageSize(s)
+		if err != nil {
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("ParseImageSize(%q): error is not one line: %q", s, err)
+			}
+			return
+		}
+		w2, h2, err := ParseImageSize(fmt.Sprintf("%dx%d", w, h))
+		if w < 100 || h < 100 || w > 20000 || h > 20000 || err != nil || w2 != w || h2 != h {
+			t.Fatalf("ParseImageSize(%q) = %d x %d, which reads back as %d x %d, %v", s, w, h, w2, h2, err)
+		}
+	})
+}
