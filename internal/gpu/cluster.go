@@ -319,9 +319,9 @@ func (t *Topology) assignNICs() error {
 // netRoute is the route from GPU a to GPU b in another NVLink domain: out through the NIC on b's
 // rail and into b through its own. With PXN (NCCL's default since 2.12) the data first crosses
 // NVLink to the GPU of a's node that owns that rail's NIC, so that it stays on one rail of the
-// fabric; without it (NoPXN, or no NVLink to that GPU), it leaves through a's own NIC. A way to
-// the NIC that crosses a CPU goes over NVLink to the GPU beside it instead (nicOwner). The view
-// says which NIC is each GPU's: its own, or one lane of its local NICs (lanes.go).
+// fabric; without it (NoPXN, P2P off, or no NVLink to that GPU), it leaves through a's own NIC.
+// A way to the NIC that crosses a CPU goes over NVLink to the GPU beside it instead (nicOwner).
+// The view says which NIC is each GPU's: its own, or one lane of its local NICs (lanes.go).
 func (v nicView) netRoute(a, b int) Path {
 	t := v.t
 	if v.nic(a) < 0 || v.nic(b) < 0 {
@@ -340,7 +340,7 @@ func (v nicView) netRoute(a, b int) Path {
 func (v nicView) sender(g, rail int, peerOn func(g, rail int) int) (int, []Hop) {
 	t := v.t
 	from, hops := g, []Hop(nil)
-	if !t.NoPXN && t.fabric.railOf[v.nic(g)] != rail {
+	if t.pxn() && t.fabric.railOf[v.nic(g)] != rail {
 		if peer := peerOn(g, rail); peer >= 0 {
 			if h := t.nvlPath(g, peer); h != nil {
 				from, hops = peer, h

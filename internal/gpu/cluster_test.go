@@ -102,6 +102,15 @@ func TestPXN(t *testing.T) {
 	if len(p.Hops) != 8 || topo.LinkKind(p.Hops[0].Edge) != gpu.LinkPCIe {
 		t.Errorf("without PXN: %d hops starting with %s; want 8 starting over PCIe", len(p.Hops), topo.LinkKind(p.Hops[0].Edge))
 	}
+	// Without P2P (NCCL_P2P_DISABLE) NCCL has no NVLink path between the GPUs, so no PXN either.
+	topo = cluster(t, `, "network": {"kind": "infiniband", "layout": "rail", "nodes_per_leaf": 2}, "nodes": [{"hostname": "a", "template": "box"}, {"hostname": "b", "template": "box"}]`)
+	topo.P2P = "none"
+	if err := topo.Validate(); err != nil { // as NCCL_P2P_DISABLE does (sim.routeEnv)
+		t.Fatal(err)
+	}
+	if p = topo.Route(0, 7); len(p.Hops) != 8 || topo.LinkKind(p.Hops[0].Edge) != gpu.LinkPCIe {
+		t.Errorf("P2P off: %d hops starting with %s; want 8 starting over PCIe", len(p.Hops), topo.LinkKind(p.Hops[0].Edge))
+	}
 }
 
 // A rail-optimized fabric: nodes of one leaf group meet on their rail's leaf, others through the

@@ -738,11 +738,11 @@ func (t *Topology) RouteVia(a, b, nicA, nicB int) Path {
 // nicOwner is the GPU of a's node whose way out a's traffic to NIC nic takes: a itself when
 // direct (a's own PCIe way to nic) does not cross a CPU; else, NVLink permitting, another GPU that
 // leaves by nic, the first whose own way crosses no CPU or else the first, with the NVLink hops to
-// it (NCCL's PXN), unless NoPXN. A NIC that NCCL_IB_HCA gives a GPU from elsewhere in its node is
+// it (NCCL's PXN) when PXN is on. A NIC that NCCL_IB_HCA gives a GPU from elsewhere in its node is
 // reached this way.
 func (v nicView) nicOwner(a, nic int, direct []Hop) (int, []Hop) {
 	t := v.t
-	if t.NoPXN || direct != nil && !t.crossesCPU(direct) {
+	if !t.pxn() || direct != nil && !t.crossesCPU(direct) {
 		return a, nil
 	}
 	owner, first := -1, a-t.gpus[a].index
@@ -765,6 +765,12 @@ func (v nicView) nicOwner(a, nic int, direct []Hop) (int, []Hop) {
 	}
 	return a, nil
 }
+
+// pxn reports whether traffic between nodes may cross NVLink to another GPU of its node first
+// (NCCL's PXN): not with NoPXN, nor with P2P off, since PXN writes into that GPU's memory and
+// without P2P NCCL routes the pair through the CPU (src/graph/paths.cc), which fails PXN's
+// NVLink test.
+func (t *Topology) pxn() bool { return !t.NoPXN && t.P2P == "all" }
 
 // crossesCPU says whether a path passes through a CPU.
 func (t *Topology) crossesCPU(h []Hop) bool {
