@@ -661,14 +661,11 @@ func (t *Topology) Route(a, b int) Path {
 		if t.domainOf(na) != t.domainOf(nb) {
 			return t.own().netRoute(a, b)
 		}
-		if h := t.nvlPath(a, b); h != nil { // one NVLink domain across hosts
-			return t.path(h, PathNVL)
-		}
-		return Path{}
+		return t.NVLinkRoute(a, b) // one NVLink domain across hosts
 	}
 	if t.P2P == "all" {
-		if h := t.nvlPath(a, b); h != nil {
-			return t.path(h, PathNVL)
+		if p := t.NVLinkRoute(a, b); p.Hops != nil {
+			return p
 		}
 		if h := t.bfs(va, vb, LinkPCIe, LinkSMP); h != nil {
 			return t.path(h, t.pcieType(h))

@@ -36,7 +36,10 @@ var (
 // Width x Height CSS pixels (written in points, 0.75 pt to the pixel).
 const DPI = 96
 
-// ParseImageSize reads WIDTHxHEIGHT in pixels (plot's --size), 100 to 20000 each.
+// An image's width and height, pixels: at least minSide, at most maxSide.
+const minSide, maxSide = 100, 20000
+
+// ParseImageSize reads WIDTHxHEIGHT in pixels (plot's --size), minSide to maxSide each.
 func ParseImageSize(s string) (w, h int, err error) {
 	a, b, ok := strings.Cut(strings.ToLower(s), "x")
 	if ok {
@@ -45,11 +48,13 @@ func ParseImageSize(s string) (w, h int, err error) {
 			h, err = strconv.Atoi(b)
 		}
 	}
-	if !ok || err != nil || w < 100 || h < 100 || w > 20000 || h > 20000 {
-		return 0, 0, fmt.Errorf("give WIDTHxHEIGHT in pixels, 100 to 20000 each, e.g. 960x600")
+	if !ok || err != nil || !sideOK(w) || !sideOK(h) {
+		return 0, 0, fmt.Errorf("give WIDTHxHEIGHT in pixels, %d to %d each, e.g. 960x600", minSide, maxSide)
 	}
 	return w, h, nil
 }
+
+func sideOK(n int) bool { return n >= minSide && n <= maxSide }
 
 // Options say what to draw and how large.
 type Options struct {
@@ -67,8 +72,8 @@ func Draw(w io.Writer, files []*results.File, opt Options) error {
 	if len(files) == 0 {
 		return errors.New("no result files to draw")
 	}
-	if opt.Width < 100 || opt.Height < 100 || opt.Width > 20000 || opt.Height > 20000 {
-		return fmt.Errorf("image size %dx%d: use 100 to 20000 pixels a side", opt.Width, opt.Height)
+	if !sideOK(opt.Width) || !sideOK(opt.Height) {
+		return fmt.Errorf("image size %dx%d: use %d to %d pixels a side", opt.Width, opt.Height, minSide, maxSide)
 	}
 	p2p := files[0].P2P != nil
 	for _, f := range files[1:] {

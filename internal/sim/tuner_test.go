@@ -58,15 +58,7 @@ func TestCheckCollective(t *testing.T) {
 		{"pcie-4090x8", "allreduce", map[string]string{"NCCL_PROTO": "LL128"}, false}, // asked for, so on
 		{"pcie-4090x8", "allreduce", map[string]string{"NCCL_PROTO": "^LL,LL128,Simple"}, true},
 	} {
-		tp, err := LoadTopology(c.topo)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := New(tp, Options{Env: c.env})
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = b.CheckCollective(c.coll, 8)
+		err := backend(t, c.topo, Options{Env: c.env}).CheckCollective(c.coll, 8)
 		if (err != nil) != c.refused {
 			t.Errorf("%s %s %v: CheckCollective gave %v, want refused %v", c.topo, c.coll, c.env, err, c.refused)
 		}
