@@ -270,6 +270,7 @@ func simWhyText(why []string) string {
 		"fabric latency": "the fabric's latency beyond the InfiniBand of NCCL's tables",
 		"plugin latency": "NCCL's figures add the latency its net plugin reports, which steers its pick, not the wire",
 		"nvls links":     "NVLS on one node, held to its links rather than NCCL's channel figure",
+		"search speed":   "its channels carry what the links do, above the speed NCCL's search gave them",
 		"calibration":    "the topology's calibration",
 	}
 	var out []string

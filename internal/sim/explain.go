@@ -85,8 +85,8 @@ type ExplainedCandidate struct {
 	AlgGBs      float64 `json:"algbw_gbs"`
 	BusGBs      float64 `json:"busbw_gbs"`
 	// SimTimeUS is what the simulated call takes: TimeUS is NCCL's own estimate, which it picks
-	// by; they differ where the fabric's latency is not InfiniBand's, a calibration applies, and
-	// for NVLS on one NVLink domain.
+	// by; they differ where the fabric's latency is not InfiniBand's, a calibration applies, for
+	// NVLS on one NVLink domain and where NCCL's search speed falls short of the links.
 	SimTimeUS float64 `json:"sim_time_us"`
 	// FillUS is the part of SimTimeUS a pipeline of stages takes to drain, which NCCL's estimate
 	// leaves out: NVLS all-reduce on one NVLink domain (docs/model.md, "NVLS's pipeline").
@@ -94,7 +94,8 @@ type ExplainedCandidate struct {
 	// SimWhy says why SimTimeUS differs from TimeUS, each reason that applies: "fabric latency"
 	// (a network slower than the InfiniBand of NCCL's tables), "plugin latency" (NCCL's estimate
 	// holds the latency its net plugin reports, the wire does not), "nvls links" (NVLS on one
-	// NVLink domain, held to its links rather than NCCL's channel figure), "calibration" (the
+	// NVLink domain, held to its links rather than NCCL's channel figure), "search speed" (channels
+	// that NCCL's search gave a speed of its table below what the links carry), "calibration" (the
 	// topology's own fit); empty where they are the same model.
 	SimWhy []string `json:"sim_why"`
 }
@@ -227,6 +228,9 @@ func (m *model) explained(c Candidate, bytes int64, factor float64) ExplainedCan
 	}
 	if c.Algo == algoNames[algoNVLS] && m.nodes == 1 {
 		why = append(why, "nvls links")
+	}
+	if a := algoIndex(c.Algo); a >= 0 && m.graphs[a].linksIntra > m.graphs[a].bwIntra && c.SimUS < c.TimeUS {
+		why = append(why, "search speed")
 	}
 	if cal := m.topo.Calibration; cal != nil {
 		if _, ok := cal.Algorithms[c.Algo+"/"+c.Proto]; ok {

@@ -142,8 +142,12 @@ func TestExplainHonoursNCCLAlgo(t *testing.T) {
 			}
 		}
 	}
-	if x := explain(t, "dgx-h100", 8, ring, "allreduce", 1<<30); x.Chosen.Proto != "Simple" || x.Capped || math.Abs(x.Chosen.BusGBs-370.8) > 1e-6 {
-		t.Errorf("NCCL_ALGO=Ring at 1 GiB: %+v, capped %v; want Ring/Simple at the links' 370.8 GB/s", x.Chosen, x.Capped)
+	// NCCL's estimate: 12 channels of 30 GB/s, its search's speed; the simulated call: the links'
+	// 370.8 GB/s.
+	x := explain(t, "dgx-h100", 8, ring, "allreduce", 1<<30)
+	if sim := x.Chosen.LatencyUS + float64(1<<30)/1e3/(370.8*8/14); x.Chosen.Proto != "Simple" || x.Capped || math.Abs(x.Chosen.BusGBs-360) > 1e-6 ||
+		math.Abs(x.Chosen.SimTimeUS-sim) > 1e-6 || !slices.Equal(x.Chosen.SimWhy, []string{"search speed"}) {
+		t.Errorf("NCCL_ALGO=Ring at 1 GiB: %+v, capped %v; want Ring/Simple at NCCL's 360 GB/s, simulated at the links' 370.8 (%.1f us)", x.Chosen, x.Capped, sim)
 	}
 	tp, _ := LoadTopology("dgx-h100")
 	_, err := Explain(tp, ranks(8), map[string]string{"NCCL_ALGO": "NVLS"}, "broadcast", 1<<20)

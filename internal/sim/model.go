@@ -99,10 +99,13 @@ type model struct {
 }
 
 // searchGraph is what NCCL's topology search finds for one algorithm: its channels and each channel's
-// bandwidth inside a node (bwIntra) and between nodes (bwInter), in GB/s.
+// bandwidth inside a node (bwIntra) and between nodes (bwInter), in GB/s. NCCL's search takes a
+// speed from its table, so bwIntra can be less than the links carry: linksIntra is what they carry
+// a channel, where it differs (0: bwIntra). NCCL's tuner sees bwIntra, the simulated call linksIntra.
 type searchGraph struct {
 	nChannels        int
 	bwIntra, bwInter float64
+	linksIntra       float64
 }
 
 func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
@@ -190,8 +193,16 @@ func (m *model) searchGraphs() [numAlgos]searchGraph {
 	// cannot beat the links.
 	nch := m.channelCount()
 	per := m.ringBus / float64(nch)
+	found := nch
 	nch = m.env.clampChannels(nch)
 	ring := searchGraph{nChannels: nch, bwIntra: math.Min(per, m.ringBus/float64(nch)), bwInter: math.Min(per, m.ringBus/float64(nch))}
+	if m.nodes == 1 && m.intraHW == hwNVLink {
+		// On one NVLink node the search's channels run at a speed of its table, which can fall
+		// short of the links (8 B200: 16 channels of 45 GB/s, 720 of 721.8): NCCL's tuner compares
+		// algorithms with it, and the links still carry what they carry.
+		_, speed := nvlinkRingSearch(m.ringBus, m.arch, m.cc)
+		ring.linksIntra, ring.bwIntra = ring.bwIntra, math.Min(speed, speed*float64(found)/float64(nch))
+	}
 	g[algoRing], g[algoTree] = ring, ring
 	if m.nodes > 1 {
 		// A tree need not come back to the NIC it left by, so NCCL's search raises its bwIntra
@@ -265,13 +276,14 @@ func (m *model) domainRanks() map[int][]int {
 
 // channelCount estimates the channels NCCL's ring search finds, which the per-channel caps
 // multiply: one per ring across nodes; on one NVLink node, the search's own result
-// (nvlinkRingChannels); one channel over PCIe.
+// (nvlinkRingSearch); one channel over PCIe.
 func (m *model) channelCount() int {
 	switch {
 	case m.nodes > 1:
 		return m.rings
 	case m.intraHW == hwNVLink:
-		return nvlinkRingChannels(m.ringBus, m.arch, m.cc)
+		nch, _ := nvlinkRingSearch(m.ringBus, m.arch, m.cc)
+		return nch
 	}
 	return 1
 }
@@ -286,15 +298,16 @@ var searchSpeedsIntra = [4][]float64{
 	{90, 80, 70, 60, 50, 45, 40, 30, 24, 20, 19, 18},
 }
 
-// nvlinkRingChannels is NCCL's ring search (search.cc, ncclTopoCompute) where every GPU reaches
+// nvlinkRingSearch is NCCL's ring search (search.cc, ncclTopoCompute) where every GPU reaches
 // the others through one NVLink switch at bw GB/s: a channel at speed s takes s of each GPU's
 // bw, so a speed holds floor(bw/s) channels, at most 32 (MAXCHANNELS/2). From the fastest speed
 // that fits, slower speeds are tried while they are above .49 of the best found, a speed
 // replacing it only with more channels × speed, until one fills bw or the channel limit; the
 // channels are then duplicated when each carries 25 GB/s or more, unless (past compute
-// capability 8.0) they are more than four under 50 GB/s (ncclTopoDupChannels). 8x H100: 6
-// channels at 60, duplicated to 12; 8x H800, whose 8 NVLinks carry 165 GB/s: 4 at 40, then 8.
-func nvlinkRingChannels(bw float64, arch int, cc float64) int {
+// capability 8.0) they are more than four under 50 GB/s (ncclTopoDupChannels), each then
+// carrying half the speed. It returns the channels and each one's speed: 8x H100, 6 channels at
+// 60, duplicated to 12 of 30; 8x H800, whose 8 NVLinks carry 165 GB/s: 4 at 40, then 8 of 20.
+func nvlinkRingSearch(bw float64, arch int, cc float64) (int, float64) {
 	const most = 32
 	speeds := searchSpeedsIntra[arch]
 	i := 0
@@ -314,12 +327,12 @@ func nvlinkRingChannels(bw float64, arch int, cc float64) int {
 		}
 	}
 	if nch == 0 {
-		return 1
+		return 1, bw
 	}
-	if speed >= 25 && !(cc > 8 && speed < 50 && nch > 4) {
-		nch = min(2*nch, most)
+	if d := min(2*nch, most); d > nch && speed >= 25 && !(cc > 8 && speed < 50 && nch > 4) {
+		nch, speed = d, speed/2
 	}
-	return nch
+	return nch, speed
 }
 
 // linkLoad is the flows' time in µs on the links, each derated by efficiency, and the kind of

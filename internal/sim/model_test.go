@@ -147,23 +147,25 @@ func TestTreeGraphRules(t *testing.T) {
 	}
 }
 
-// NCCL's ring search on one NVSwitch node, worked by hand from search.cc (nvlinkRingChannels): a
+// NCCL's ring search on one NVSwitch node, worked by hand from search.cc (nvlinkRingSearch): a
 // GPU's NVLink bandwidth, its architecture and compute capability give the channels found after
-// duplication. 8x H100 (18 NVLinks, 370.8 GB/s as NCCL counts them): 6 at 60, then 12. HGX H800
-// (8 NVLinks, 164.8): 60 holds 2, 50 holds 3, 40 holds 4 (160), 30 and 24 hold less, 20 holds 8
-// but no more (160): 4 at 40, then 8. DGX A100 (12 x 20 = 240): 6 at 40 fills it, then 12. B200
-// (18 x 40.1): 8 at 90, then 16. 210 GB/s on Hopper: 7 at 30 fill it, and more than four
-// channels under 50 GB/s are not duplicated. An A40 bridge pair (56.25): 1 at 40, then 2.
+// duplication and each one's speed. 8x H100 (18 NVLinks, 370.8 GB/s as NCCL counts them): 6 at 60,
+// then 12 of 30. HGX H800 (8 NVLinks, 164.8): 60 holds 2, 50 holds 3, 40 holds 4 (160), 30 and
+// 24 hold less, 20 holds 8 but no more (160): 4 at 40, then 8 of 20. DGX A100 (12 x 20 = 240): 6
+// at 40 fills it, then 12 of 20. B200 (18 x 40.1): 8 at 90, then 16 of 45. 210 GB/s on Hopper: 7
+// at 30 fill it, and more than four channels under 50 GB/s are not duplicated. An A40 bridge pair
+// (56.25): 1 at 40, then 2 of 20.
 func TestNVLinkRingChannels(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		bw   float64
-		arch int
-		cc   float64
-		want int
-	}{{370.8, 2, 9, 12}, {164.8, 2, 9, 8}, {240, 1, 8, 12}, {721.8, 3, 10, 16}, {210, 2, 9, 7}, {56.25, 1, 8.6, 2}} {
-		if got := nvlinkRingChannels(tc.bw, tc.arch, tc.cc); got != tc.want {
-			t.Errorf("%v GB/s, arch %d, cc %v: %d channels; want %d", tc.bw, tc.arch, tc.cc, got, tc.want)
+		bw    float64
+		arch  int
+		cc    float64
+		want  int
+		speed float64
+	}{{370.8, 2, 9, 12, 30}, {164.8, 2, 9, 8, 20}, {240, 1, 8, 12, 20}, {721.8, 3, 10, 16, 45}, {210, 2, 9, 7, 30}, {56.25, 1, 8.6, 2, 20}} {
+		if got, speed := nvlinkRingSearch(tc.bw, tc.arch, tc.cc); got != tc.want || speed != tc.speed {
+			t.Errorf("%v GB/s, arch %d, cc %v: %d channels of %v; want %d of %v", tc.bw, tc.arch, tc.cc, got, speed, tc.want, tc.speed)
 		}
 	}
 	if m := modelOf(t, "hgx-h800", 1, 8); m.graphs[algoRing].nChannels != 8 || m.commChannels() != 16 {

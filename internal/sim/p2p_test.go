@@ -35,7 +35,7 @@ func TestP2PPlan(t *testing.T) {
 		{"../../accuracy/topologies/oci-a100-roce.json", 1, 16, 32, 2, 2, 128 << 10, []int64{1 << 20}, []int{2}},
 		{"pcie-4090x8", 1, 8, 2, 2, 1, 128 << 10,
 			[]int64{8, 1 << 30}, []int{1, 2}},
-		// HGX H800: 8 ring channels doubled to 16 (nvlinkRingChannels); 8 NVLinks to every peer
+		// HGX H800: 8 ring channels doubled to 16 (nvlinkRingSearch); 8 NVLinks to every peer
 		// give 16 a peer; NCCL logs "16 coll channels, 0 nvls channels, 16 p2p channels, 16 p2p
 		// channels per peer" on one (NVIDIA/nccl#892).
 		{"hgx-h800", 1, 8, 16, 16, 2, 512 << 10, []int64{1 << 30}, []int{16}},

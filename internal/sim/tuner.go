@@ -122,16 +122,17 @@ func (d Decision) Chosen() Candidate { return d.Candidates[0] }
 // candidate evaluates (algorithm a, protocol p) for collective c, as ncclTopoTuneModel sets its
 // bandwidth and latency and ncclTopoGetAlgoTime its time; ok is false where NCCL would not run it.
 func (m *model) candidate(c collKind, a, p int, nBytes int64) (Candidate, bool) {
-	bw, lat, simLat := m.bandwidth(c, a, p), m.latency(c, a, p, 0, m.pluginLatUS), m.latency(c, a, p, m.netExtraUS, 0)
+	// bw is NCCL's estimate, simBw what the links carry (bandwidthOf).
+	bw, simBw := m.bandwidth(c, a, p), m.bandwidthOf(c, a, p, false)
+	lat, simLat := m.latency(c, a, p, 0, m.pluginLatUS), m.latency(c, a, p, m.netExtraUS, 0)
 	if bw <= 0 || !m.env.enabled(c, a, p) || !m.algoOK(c, a) || !m.protoOK(c, a, p) {
 		return Candidate{}, false
 	}
 	logSize := log2i(int(nBytes >> 6))
-	if a == algoTree && c == collAllReduce && nBytes>>6 > 0 && logSize < 23 {
+	if (a == algoTree && c == collAllReduce && nBytes>>6 > 0 && logSize < 23) ||
+		(a == algoNVLSTree && c == collAllReduce && nBytes>>6 > 0 && logSize < 24 && m.arch >= 3 && !m.arm) { // NVLSTree: x86 only, as NCCL
 		bw *= treeCorrectionFactor[p][logSize]
-	}
-	if a == algoNVLSTree && c == collAllReduce && nBytes>>6 > 0 && logSize < 24 && m.arch >= 3 && !m.arm { // x86 only, as NCCL
-		bw *= treeCorrectionFactor[p][logSize]
+		simBw *= treeCorrectionFactor[p][logSize]
 	}
 	if a == algoRing && p == protoSimple && m.nodes > 1 && c == collAllReduce &&
 		float64(nBytes)/float64(m.commChannels()*m.n) >= 64 { // NCCL: comm->nChannels
@@ -141,14 +142,10 @@ func (m *model) candidate(c collKind, a, p int, nBytes int64) (Candidate, bool) 
 		}
 		lat, simLat = lat*plateau, simLat*plateau
 	}
-	bwUS := float64(nBytes) / (1000 * bw)
-	simBwUS, fillUS := bwUS, 0.0
-	if a == algoNVLS && m.nodes == 1 {
-		simBwUS = float64(nBytes) / (1000 * m.bandwidthOf(c, a, p, false))
-		if c == collAllReduce {
-			fillUS = m.nvlsFillUS(nBytes, simBwUS)
-			simBwUS += fillUS
-		}
+	bwUS, simBwUS, fillUS := float64(nBytes)/(1000*bw), float64(nBytes)/(1000*simBw), 0.0
+	if a == algoNVLS && m.nodes == 1 && c == collAllReduce {
+		fillUS = m.nvlsFillUS(nBytes, simBwUS)
+		simBwUS += fillUS
 	}
 
 	if cal := m.topo.Calibration; cal != nil { // the machine's own figures, which NCCL does not know
@@ -330,13 +327,17 @@ func (m *model) nsteps(c collKind) int {
 // the algorithm has no graph here.
 func (m *model) bandwidth(c collKind, a, p int) float64 { return m.bandwidthOf(c, a, p, true) }
 
-// bandwidthOf is bandwidth; with searchCap false, NVLS on one NVLink domain is not held to its
-// channels' bwInter, which there is no link but the top of NCCL's search speed table: what the
-// machine moves rather than what NCCL's tuner expects of it (docs/model.md, "NVLS on one node").
+// bandwidthOf is bandwidth; with searchCap false, what the machine moves rather than what NCCL's
+// tuner expects of it: NVLS on one NVLink domain is not held to its channels' bwInter, which there
+// is no link but the top of NCCL's search speed table (docs/model.md, "NVLS on one node"), and a
+// graph whose search speed falls short of its links runs at the links' (searchGraph.linksIntra).
 func (m *model) bandwidthOf(c collKind, a, p int, searchCap bool) float64 {
 	gr := m.graphs[a]
 	if gr.nChannels == 0 {
 		return 0
+	}
+	if !searchCap && gr.linksIntra > 0 {
+		gr.bwIntra = gr.linksIntra
 	}
 	nch := float64(gr.nChannels)
 	bucket := min(m.nodes, 3) - 1
