@@ -1,6 +1,9 @@
 package sim
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
 
 // The channels NCCL launches a call on (runChannels), worked by hand from enqueue.cc's
 // topoGetAlgoInfo and nvls.cc: 8 H100 run Ring/Simple on the communicator's 24 channels from
@@ -78,5 +81,30 @@ func TestP2PDisableLeavesNVLS(t *testing.T) {
 	}
 	if mOn.staged || !mOff.staged || mOff.ringBus >= mOn.ringBus/10 {
 		t.Errorf("rings: staged %v, %.1f GB/s with P2P; staged %v, %.1f GB/s without", mOn.staged, mOn.ringBus, mOff.staged, mOff.ringBus)
+	}
+}
+
+// NCCL's tuner prices a ring on one NVLink node at the speed its search gave the channels, and
+// the simulated ring runs at what the links carry. On 8 B200 the search gives 16 channels of 45
+// GB/s (720 of the links' 721.8) and NVLS is held to its table's top speed, 90 a channel, 720
+// on 8: the two tie on bandwidth and NVLS's lower latency wins at 8 GiB, as NCCL picks. With the
+// links' figure in NCCL's estimate the ring won by 0.1%.
+func TestRingPricedAtSearchSpeed(t *testing.T) {
+	t.Parallel()
+	m := modelOf(t, "dgx-b200", 1, 8)
+	d := m.decide(collAllReduce, 8<<30)
+	if c := d.Chosen(); c.Algo != "NVLS" {
+		t.Errorf("8 GiB on 8 B200: %s/%s; want NVLS", c.Algo, c.Proto)
+	}
+	for _, c := range d.Candidates {
+		if c.Algo != "Ring" || c.Proto != "Simple" {
+			continue
+		}
+		if bus := c.AlgGBs * 14 / 8; math.Abs(bus-720) > 1e-6 {
+			t.Errorf("Ring/Simple: NCCL's estimate %.2f GB/s busbw; want the search's 16 x 45 = 720", bus)
+		}
+		if sim := float64(8<<30) / 1e3 / (c.SimUS - c.SimLatencyUS) * 14 / 8; math.Abs(sim-m.ringBus) > 1e-6 || math.Abs(m.ringBus-721.8) > 0.05 {
+			t.Errorf("Ring/Simple: simulated at %.2f GB/s busbw; want the links' %.2f (721.8)", sim, m.ringBus)
+		}
 	}
 }
