@@ -88,9 +88,13 @@ func TestP2PDisableLeavesNVLS(t *testing.T) {
 // the simulated ring runs at what the links carry. On 8 B200 the search gives 16 channels of 45
 // GB/s (720 of the links' 721.8) and NVLS is held to its table's top speed, 90 a channel, 720
 // on 8: the two tie on bandwidth and NVLS's lower latency wins at 8 GiB, as NCCL picks. With the
-// links' figure in NCCL's estimate the ring won by 0.1%.
+// links' figure in NCCL's estimate the ring won by 0.1%. So on 6 H100: 6 channels of 60 GB/s
+// against the ring's 12 of 30.
 func TestRingPricedAtSearchSpeed(t *testing.T) {
 	t.Parallel()
+	if c := modelOf(t, "dgx-h100", 1, 6).decide(collAllReduce, 1<<30).Chosen(); c.Algo != "NVLS" {
+		t.Errorf("1 GiB on 6 H100: %s/%s; want NVLS", c.Algo, c.Proto)
+	}
 	m := modelOf(t, "dgx-b200", 1, 8)
 	d := m.decide(collAllReduce, 8<<30)
 	if c := d.Chosen(); c.Algo != "NVLS" {
