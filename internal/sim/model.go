@@ -191,16 +191,15 @@ func (m *model) searchGraphs() [numAlgos]searchGraph {
 	// Ring and Tree: the ring's bandwidth over its channels (NCCL's tree graph has the ring's
 	// channels), with NCCL_MIN/MAX_NCHANNELS bounding the count: fewer channels carry less, more
 	// cannot beat the links.
-	nch := m.channelCount()
+	nch, speed := m.channelCount()
 	per := m.ringBus / float64(nch)
 	found := nch
 	nch = m.env.clampChannels(nch)
 	ring := searchGraph{nChannels: nch, bwIntra: math.Min(per, m.ringBus/float64(nch)), bwInter: math.Min(per, m.ringBus/float64(nch))}
-	if m.nodes == 1 && m.intraHW == hwNVLink {
-		// On one NVLink node the search's channels run at a speed of its table, which can fall
-		// short of the links (8 B200: 16 channels of 45 GB/s, 720 of 721.8): NCCL's tuner compares
-		// algorithms with it, and the links still carry what they carry.
-		_, speed := nvlinkRingSearch(m.ringBus, m.arch, m.cc)
+	if speed > 0 {
+		// The search's channels run at a speed of its table, which can fall short of the links
+		// (8 B200: 16 channels of 45 GB/s, 720 of 721.8): NCCL's tuner compares algorithms with
+		// it, and the links still carry what they carry.
 		ring.linksIntra, ring.bwIntra = ring.bwIntra, math.Min(speed, speed*float64(found)/float64(nch))
 	}
 	g[algoRing], g[algoTree] = ring, ring
@@ -275,17 +274,17 @@ func (m *model) domainRanks() map[int][]int {
 }
 
 // channelCount estimates the channels NCCL's ring search finds, which the per-channel caps
-// multiply: one per ring across nodes; on one NVLink node, the search's own result
-// (nvlinkRingSearch); one channel over PCIe.
-func (m *model) channelCount() int {
+// multiply, and each one's speed where gpubench follows the search (0 elsewhere): one per ring
+// across nodes; on one NVLink node, the search's own result (nvlinkRingSearch); one channel over
+// PCIe.
+func (m *model) channelCount() (int, float64) {
 	switch {
 	case m.nodes > 1:
-		return m.rings
+		return m.rings, 0
 	case m.intraHW == hwNVLink:
-		nch, _ := nvlinkRingSearch(m.ringBus, m.arch, m.cc)
-		return nch
+		return nvlinkRingSearch(m.ringBus, m.arch, m.cc)
 	}
-	return 1
+	return 1, 0
 }
 
 // searchSpeedsIntra are the speeds NCCL's search tries for a channel inside a node, fastest first,

@@ -145,7 +145,8 @@ const maxPairRoutes = 1 << 16
 // NCCL_MIN_NCHANNELS; at most 64. (CollNet's extra half applies when its chain is faster inside
 // a node than between nodes, which the simulator's CollNet graph never is.)
 func (m *model) commChannels() int {
-	n := min(maxChannels, 2*m.channelCount())
+	found, _ := m.channelCount()
+	n := min(maxChannels, 2*found)
 	if m.cc >= 9 && m.nodes > 1 && m.graphs[algoRing].bwIntra > 45 && n < 16 {
 		n = min(maxChannels, 2*n)
 	}
