@@ -390,7 +390,7 @@ func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, pro
 	if simulated {
 		kind = "simulator"
 	}
-	run := fmt.Sprintf("fleet on the %s, topology %s nodes %d floor %g repeat %d size %s sim-faults %v", kind, g.topology, g.nodes, f.floor, f.repeat, f.size, g.faults)
+	run := fmt.Sprintf("fleet on the %s, topology %s nodes %d gpus-per-node %d floor %g repeat %d size %s sim-faults %v", kind, g.topology, g.nodes, g.perNode, f.floor, f.repeat, f.size, g.faults)
 	grp, err := launch.Join(cmd.Context(), proc, addr, f.launch.timeout, launch.Member{Host: host, PID: e.pid, Run: run},
 		func() ([]byte, error) { return []byte("gpubench fleet"), nil })
 	if err != nil {

@@ -170,6 +170,8 @@ func TestBadInput(t *testing.T) {
 		{[]string{"allreduce", "--topology", "nosuch"}, "unknown topology"},
 		{[]string{"allreduce", "--nodes", "0"}, "invalid --nodes 0: use 1 to 2048 nodes of 8 GPUs"},
 		{[]string{"allreduce", "--nodes", "-1"}, "invalid --nodes -1: use 1 to 2048 nodes of 8 GPUs"},
+		{[]string{"allreduce", "--gpus-per-node", "0"}, "invalid --gpus-per-node 0: use 1 to 8 GPUs a node"},
+		{[]string{"allreduce", "--nodes", "2", "--gpus-per-node", "9"}, "invalid --gpus-per-node 9: use 1 to 8 GPUs a node"},
 		{[]string{"allreduce", "--topology", malformed}, "not a gpubench topology file"},
 		{[]string{"allreduce", "--topology", noGPU}, "has no GPUs"},
 		{[]string{"allreduce", "--topology", filepath.Join(dir, "missing.json")}, "cannot read topology file"},

@@ -29,6 +29,8 @@ type globals struct {
 	topology string
 	nodes    int // --nodes: the topology's first node this many times (not given: as the file says)
 	nodesSet func() bool
+	perNode  int // --gpus-per-node: keep each node's first this many GPUs (not given: all)
+	perSet   func() bool
 	output   string
 	seed     uint64
 	dataCap  string
@@ -67,6 +69,8 @@ func newRootCmd(e *env) *cobra.Command {
 	pf.StringVar(&g.topology, "topology", "dgx-h100", "simulated machine: a preset ("+strings.Join(sim.Presets(), ", ")+") or a topology file")
 	pf.IntVar(&g.nodes, "nodes", 0, "simulated machine: this many of the topology's first node, on its network (a cluster of 1,024 DGX H100: --topology dgx-h100 --nodes 1024)")
 	g.nodesSet = func() bool { return pf.Changed("nodes") }
+	pf.IntVar(&g.perNode, "gpus-per-node", 0, "simulated machine: only the first this many GPUs of each node, as a job of that many GPUs a node sees them (Slurm --gpus-per-node); the nodes' NICs stay")
+	g.perSet = func() bool { return pf.Changed("gpus-per-node") }
 	pf.StringVar(&g.output, "output", "table", "output format: "+strings.Join(report.Formats, ", ")+" (topo: table, json, dot)")
 	pf.Uint64Var(&g.seed, "seed", 0, "seed for the input data and the simulator's jitter")
 	pf.StringVar(&g.dataCap, "sim-data-cap", coll.FormatSize(sim.DefaultDataCap), "simulator: device memory backed by host memory; larger runs are timing-only")
@@ -124,17 +128,21 @@ func (g *globals) noRealGPU(e *env, err error, named string) error {
 	return nil
 }
 
-// loadTopology loads --topology, repeated --nodes times when asked.
+// loadTopology loads --topology, repeated --nodes times and cut to --gpus-per-node when asked.
 func (g *globals) loadTopology() (*gpu.Topology, error) {
 	t, err := sim.LoadTopology(g.topology)
 	if err != nil {
 		return nil, usageErr("invalid --topology: %v", err)
 	}
-	if g.nodes == 0 && (g.nodesSet == nil || !g.nodesSet()) {
-		return t, nil
+	if g.nodes != 0 || (g.nodesSet != nil && g.nodesSet()) {
+		if t, err = t.WithNodes(g.nodes); err != nil {
+			return nil, usageErr("invalid --nodes %d: %v", g.nodes, err)
+		}
 	}
-	if t, err = t.WithNodes(g.nodes); err != nil {
-		return nil, usageErr("invalid --nodes %d: %v", g.nodes, err)
+	if g.perNode != 0 || (g.perSet != nil && g.perSet()) {
+		if t, err = t.WithGPUsPerNode(g.perNode); err != nil {
+			return nil, usageErr("invalid --gpus-per-node %d: %v", g.perNode, err)
+		}
 	}
 	return t, nil
 }

@@ -108,6 +108,51 @@ func (t *Topology) WithNodes(count int) (*Topology, error) {
 	return c, nil
 }
 
+// WithGPUsPerNode returns the topology with only the first k GPUs of each node, and the links
+// that touch them: the machine a job of k GPUs a node sees (Slurm's --gpus-per-node,
+// CUDA_VISIBLE_DEVICES on each node). Every NIC, switch and CPU stays, as NCCL sees every NIC of
+// a node but only its own ranks' GPUs. The result is validated.
+func (t *Topology) WithGPUsPerNode(k int) (*Topology, error) {
+	least := MaxGPUs
+	for _, n := range t.Nodes {
+		least = min(least, len(n.GPUs))
+	}
+	if k < 1 || k > least {
+		return nil, fmt.Errorf("use 1 to %d GPUs a node: the topology's smallest node has %d", least, least)
+	}
+	name := fmt.Sprintf("%s, %d GPUs a node", t.Name, k)
+	if k == 1 {
+		name = t.Name + ", 1 GPU a node"
+	}
+	c := &Topology{Format: t.Format, Name: name, Description: t.Description,
+		P2P: t.P2P, Network: t.Network, NVLinkDomainNodes: t.NVLinkDomainNodes, Calibration: t.Calibration,
+		NoPXN: t.NoPXN, NICOK: t.NICOK, Nodes: make([]Node, 0, len(t.Nodes))}
+	trimmed := map[*GPU]Node{} // the nodes of one template share its parts: trim them once
+	for _, n := range t.Nodes {
+		body, ok := trimmed[&n.GPUs[0]]
+		if !ok {
+			gone := map[string]bool{}
+			for _, g := range n.GPUs[k:] {
+				gone[g.ID] = true
+			}
+			var links []Link
+			for _, l := range n.Links {
+				if !gone[l.A] && !gone[l.B] {
+					links = append(links, l)
+				}
+			}
+			body = Node{CPUs: n.CPUs, GPUs: n.GPUs[:k:k], Switches: n.Switches, NICs: n.NICs, Links: links}
+			trimmed[&n.GPUs[0]] = body
+		}
+		body.Hostname = n.Hostname
+		c.Nodes = append(c.Nodes, body)
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
 // fabric is the network between the nodes: leaves that NICs plug into and, with more than one
 // leaf, a spine they all reach through an uplink.
 type fabric struct {

@@ -161,6 +161,46 @@ func TestWithNodes(t *testing.T) {
 	}
 }
 
+// WithGPUsPerNode keeps each node's first GPUs and every NIC, as a job of that many GPUs a node
+// sees the machine, and its cluster shares the trimmed node's parts as the template's nodes did.
+func TestWithGPUsPerNode(t *testing.T) {
+	c, err := loadPreset(t, "dgx-h100").WithNodes(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := c.WithGPUsPerNode(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if two.NumGPUs() != 6 || two.GPUName(2) != "dgx-h100-1/gpu0" || two.NodeOf(5) != 2 {
+		t.Errorf("%d GPUs, GPU 2 %s on node %d; want 6, dgx-h100-1/gpu0, GPU 5 on node 2", two.NumGPUs(), two.GPUName(2), two.NodeOf(5))
+	}
+	for _, n := range two.Nodes {
+		if len(n.NICs) != 8 || len(n.Switches) != len(c.Nodes[0].Switches) {
+			t.Errorf("%s: %d NICs, %d switches; want every NIC and switch kept", n.Hostname, len(n.NICs), len(n.Switches))
+		}
+		for _, l := range n.Links {
+			if l.A == "gpu2" || l.B == "gpu2" {
+				t.Errorf("%s keeps link %s-%s of a GPU it drops", n.Hostname, l.A, l.B)
+			}
+		}
+	}
+	if &two.Nodes[0].Links[0] != &two.Nodes[2].Links[0] {
+		t.Error("each node has its own copy of the trimmed links; want them shared")
+	}
+	if p := two.Route(0, 2); p.Type != gpu.PathNET {
+		t.Errorf("gpu0 of node 0 to gpu0 of node 1: %s; want NET", p.Type)
+	}
+	if c.NumGPUs() != 24 {
+		t.Errorf("the cluster it was cut from has %d GPUs; want 24, untouched", c.NumGPUs())
+	}
+	for _, k := range []int{0, 9} {
+		if _, err := c.WithGPUsPerNode(k); err == nil || !strings.Contains(err.Error(), "use 1 to 8 GPUs a node") {
+			t.Errorf("%d GPUs a node: %v", k, err)
+		}
+	}
+}
+
 // What version 2 adds is refused in a version 1 file, and bad version 2 fields are named.
 func TestVersion2Errors(t *testing.T) {
 	v1 := strings.Replace(`{"format": "gpubench-topology/2", "name": "c", "templates": {"box": `+box+`}, "nodes": [{"hostname": "a", "template": "box"}]}`, "/2", "/1", 1)
