@@ -271,6 +271,7 @@ func simWhyText(why []string) string {
 		"plugin latency": "NCCL's figures add the latency its net plugin reports, which steers its pick, not the wire",
 		"nvls links":     "NVLS on one node, held to its links rather than NCCL's channel figure",
 		"search speed":   "its channels carry what the links do, above the speed NCCL's search gave them",
+		"block copy":     "each of its channels, one thread block, carries at most one NVLink's worth, less than the links",
 		"calibration":    "the topology's calibration",
 	}
 	var out []string

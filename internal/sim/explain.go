@@ -95,8 +95,9 @@ type ExplainedCandidate struct {
 	// (a network slower than the InfiniBand of NCCL's tables), "plugin latency" (NCCL's estimate
 	// holds the latency its net plugin reports, the wire does not), "nvls links" (NVLS on one
 	// NVLink domain, held to its links rather than NCCL's channel figure), "search speed" (channels
-	// that NCCL's search gave a speed of its table below what the links carry), "calibration" (the
-	// topology's own fit); empty where they are the same model.
+	// that NCCL's search gave a speed of its table below what the links carry), "block copy" (a
+	// Simple ring's channels, one thread block each, carry less than its links: ringBlockGBs),
+	// "calibration" (the topology's own fit); empty where they are the same model.
 	SimWhy []string `json:"sim_why"`
 }
 
@@ -231,6 +232,9 @@ func (m *model) explained(c Candidate, bytes int64, factor float64) ExplainedCan
 	}
 	if a := algoIndex(c.Algo); a >= 0 && m.graphs[a].linksIntra > m.graphs[a].bwIntra && c.SimUS < c.TimeUS {
 		why = append(why, "search speed")
+	}
+	if c.blockBound {
+		why = append(why, "block copy")
 	}
 	if cal := m.topo.Calibration; cal != nil {
 		if _, ok := cal.Algorithms[c.Algo+"/"+c.Proto]; ok {

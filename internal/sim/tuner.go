@@ -102,6 +102,9 @@ type Candidate struct {
 	// FillUS is the part of SimUS that a pipeline of stages takes to drain, which NCCL's
 	// estimate leaves out (nvlsFillUS).
 	FillUS float64
+	// blockBound: the simulated call runs at what its channels copy (ringBlockGBs), below what
+	// the links carry.
+	blockBound bool
 }
 
 // Decision is what the tuner decides for one collective and size, and why: every candidate it
@@ -124,6 +127,10 @@ func (d Decision) Chosen() Candidate { return d.Candidates[0] }
 func (m *model) candidate(c collKind, a, p int, nBytes int64) (Candidate, bool) {
 	// bw is NCCL's estimate, simBw what the links carry (bandwidthOf).
 	bw, simBw := m.bandwidth(c, a, p), m.bandwidthOf(c, a, p, false)
+	blockBound := false
+	if most := m.ringBlockGBs(c, a, p, nBytes); most > 0 && most < simBw {
+		simBw, blockBound = most, true
+	}
 	lat, simLat := m.latency(c, a, p, 0, m.pluginLatUS), m.latency(c, a, p, m.netExtraUS, 0)
 	if bw <= 0 || !m.env.enabled(c, a, p) || !m.algoOK(c, a) || !m.protoOK(c, a, p) {
 		return Candidate{}, false
@@ -154,7 +161,26 @@ func (m *model) candidate(c collKind, a, p int, nBytes int64) (Candidate, bool) 
 		}
 	}
 	return Candidate{Algo: algoNames[a], Proto: protoNames[p], Channels: m.runChannels(a, p, nBytes),
-		LatencyUS: lat, AlgGBs: bw, TimeUS: lat + bwUS, SimLatencyUS: simLat, SimUS: simLat + simBwUS, FillUS: fillUS}, true
+		LatencyUS: lat, AlgGBs: bw, TimeUS: lat + bwUS, SimLatencyUS: simLat, SimUS: simLat + simBwUS, FillUS: fillUS,
+		blockBound: blockBound}, true
+}
+
+// ringBlockGBs is the most a Simple ring of nBytes moves in the simulated call, as algorithm
+// bandwidth: each channel NCCL runs it on is one thread block copying, and a block carries about
+// one NVLink's worth by NCCL's figure (nvlinkPerLinkGBs), no more. NCCL launches two blocks a
+// link "in order to saturate the BW" (NVIDIA/nccl#1703), and its tuner holds every other Simple
+// and LL128 channel of Hopper to 36-41 GB/s a search channel, which runs as two blocks
+// (tuning.cc, perChMaxTreeBws, perChMaxRingLL128Bws), where it leaves the Simple ring unbounded.
+// Through an NVSwitch a block's traffic spreads over all of its GPU's links, so the bound shows
+// only where the links outrun the blocks: 8 H100 a node over 8 NDR NICs run 16 blocks, 330 GB/s
+// busbw where the NICs carry 384. 0 where it does not apply: not a Simple ring, or a ring not
+// over NVLink (PCIe boxes, whose blocks no NVLink figure describes).
+func (m *model) ringBlockGBs(c collKind, a, p int, nBytes int64) float64 {
+	if a != algoRing || p != protoSimple || m.intraHW != hwNVLink {
+		return 0
+	}
+	bus := float64(m.runChannels(a, p, nBytes)) * nvlinkPerLinkGBs(m.cc)
+	return bus * float64(m.n) / float64(m.nsteps(c))
 }
 
 // nvlsStages are the warp groups of a channel of NCCL's NVLS all-reduce on one NVLink domain

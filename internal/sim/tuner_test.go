@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -90,6 +91,46 @@ func TestP2PDisableLeavesNVLS(t *testing.T) {
 // on 8: the two tie on bandwidth and NVLS's lower latency wins at 8 GiB, as NCCL picks. With the
 // links' figure in NCCL's estimate the ring won by 0.1%. So on 6 H100: 6 channels of 60 GB/s
 // against the ring's 12 of 30.
+// A Simple ring's channels are thread blocks that each copy about one NVLink's worth (NCCL's
+// per-link figure): where the links carry more, the blocks bound the simulated call. Ten DGX
+// H100 run all-gather on 16 blocks, 16 x 20.6 GB/s busbw against the NICs' 384, while NCCL's
+// estimate keeps the NICs'; one DGX H100's 24 blocks are past its NVLinks' 370.8, and a PCIe box
+// has no such bound.
+func TestRingBlockBound(t *testing.T) {
+	t.Parallel()
+	ring := func(m *model, bytes int64) Candidate {
+		t.Helper()
+		for _, c := range m.decide(collAllGather, bytes).Candidates {
+			if c.Algo == "Ring" && c.Proto == "Simple" {
+				return c
+			}
+		}
+		t.Fatalf("no Ring/Simple candidate for %d B", bytes)
+		return Candidate{}
+	}
+	busOf := func(c Candidate, bytes int64, n int) (nccl, sim float64) {
+		f := float64(n-1) / float64(n)
+		return c.AlgGBs * f, float64(bytes) / 1e3 / (c.SimUS - c.SimLatencyUS) * f
+	}
+	const size = 16 << 30
+	ten := modelOf(t, "dgx-h100", 10, 80)
+	c := ring(ten, size)
+	nccl, sim := busOf(c, size, 80)
+	if c.Channels != 16 || math.Abs(sim-16*20.6) > 0.01 || math.Abs(nccl-384) > 0.01 || !c.blockBound {
+		t.Errorf("ten DGX H100: %d channels, simulated %.2f GB/s busbw, NCCL's estimate %.2f, bound %v; want 16, 16 x 20.6 = 329.6, 384, true", c.Channels, sim, nccl, c.blockBound)
+	}
+	if why := ten.explained(c, size, 79.0/80).SimWhy; !slices.Equal(why, []string{"block copy"}) {
+		t.Errorf("explain's reason for ten DGX H100: %v; want [block copy]", why)
+	}
+	c = ring(modelOf(t, "dgx-h100", 1, 8), size)
+	if _, sim := busOf(c, size, 8); c.blockBound || math.Abs(sim-370.8) > 0.05 {
+		t.Errorf("one DGX H100: simulated %.2f GB/s busbw, bound %v; want the NVLinks' 370.8, not the %d blocks'", sim, c.blockBound, c.Channels)
+	}
+	if m := modelOf(t, "pcie-4090x8", 1, 8); m.ringBlockGBs(collAllGather, algoRing, protoSimple, size) != 0 {
+		t.Error("8 RTX 4090 over PCIe: a block bound; want none")
+	}
+}
+
 func TestRingPricedAtSearchSpeed(t *testing.T) {
 	t.Parallel()
 	if c := modelOf(t, "dgx-h100", 1, 6).decide(collAllReduce, 1<<30).Chosen(); c.Algo != "NVLS" {
