@@ -148,7 +148,7 @@ func localCopies(t *gpu.Topology, name string, p *results.P2P) ([]sim.LocalCopy,
 // not name its GPUs is taken as it is.
 func sameGPUs(t *gpu.Topology, name string, devs []results.Device) error {
 	if len(devs) > t.NumGPUs() {
-		return fmt.Errorf("%s ran on %d GPUs; topology %s has %d: give the topology of the machine it ran on (--nodes N for N of its nodes)", name, len(devs), t.Name, t.NumGPUs())
+		return fmt.Errorf("%s ran on %d GPUs; topology %s has %d: give the topology of the machine it ran on (--nodes N for N of its nodes, --gpus-per-node K for K GPUs of each)", name, len(devs), t.Name, t.NumGPUs())
 	}
 	for i, d := range devs {
 		g, _ := t.GPU(i)

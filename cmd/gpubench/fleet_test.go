@@ -117,6 +117,33 @@ func TestFleetHealthy(t *testing.T) {
 	}
 }
 
+// One GPU a node (--gpus-per-node 1) tests the network alone: a node has no collective of its own
+// to run, so none is judged, and the rail round still finds a slow NIC.
+func TestFleetOneGPUANode(t *testing.T) {
+	args := []string{"fleet", "--backend", "sim", "--nodes", "4", "--gpus-per-node", "1", "--size", "1MiB", "--sim-data-cap", "0", "--output", "json"}
+	out, errOut, code := gpubench(t, args...)
+	var rep struct {
+		Nodes []struct {
+			Status    string
+			AllReduce *json.RawMessage
+		}
+		Suspects []struct{ Host, NIC string }
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 || len(rep.Nodes) != 4 {
+		t.Fatalf("healthy: exit %d, %v, stderr %q\n%s", code, err, errOut, out)
+	}
+	for _, n := range rep.Nodes {
+		if n.Status != "healthy" || n.AllReduce != nil {
+			t.Errorf("healthy fleet of one GPU a node: node %+v; want healthy with no all-reduce of its own", n)
+		}
+	}
+	out, _, code = gpubench(t, append(args, "--sim-fault", "slow-nic=dgx-h100-2/mlx5_0,0.3")...)
+	rep.Suspects = nil
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != exitCheck || len(rep.Suspects) != 1 || rep.Suspects[0].Host != "dgx-h100-2" || rep.Suspects[0].NIC != "mlx5_0" {
+		t.Errorf("slow NIC on dgx-h100-2: exit %d, %v, suspects %+v", code, err, rep.Suspects)
+	}
+}
+
 func TestFleetRefuses(t *testing.T) {
 	for _, tc := range []struct {
 		args []string

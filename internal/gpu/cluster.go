@@ -118,7 +118,7 @@ func (t *Topology) WithGPUsPerNode(k int) (*Topology, error) {
 		least = min(least, len(n.GPUs))
 	}
 	if k < 1 || k > least {
-		return nil, fmt.Errorf("use 1 to %d GPUs a node: the topology's smallest node has %d", least, least)
+		return nil, fmt.Errorf("use 1 to %d GPUs a node, the most its smallest node has", least)
 	}
 	name := fmt.Sprintf("%s, %d GPUs a node", t.Name, k)
 	if k == 1 {

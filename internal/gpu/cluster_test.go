@@ -2,6 +2,7 @@ package gpu_test
 
 import (
 	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 
@@ -195,8 +196,65 @@ func TestWithGPUsPerNode(t *testing.T) {
 		t.Errorf("the cluster it was cut from has %d GPUs; want 24, untouched", c.NumGPUs())
 	}
 	for _, k := range []int{0, 9} {
-		if _, err := c.WithGPUsPerNode(k); err == nil || !strings.Contains(err.Error(), "use 1 to 8 GPUs a node") {
+		if _, err := c.WithGPUsPerNode(k); err == nil || !strings.Contains(err.Error(), "use 1 to 8 GPUs a node, the most its smallest node has") {
 			t.Errorf("%d GPUs a node: %v", k, err)
+		}
+	}
+}
+
+// Across nodes the rings leave by each GPU's own NIC alone where the NICs near a GPU would share
+// its PCIe link (BestRingFlows), as NCCL's search keeps one channel a GPU at full speed over two at
+// half: GPUs 1, 2, 6 and 7 of two DGX H100 leave by four 400 Gb/s NICs (200 GB/s nominal), one
+// GPU a node by its own (50), a whole node by its eight (400).
+func TestRingsByOwnNICs(t *testing.T) {
+	one := loadPreset(t, "dgx-h100")
+	n := one.Nodes[0]
+	keep := map[string]bool{"gpu1": true, "gpu2": true, "gpu6": true, "gpu7": true}
+	var gpus []gpu.GPU
+	for _, g := range n.GPUs {
+		if keep[g.ID] {
+			gpus = append(gpus, g)
+		}
+	}
+	var links []gpu.Link
+	for _, l := range n.Links {
+		if !strings.HasPrefix(l.A, "gpu") || keep[l.A] {
+			links = append(links, l)
+		}
+	}
+	part := &gpu.Topology{Format: one.Format, Name: "part", Network: one.Network,
+		Nodes: []gpu.Node{{Hostname: "h", CPUs: n.CPUs, GPUs: gpus, Switches: n.Switches, NICs: n.NICs, Links: links}}}
+	if err := part.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	two, err := part.WithNodes(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	single, err := one.WithNodes(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lone, err := single.WithGPUsPerNode(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := func(n int) []int {
+		var g []int
+		for i := range n {
+			g = append(g, i)
+		}
+		return g
+	}
+	for _, c := range []struct {
+		name  string
+		topo  *gpu.Topology
+		gpus  int
+		want  float64
+		limit string
+	}{{"GPUs 1, 2, 6, 7", two, 8, 200, "infiniband"}, {"one GPU a node", lone, 2, 50, "infiniband"}, {"whole nodes", single, 16, 400, "infiniband"}} {
+		if peak, limit := c.topo.BusPeak(all(c.gpus)); math.Abs(peak-c.want) > 1e-6 || limit != c.limit {
+			t.Errorf("%s of two DGX H100: bus peak %.2f GB/s (%s); want %.0f (%s)", c.name, peak, limit, c.want, c.limit)
 		}
 	}
 }

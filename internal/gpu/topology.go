@@ -220,6 +220,10 @@ type edge struct {
 // Gen3+ 128b/130b, Gen6 FLIT.
 var pcieLaneGBs = map[int]float64{1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 
+// PCIeEfficiency is NCCL's PCIe figure per lane (width × GT/s / 80: 1.5 GB/s for Gen4, 24 GB/s
+// for Gen4 x16) over the nominal one after line coding (1.969 GB/s).
+const PCIeEfficiency = 1.5 / 1.969
+
 // Default per-hop latencies (µs) where a link gives none; see docs/model.md.
 var defaultLatencyUS = map[LinkKind]float64{LinkNVLink: 0.5, LinkPCIe: 0.25, LinkSMP: 0.5, LinkNet: 2.0}
 
@@ -1112,6 +1116,32 @@ func (t *Topology) ringThroughNIC(local []int, nic, host int, reverse bool) []in
 	return append(order, exit)
 }
 
+// BestRingFlows is RingFlowsOn as NCCL's search keeps it across domains: the rings through every
+// NIC near the rings' GPUs, or through each GPU's own NIC alone where those carry as much by load
+// (the flows' time in µs; rings carry rings / load). A GPU that reaches two NICs over its PCIe
+// switch gives each a ring only where its PCIe link carries both, and NCCL, trying its fastest
+// channel speed first, keeps one channel a GPU at full speed over two at half: GPUs 1, 2, 6 and 7
+// of a DGX H100 leave by four NICs at 48 GB/s, not six that share two GPUs' links (144 in all),
+// and one GPU of a node by its own NIC alone.
+func (t *Topology) BestRingFlows(gpus []int, nicOK func(id string) bool, load func([]Flow) float64) ([]Flow, int) {
+	flows, rings := t.RingFlowsOn(gpus, nicOK)
+	own, across := map[string]bool{}, false
+	for _, g := range gpus {
+		if t.nic[g] >= 0 {
+			own[t.nicOf(g, t.nic[g]).ID] = true
+		}
+		across = across || t.DomainOf(g) != t.DomainOf(gpus[0])
+	}
+	if !across {
+		return flows, rings
+	}
+	f, r := t.RingFlowsOn(gpus, func(id string) bool { return own[id] && (nicOK == nil || nicOK(id)) })
+	if us, u := load(flows), load(f); r > 0 && us > 0 && u > 0 && float64(r)/u >= (1-1e-9)*float64(rings)/us {
+		return f, r
+	}
+	return flows, rings
+}
+
 // BusPeak is the nominal bus bandwidth (GB/s) of a ring over the given GPUs: the rate at which
 // every GPU can send to the next one at once, on the links' nominal figures. It is the figure
 // nccl-tests' busbw is measured against; limit is the kind of link that sets it.
@@ -1119,7 +1149,17 @@ func (t *Topology) BusPeak(gpus []int) (gbs float64, limit string) {
 	if len(gpus) < 2 {
 		return 0, ""
 	}
-	flows, rings := t.RingFlows(gpus)
+	// The rings are those NCCL's own figures favour (PCIe at its rate); their peak is nominal.
+	ncclView := func(flows []Flow) float64 {
+		us, _ := t.load(flows, func(e edge) float64 {
+			if e.kind == LinkPCIe {
+				return e.gbs * PCIeEfficiency
+			}
+			return e.gbs
+		})
+		return us
+	}
+	flows, rings := t.BestRingFlows(gpus, nil, ncclView)
 	us, kind := t.load(flows, func(e edge) float64 { return e.gbs })
 	if us == 0 {
 		return 0, ""

@@ -49,9 +49,8 @@ func nvlinkPerLinkGBs(cc float64) float64 {
 	}
 }
 
-// pcieEfficiency is NCCL's PCIe figure per lane (width × GT/s / 80: 1.5 GB/s for Gen4, 24 GB/s
-// for Gen4 x16) over the nominal one after line coding (1.969 GB/s).
-const pcieEfficiency = 1.5 / 1.969
+// pcieEfficiency is NCCL's PCIe figure over the nominal one (gpu.PCIeEfficiency).
+const pcieEfficiency = gpu.PCIeEfficiency
 
 // launchUS is the host time to enqueue one collective on one GPU: measured on an H200 with
 // NCCL 2.27 (docs/validation.md: an 8-byte call takes 6.3 µs launched, 1.44 µs replayed from a
@@ -171,7 +170,7 @@ func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
 		m.netExtraUS, m.pluginLatUS = t.Network.ExtraLatencyUS(), t.Network.PluginLatency()
 	}
 	if m.n > 1 {
-		flows, rings := t.RingFlowsOn(devs, m.env.hca)
+		flows, rings := t.BestRingFlows(devs, m.env.hca, func(f []gpu.Flow) float64 { us, _ := m.linkLoad(f); return us })
 		m.rings = rings
 		m.staged = slices.ContainsFunc(flows, throughHost)
 		us, limit := m.linkLoad(flows)

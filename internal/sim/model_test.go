@@ -28,6 +28,20 @@ func modelOf(t *testing.T, topo string, nodes, n int) *model {
 	return newModel(topoOf(t, topo, nodes), ranks(n), nil)
 }
 
+// One GPU on each of two DGX H100 reaches two NICs over its PCIe switch, and its PCIe link
+// carries no more than one: the rings leave by its own NIC alone (gpu.BestRingFlows), one ring
+// at 48 GB/s, as NCCL keeps one channel at full speed over two at half.
+func TestOneGPUANodeRings(t *testing.T) {
+	t.Parallel()
+	tp, err := topoOf(t, "dgx-h100", 2).WithGPUsPerNode(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := newModel(tp, ranks(2), nil); m.rings != 1 || math.Abs(m.ringBus-48) > 0.05 {
+		t.Errorf("one GPU a node: %d rings at %.2f GB/s busbw; want 1 at 48", m.rings, m.ringBus)
+	}
+}
+
 // NCCL's search raises a tree's bwIntra up to twice its bwInter where the chain inside a node
 // carries it: on two DGX A100 each of the 8 channels leaves by a 200 Gb/s NIC behind PCIe (24 GB/s
 // a ring), and the NVLinks (240 GB/s) carry 30 a channel, so the tree's bwIntra is 30, its bwInter

@@ -91,6 +91,29 @@ func TestP2PDisableLeavesNVLS(t *testing.T) {
 // on 8: the two tie on bandwidth and NVLS's lower latency wins at 8 GiB, as NCCL picks. With the
 // links' figure in NCCL's estimate the ring won by 0.1%. So on 6 H100: 6 channels of 60 GB/s
 // against the ring's 12 of 30.
+func TestRingPricedAtSearchSpeed(t *testing.T) {
+	t.Parallel()
+	if c := modelOf(t, "dgx-h100", 1, 6).decide(collAllReduce, 1<<30).Chosen(); c.Algo != "NVLS" {
+		t.Errorf("1 GiB on 6 H100: %s/%s; want NVLS", c.Algo, c.Proto)
+	}
+	m := modelOf(t, "dgx-b200", 1, 8)
+	d := m.decide(collAllReduce, 8<<30)
+	if c := d.Chosen(); c.Algo != "NVLS" {
+		t.Errorf("8 GiB on 8 B200: %s/%s; want NVLS", c.Algo, c.Proto)
+	}
+	for _, c := range d.Candidates {
+		if c.Algo != "Ring" || c.Proto != "Simple" {
+			continue
+		}
+		if bus := c.AlgGBs * 14 / 8; math.Abs(bus-720) > 1e-6 {
+			t.Errorf("Ring/Simple: NCCL's estimate %.2f GB/s busbw; want the search's 16 x 45 = 720", bus)
+		}
+		if sim := float64(8<<30) / 1e3 / (c.SimUS - c.SimLatencyUS) * 14 / 8; math.Abs(sim-m.ringBus) > 1e-6 || math.Abs(m.ringBus-721.8) > 0.05 {
+			t.Errorf("Ring/Simple: simulated at %.2f GB/s busbw; want the links' %.2f (721.8)", sim, m.ringBus)
+		}
+	}
+}
+
 // A Simple ring's channels are thread blocks that each copy about one NVLink's worth (NCCL's
 // per-link figure): where the links carry more, the blocks bound the simulated call. Ten DGX
 // H100 run all-gather on 16 blocks, 16 x 20.6 GB/s busbw against the NICs' 384, while NCCL's
@@ -128,28 +151,5 @@ func TestRingBlockBound(t *testing.T) {
 	}
 	if m := modelOf(t, "pcie-4090x8", 1, 8); m.ringBlockGBs(collAllGather, algoRing, protoSimple, size) != 0 {
 		t.Error("8 RTX 4090 over PCIe: a block bound; want none")
-	}
-}
-
-func TestRingPricedAtSearchSpeed(t *testing.T) {
-	t.Parallel()
-	if c := modelOf(t, "dgx-h100", 1, 6).decide(collAllReduce, 1<<30).Chosen(); c.Algo != "NVLS" {
-		t.Errorf("1 GiB on 6 H100: %s/%s; want NVLS", c.Algo, c.Proto)
-	}
-	m := modelOf(t, "dgx-b200", 1, 8)
-	d := m.decide(collAllReduce, 8<<30)
-	if c := d.Chosen(); c.Algo != "NVLS" {
-		t.Errorf("8 GiB on 8 B200: %s/%s; want NVLS", c.Algo, c.Proto)
-	}
-	for _, c := range d.Candidates {
-		if c.Algo != "Ring" || c.Proto != "Simple" {
-			continue
-		}
-		if bus := c.AlgGBs * 14 / 8; math.Abs(bus-720) > 1e-6 {
-			t.Errorf("Ring/Simple: NCCL's estimate %.2f GB/s busbw; want the search's 16 x 45 = 720", bus)
-		}
-		if sim := float64(8<<30) / 1e3 / (c.SimUS - c.SimLatencyUS) * 14 / 8; math.Abs(sim-m.ringBus) > 1e-6 || math.Abs(m.ringBus-721.8) > 0.05 {
-			t.Errorf("Ring/Simple: simulated at %.2f GB/s busbw; want the links' %.2f (721.8)", sim, m.ringBus)
-		}
 	}
 }
