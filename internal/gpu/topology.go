@@ -727,7 +727,11 @@ func (t *Topology) RouteVia(a, b, nicA, nicB int) Path {
 	}
 	h1 := t.bfs(t.gpus[a].vert, nicA, LinkPCIe, LinkSMP)
 	if peer, nvl := t.own().nicOwner(a, nicA, h1); peer != a {
-		h1 = append(append([]Hop(nil), nvl...), t.up[peer]...)
+		way := t.up[peer]
+		if t.nic[peer] != nicA { // a GPU beside a NIC it does not own (a second port)
+			way = t.bfs(t.gpus[peer].vert, nicA, LinkPCIe, LinkSMP)
+		}
+		h1 = append(append([]Hop(nil), nvl...), way...)
 	}
 	h3 := t.bfs(nicB, t.gpus[b].vert, LinkPCIe, LinkSMP)
 	if h1 == nil || h3 == nil {
@@ -757,6 +761,14 @@ func (v nicView) nicOwner(a, nic int, direct []Hop) (int, []Hop) {
 		if !t.crossesCPU(v.up(p)) {
 			owner = p
 			break
+		}
+	}
+	if owner < 0 { // a NIC no GPU leaves by (a second port): the GPU beside it, as NCCL's PXN takes
+		for p := first; p < first+len(t.Nodes[t.gpus[a].node].GPUs); p++ {
+			if way := t.bfs(t.gpus[p].vert, nic, LinkPCIe, LinkSMP); p != a && way != nil && !t.crossesCPU(way) {
+				owner = p
+				break
+			}
 		}
 	}
 	if owner >= 0 {

@@ -42,6 +42,18 @@ func TestOneGPUANodeRings(t *testing.T) {
 	}
 }
 
+// A B300 of OCI's has two NIC ports of its own (a ConnectX-8), of which its "nic" names one: a
+// ring leaving by the other port crosses NVLink to the GPU beside it (NCCL's PXN), not the CPU,
+// so the rings of two such nodes use all sixteen ports and are bounded by NVLink inside the
+// nodes (721.8 GB/s busbw), where through the CPU they carried 256 and through one port a GPU 400.
+func TestSecondPortRings(t *testing.T) {
+	t.Parallel()
+	m := modelOf(t, "../../accuracy/topologies/oci-b300.json", 2, 16)
+	if m.rings != 16 || math.Abs(m.ringBus-721.8) > 0.05 || m.limit != "nvlink" {
+		t.Errorf("two OCI B300: %d rings at %.2f GB/s busbw (%s); want 16 at 721.8 (nvlink)", m.rings, m.ringBus, m.limit)
+	}
+}
+
 // NCCL's search raises a tree's bwIntra up to twice its bwInter where the chain inside a node
 // carries it: on two DGX A100 each of the 8 channels leaves by a 200 Gb/s NIC behind PCIe (24 GB/s
 // a ring), and the NVLinks (240 GB/s) carry 30 a channel, so the tree's bwIntra is 30, its bwInter
