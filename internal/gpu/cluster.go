@@ -120,12 +120,13 @@ func (t *Topology) WithGPUsPerNode(k int) (*Topology, error) {
 	if k < 1 || k > least {
 		return nil, fmt.Errorf("use 1 to %d GPUs a node, the most its smallest node has", least)
 	}
-	name := fmt.Sprintf("%s, %d GPUs a node", t.Name, k)
+	gpus, first := fmt.Sprintf("%d GPUs", k), fmt.Sprintf("first %d GPUs", k)
 	if k == 1 {
-		name = t.Name + ", 1 GPU a node"
+		gpus, first = "1 GPU", "first GPU"
 	}
-	c := &Topology{Format: t.Format, Name: name, Description: t.Description,
-		P2P: t.P2P, Network: t.Network, NVLinkDomainNodes: t.NVLinkDomainNodes, Calibration: t.Calibration,
+	c := &Topology{Format: t.Format, Name: fmt.Sprintf("%s, %s a node", t.Name, gpus),
+		Description: strings.TrimSpace(fmt.Sprintf("%s Kept: each node's %s (--gpus-per-node) and every NIC.", t.Description, first)),
+		P2P:         t.P2P, Network: t.Network, NVLinkDomainNodes: t.NVLinkDomainNodes, Calibration: t.Calibration,
 		NoPXN: t.NoPXN, NICOK: t.NICOK, Nodes: make([]Node, 0, len(t.Nodes))}
 	trimmed := map[*GPU]Node{} // the nodes of one template share its parts: trim them once
 	for _, n := range t.Nodes {
