@@ -727,11 +727,9 @@ func (t *Topology) RouteVia(a, b, nicA, nicB int) Path {
 	}
 	h1 := t.bfs(t.gpus[a].vert, nicA, LinkPCIe, LinkSMP)
 	if peer, nvl := t.own().nicOwner(a, nicA, h1); peer != a {
-		way := t.up[peer]
-		if t.nic[peer] != nicA { // a GPU beside a NIC it does not own (a second port)
-			way = t.bfs(t.gpus[peer].vert, nicA, LinkPCIe, LinkSMP)
-		}
-		h1 = append(append([]Hop(nil), nvl...), way...)
+		h1 = append(append([]Hop(nil), nvl...), t.up[peer]...)
+	} else if way := t.besideNIC(a, nicA, h1); way != nil {
+		h1 = way
 	}
 	h3 := t.bfs(nicB, t.gpus[b].vert, LinkPCIe, LinkSMP)
 	if h1 == nil || h3 == nil {
@@ -763,20 +761,34 @@ func (v nicView) nicOwner(a, nic int, direct []Hop) (int, []Hop) {
 			break
 		}
 	}
-	if owner < 0 { // a NIC no GPU leaves by (a second port): the GPU beside it, as NCCL's PXN takes
-		for p := first; p < first+len(t.Nodes[t.gpus[a].node].GPUs); p++ {
-			if way := t.bfs(t.gpus[p].vert, nic, LinkPCIe, LinkSMP); p != a && way != nil && !t.crossesCPU(way) {
-				owner = p
-				break
-			}
-		}
-	}
 	if owner >= 0 {
 		if nvl := t.nvlPath(a, owner); nvl != nil {
 			return owner, nvl
 		}
 	}
 	return a, nil
+}
+
+// besideNIC is GPU a's way to NIC nic over NVLink to a GPU beside the NIC, where a's own way
+// (direct) crosses a CPU and no GPU that leaves by nic took it (nicOwner): a NIC no GPU leaves by,
+// such as a ConnectX-8's second port, is reached through the GPU local to it, as NCCL's PXN goes.
+// nil where PXN is off, direct crosses no CPU, or no such GPU is an NVLink away.
+func (t *Topology) besideNIC(a, nic int, direct []Hop) []Hop {
+	if !t.pxn() || direct != nil && !t.crossesCPU(direct) {
+		return nil
+	}
+	first := a - t.gpus[a].index
+	for p := first; p < first+len(t.Nodes[t.gpus[a].node].GPUs); p++ {
+		if p == a {
+			continue
+		}
+		if way := t.bfs(t.gpus[p].vert, nic, LinkPCIe, LinkSMP); way != nil && !t.crossesCPU(way) {
+			if nvl := t.nvlPath(a, p); nvl != nil {
+				return append(append([]Hop(nil), nvl...), way...)
+			}
+		}
+	}
+	return nil
 }
 
 // pxn reports whether traffic between nodes may cross NVLink to another GPU of its node first

@@ -127,13 +127,13 @@ func (d Decision) Chosen() Candidate { return d.Candidates[0] }
 func (m *model) candidate(c collKind, a, p int, nBytes int64) (Candidate, bool) {
 	// bw is NCCL's estimate, simBw what the links carry (bandwidthOf).
 	bw, simBw := m.bandwidth(c, a, p), m.bandwidthOf(c, a, p, false)
-	blockBound := false
-	if most := m.ringBlockGBs(c, a, p, nBytes); most > 0 && most < simBw {
-		simBw, blockBound = most, true
-	}
 	lat, simLat := m.latency(c, a, p, 0, m.pluginLatUS), m.latency(c, a, p, m.netExtraUS, 0)
 	if bw <= 0 || !m.env.enabled(c, a, p) || !m.algoOK(c, a) || !m.protoOK(c, a, p) {
 		return Candidate{}, false
+	}
+	blockBound := false
+	if most := m.ringBlockGBs(c, a, p, nBytes); most > 0 && most < simBw {
+		simBw, blockBound = most, true
 	}
 	logSize := log2i(int(nBytes >> 6))
 	if (a == algoTree && c == collAllReduce && nBytes>>6 > 0 && logSize < 23) ||
