@@ -82,7 +82,8 @@ type model struct {
 	sameCh  bool // ring channels all take the same path (one NVLink node)
 	rings   int
 	ringBus float64 // ring Simple bus bandwidth, GB/s
-	netGBs  float64 // the first rank's NVLink domain's NICs together, GB/s (several domains only)
+	netGBs  float64 // the NICs of an NVLink domain together, GB/s, the least of any domain, as NCCL_IB_HCA leaves them (several domains only)
+	netBus  float64 // what the network's links carry the rings, as bus bandwidth, GB/s (several domains only)
 	memGBs  float64
 	graphs  [numAlgos]searchGraph
 	p2p     *p2pPlan // worked out at the first point-to-point call
@@ -101,10 +102,12 @@ type model struct {
 // bandwidth inside a node (bwIntra) and between nodes (bwInter), in GB/s. NCCL's search takes a
 // speed from its table, so bwIntra can be less than the links carry: linksIntra is what they carry
 // a channel, where it differs (0: bwIntra). NCCL's tuner sees bwIntra, the simulated call linksIntra.
+// Likewise linksInter, for NVLS and CollNet across domains, whose bwInter is the NICs' rate as NCCL
+// counts it: what the network carries a channel where that is less (0: bwInter).
 type searchGraph struct {
-	nChannels        int
-	bwIntra, bwInter float64
-	linksIntra       float64
+	nChannels              int
+	bwIntra, bwInter       float64
+	linksIntra, linksInter float64
 }
 
 func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
@@ -131,19 +134,21 @@ func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
 	for h, d := range hosts {
 		domHosts[d] = append(domHosts[d], h)
 	}
-	first := t.DomainOf(devs[0])
-	for d, hs := range domHosts {
-		nics := 0
+	for _, hs := range domHosts {
+		nics, gbs := 0, 0.0
 		for _, h := range hs {
 			nics += len(t.Nodes[h].NICs)
-			if d == first && len(domains) > 1 {
-				for _, c := range t.Nodes[h].NICs {
-					m.netGBs += c.Gbps / 8
+			for _, c := range t.Nodes[h].NICs {
+				if m.env.hca == nil || m.env.hca(c.ID) {
+					gbs += c.Gbps / 8
 				}
 			}
 		}
 		if m.heads == 0 || nics < m.heads {
 			m.heads = nics
+		}
+		if len(domains) > 1 && (m.netGBs == 0 || gbs < m.netGBs) {
+			m.netGBs = gbs
 		}
 	}
 	m.ppn = float64(m.n) / float64(m.nodes)
@@ -175,6 +180,20 @@ func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
 		m.staged = slices.ContainsFunc(flows, throughHost)
 		us, limit := m.linkLoad(flows)
 		m.ringBus, m.limit = float64(rings)/(us*1e3), limit
+		if m.nodes > 1 {
+			// The network's links alone, as the rings cross them: the NICs NCCL_IB_HCA leaves, the
+			// smallest domain's, the fabric's uplinks.
+			us, _ := t.LinkLoadKind(flows, func(k gpu.LinkKind) float64 {
+				if k == gpu.LinkNet {
+					return 1
+				}
+				return math.Inf(1)
+			})
+			m.netBus = math.Inf(1)
+			if us > 0 {
+				m.netBus = float64(rings) / (us * 1e3)
+			}
+		}
 	}
 	m.graphs = m.searchGraphs()
 	return m
@@ -234,16 +253,28 @@ func (m *model) searchGraphs() [numAlgos]searchGraph {
 		g[algoNVLS] = searchGraph{nChannels: n, bwIntra: nvl / float64(n+1)}
 		if m.nodes > 1 {
 			g[algoNVLS].bwIntra, g[algoNVLS].bwInter = nvl/(ppn+1), m.netGBs/float64(n)
+			g[algoNVLS].linksInter = m.netLinks(n)
 		}
 		g[algoNVLSTree] = g[algoNVLS]
 	}
 	if m.collnet {
 		// CollNet: one channel per NIC (head), each carrying its NIC.
 		per := m.netGBs / float64(m.heads)
-		g[algoCollNetDirect] = searchGraph{nChannels: m.heads, bwIntra: per, bwInter: per}
+		links := m.netLinks(m.heads)
+		g[algoCollNetDirect] = searchGraph{nChannels: m.heads, bwIntra: per, bwInter: per, linksIntra: links, linksInter: links}
 		g[algoCollNetChain] = g[algoCollNetDirect]
 	}
 	return g
+}
+
+// netLinks is what the network carries each of n channels between NVLink domains where that is
+// less than the NICs' rate NCCL counts (netGBs), as on a fabric with fewer uplinks than NICs,
+// which NCCL does not see. 0 where the NICs' rate holds.
+func (m *model) netLinks(n int) float64 {
+	if m.netBus >= m.netGBs {
+		return 0
+	}
+	return m.netBus / float64(n)
 }
 
 // domainBus is the bus bandwidth, GB/s, a chain inside each NVLink domain carries across all

@@ -213,3 +213,52 @@ func TestNVLSHeadsInABigDomain(t *testing.T) {
 		t.Errorf("two racks: NVLS graph %+v; want 32 channels of %.2f", g, 721.8/73)
 	}
 }
+
+// NVLSTree between NVLink domains is held to the network as the rings are: to the NICs
+// NCCL_IB_HCA leaves (one 400 Gb/s NIC a DGX H100), to the smaller domain's NICs (a GB200 rack
+// and one 4-GPU tray: 4 NICs), and to a fabric's uplinks (a fat tree of one node a leaf with 64
+// times fewer uplinks than NICs, which NCCL does not see). Each byte of an all-reduce crosses a
+// domain's NICs at least once each way, so the call's algorithm bandwidth is at most the NICs'
+// (on two domains; half that on more), within what NCCL's busbw-to-algbw factor n / (2(n-1))
+// adds to it, n / (n-1).
+// Before, the simulated NVLSTree ran at the first domain's NICs' nominal rate in all three.
+func TestNVLSTreeHeldToNetwork(t *testing.T) {
+	t.Parallel()
+	overTopo := func() *gpu.Topology {
+		tp, err := LoadTopology("dgx-h100")
+		if err != nil {
+			t.Fatal(err)
+		}
+		net := *tp.Network
+		net.Layout, net.NodesPerLeaf, net.Tiers, net.Oversubscription = "fat-tree", 1, 2, 64
+		tp.Network = &net
+		if tp, err = tp.WithNodes(4); err != nil {
+			t.Fatal(err)
+		}
+		return tp
+	}
+	for _, tc := range []struct {
+		name  string
+		m     *model
+		bound float64 // GB/s of algorithm bandwidth: the network's, each way
+	}{
+		{"two DGX H100, NCCL_IB_HCA=mlx5_0", newModel(topoOf(t, "dgx-h100", 2), ranks(16), map[string]string{"NCCL_IB_HCA": "mlx5_0"}), 50},
+		{"a GB200 rack and one tray", newModel(topoOf(t, "gb200-nvl72", 19), ranks(76), nil), 200},
+		{"four DGX H100 on a fat tree 64:1", newModel(overTopo(), ranks(32), nil), 400.0 / 64 / 2},
+	} {
+		var tree Candidate
+		for _, c := range tc.m.decide(collAllReduce, 1<<32).Candidates {
+			if c.Algo == "NVLSTree" {
+				tree = c
+			}
+		}
+		if tree.SimUS == 0 {
+			t.Errorf("%s: no NVLSTree candidate", tc.name)
+			continue
+		}
+		n := float64(tc.m.n)
+		if alg := float64(1<<32) / (1e3 * tree.SimUS); alg > tc.bound*n/(n-1)*1.01 {
+			t.Errorf("%s: simulated NVLSTree all-reduce of 4 GiB at %.1f GB/s algbw; the network carries %.1f", tc.name, alg, tc.bound)
+		}
+	}
+}

@@ -365,6 +365,9 @@ func (m *model) bandwidthOf(c collKind, a, p int, searchCap bool) float64 {
 	if !searchCap && gr.linksIntra > 0 {
 		gr.bwIntra = gr.linksIntra
 	}
+	if !searchCap && gr.linksInter > 0 {
+		gr.bwInter = gr.linksInter
+	}
 	nch := float64(gr.nChannels)
 	bucket := min(m.nodes, 3) - 1
 	bw := gr.bwInter
