@@ -50,6 +50,9 @@ func runCalibrate(e *env, g *globals, files []string, out string) error {
 	if out == "" {
 		return usageErr("calibrate needs the file to write: -o CALIBRATED.json")
 	}
+	if err := checkOutFile("-o", out, append([]string{g.topology}, files...)...); err != nil {
+		return err
+	}
 	t, err := g.loadTopology()
 	if err != nil {
 		return err
@@ -126,6 +129,9 @@ func collRun(t *gpu.Topology, name string, c *results.Coll) (sim.CollRun, error)
 	run := sim.CollRun{File: name, Coll: c.Collective, Ranks: ranks, PerThread: most, Iters: c.Config.Iters}
 	for _, r := range c.Results {
 		run.Rows = append(run.Rows, sim.MeasuredRow{Bytes: r.Size, TimeUS: r.OutOfPlace.TimeUS})
+	}
+	if len(run.Rows) == 0 {
+		return sim.CollRun{}, fmt.Errorf("%s holds no measured size: give a run that measured some", name)
 	}
 	return run, nil
 }

@@ -101,6 +101,21 @@ func TestCalibrateRefuses(t *testing.T) {
 		t.Fatalf("calibrating an A100 run on dgx-a100: exit %d, %s", code, errOut)
 	}
 	out := filepath.Join(dir, "out.json")
+	empty := filepath.Join(dir, "empty.json")
+	data, err := os.ReadFile(a100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	doc["results"] = []any{}
+	if data, err = json.Marshal(doc); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(empty, data, 0o644)
+	before, _ := os.ReadFile(a100)
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -112,6 +127,9 @@ func TestCalibrateRefuses(t *testing.T) {
 		{[]string{"--topology", "dgx-a100", notResults, "-o", out}, "gpubench: " + notResults + ": not gpubench JSON results"},
 		{[]string{"--topology", "dgx-a100", a100, "-o", filepath.Join(dir, "no", "such", "dir.json")}, "gpubench: cannot write -o " + filepath.Join(dir, "no", "such", "dir.json")},
 		{[]string{"--topology", "dgx-a100", a100, "-o", out, "--output", "csv"}, "gpubench: unknown --output \"csv\" for calibrate: use table or json\n"},
+		{[]string{"--topology", "dgx-a100", a100, "-o", a100}, "gpubench: cannot write -o " + a100 + ": it is a file this command reads; name another\n"},
+		{[]string{"--topology", "dgx-a100", a100, "-o", dir}, "gpubench: cannot write -o " + dir + ": it is a folder; name a file in it\n"},
+		{[]string{"--topology", "dgx-a100", empty, "-o", out}, "gpubench: " + empty + " holds no measured size: give a run that measured some\n"},
 	} {
 		stdout, errOut, code := gpubench(t, append([]string{"calibrate"}, tc.args...)...)
 		if code != exitUsage || stdout != "" || !strings.HasPrefix(errOut, tc.want) || strings.Count(errOut, "\n") != 1 {
@@ -120,5 +138,8 @@ func TestCalibrateRefuses(t *testing.T) {
 		if _, err := os.Stat(out); err == nil {
 			t.Fatalf("%v: wrote %s", tc.args, out)
 		}
+	}
+	if after, _ := os.ReadFile(a100); string(after) != string(before) {
+		t.Errorf("-o naming the run read overwrote it")
 	}
 }

@@ -174,7 +174,7 @@ func TestPlotOut(t *testing.T) {
 		t.Errorf("plot -o: exit %d, %q", code, errOut)
 	}
 	_, errOut, code := gpubench(t, "plot", filepath.Join(dir, "base.json"), "--out", "/nonexistent/x.svg")
-	if code != exitUsage || !strings.Contains(errOut, `invalid --out "/nonexistent/x.svg": the folder /nonexistent does not exist`) {
+	if code != exitUsage || errOut != "gpubench: cannot write --out /nonexistent/x.svg: /nonexistent is not a folder; give a file in one\n" {
 		t.Errorf("missing folder: exit %d, %q", code, errOut)
 	}
 }

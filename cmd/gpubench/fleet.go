@@ -8,7 +8,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -91,8 +90,8 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 		return usageErr("invalid --size %q: give 1KiB to 1TiB, e.g. 256MiB", f.size)
 	}
 	for flag, path := range map[string]string{"--drain-file": f.drainFile, "--metrics-file": f.metricsFile} {
-		if st, err := os.Stat(filepath.Dir(path)); path != "" && (err != nil || !st.IsDir()) {
-			return usageErr("cannot write %s %s: %s is not a folder; give a file in one, before the fleet runs", flag, input.Safe(path), input.Safe(filepath.Dir(path)))
+		if err := checkOutFile(flag, path, g.topology); err != nil {
+			return err
 		}
 	}
 	proc, err := f.launch.process()
@@ -137,6 +136,9 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	} else if rep, err = fleet.Run(cmd.Context(), opt); err != nil {
 		return runtimeErr(err)
 	}
+	if err := writeFleet(e.stdout, g.output, rep); err != nil { // the report first: a file that cannot be written loses nothing
+		return runtimeErr(err)
+	}
 	if f.drainFile != "" {
 		if err := writeAtomic(f.drainFile, drainCommands(rep)); err != nil {
 			return usageErr("cannot write --drain-file %s: %v", input.Safe(f.drainFile), err)
@@ -146,9 +148,6 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 		if err := writeFleetMetrics(f.metricsFile, rep); err != nil {
 			return usageErr("cannot write --metrics-file %s: %v", input.Safe(f.metricsFile), err)
 		}
-	}
-	if err := writeFleet(e.stdout, g.output, rep); err != nil {
-		return runtimeErr(err)
 	}
 	if !rep.Healthy() {
 		return &exitError{code: exitCheck, err: fmt.Errorf("fleet: %d suspect%s: %s", len(rep.Suspects), plural(len(rep.Suspects)), strings.Join(rep.Summary(), "; "))}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpubench/gpubench/internal/input"
 	"github.com/gpubench/gpubench/internal/plot"
 	"github.com/gpubench/gpubench/internal/results"
 )
@@ -77,8 +78,8 @@ func (f *plotFlags) run(cmd *cobra.Command, e *env, g *globals, args []string) e
 	if !slices.Contains(plot.Formats, opt.Format) {
 		return usageErr("invalid --out %q: name an .svg or .png file", f.out)
 	}
-	if fi, err := os.Stat(filepath.Dir(f.out)); err != nil || !fi.IsDir() {
-		return usageErr("invalid --out %q: the folder %s does not exist", f.out, filepath.Dir(f.out))
+	if err := checkOutFile("--out", f.out, args...); err != nil {
+		return err
 	}
 	var err error
 	if opt.Width, opt.Height, err = plot.ParseImageSize(f.size); err != nil {
@@ -128,6 +129,31 @@ func (f *plotFlags) run(cmd *cobra.Command, e *env, g *globals, args []string) e
 
 // writeAtomic writes data to path through a temporary file in the same folder, so that a failure
 // leaves no half-written image.
+// checkOutFile refuses, before any work is done, a file flag names to write that could not be
+// written in place: one in a folder that does not exist, a folder itself, or one of the files the
+// command reads (which writing would destroy).
+func checkOutFile(flag, path string, inputs ...string) error {
+	if path == "" {
+		return nil
+	}
+	if st, err := os.Stat(filepath.Dir(path)); err != nil || !st.IsDir() {
+		return usageErr("cannot write %s %s: %s is not a folder; give a file in one", flag, input.Safe(path), input.Safe(filepath.Dir(path)))
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil // a new file
+	}
+	if st.IsDir() {
+		return usageErr("cannot write %s %s: it is a folder; name a file in it", flag, input.Safe(path))
+	}
+	for _, in := range inputs {
+		if si, err := os.Stat(in); err == nil && os.SameFile(st, si) {
+			return usageErr("cannot write %s %s: it is a file this command reads; name another", flag, input.Safe(path))
+		}
+	}
+	return nil
+}
+
 func writeAtomic(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
