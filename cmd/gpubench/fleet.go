@@ -133,7 +133,9 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 			e = &env{stdout: io.Discard, stderr: e.stderr, pid: e.pid, now: e.now, version: e.version}
 			f.drainFile, f.metricsFile = "", ""
 		}
-	} else if rep, err = fleet.Run(cmd.Context(), opt); err != nil {
+	} else if rep, err = fleet.Run(cmd.Context(), opt); errors.Is(err, fleet.ErrSize) {
+		return usageErr("invalid --size %s: %s", input.Safe(f.size), strings.TrimPrefix(err.Error(), fleet.ErrSize.Error()+": "))
+	} else if err != nil {
 		return runtimeErr(err)
 	}
 	if err := writeFleet(e.stdout, g.output, rep); err != nil { // the report first: a file that cannot be written loses nothing
@@ -401,6 +403,10 @@ func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, pro
 	x.grp, x.hub = grp, hubHost(addr)
 	grp.KeepGoing(f.launch.timeout)
 	mine, runErr := fleet.Run(grp.Context(), opt)
+	if errors.Is(runErr, fleet.ErrSize) {
+		grp.Close(runErr)
+		return nil, usageErr("invalid --size %s: %s", input.Safe(f.size), strings.TrimPrefix(runErr.Error(), fleet.ErrSize.Error()+": "))
+	}
 	if runErr != nil { // this node could not be tested: it is reported, with what diag finds, and the others go on
 		node := fleet.Node{Host: host, Status: fleet.Untestable, Why: runErr.Error()}
 		if opt.Diag != nil {

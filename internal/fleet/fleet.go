@@ -148,6 +148,10 @@ type fleet struct {
 	gone      map[int]bool           // nodes whose process left the run (Across)
 }
 
+// ErrSize is Run's error for a size the GPUs cannot hold: each node's test would run a smaller
+// one, as nccl-tests does, and then match no figure of the size asked for.
+var ErrSize = errors.New("fleet: invalid size")
+
 // Run tests the cluster: per node, per rail, then across nodes in groups, bisecting what falls
 // short and confirming each suspect against nodes already found good.
 func Run(ctx context.Context, opt Options) (*Report, error) {
@@ -172,6 +176,15 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		return nil, fmt.Errorf("fleet: the backend has %d GPUs and the machine it is set beside another count: give --topology for this machine", len(b.Devices()))
 	}
 	f := newFleet(ctx, opt, b, twin, t)
+	mem := int64(math.MaxInt64)
+	for i := range t.NumGPUs() {
+		g, _ := t.GPU(i)
+		mem = min(mem, g.MemoryBytes)
+	}
+	if most := coll.MemoryLimit(mem, true) &^ (1<<20 - 1); f.opt.Bytes > most {
+		return nil, fmt.Errorf("%w: more than the GPUs hold for a checked all-reduce (%.1f GiB of memory): give at most %s",
+			ErrSize, float64(mem)/(1<<30), coll.FormatSize(most))
+	}
 	if b.Topology() == nil && opt.Host != "" && len(f.hosts) == 1 {
 		f.hosts[0] = opt.Host
 	}
