@@ -132,6 +132,9 @@ func (f *planFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	if err != nil {
 		return usageErr("%v", err)
 	}
+	if s.ReserveBytes >= machine.MemoryBytes {
+		return usageErr("invalid --reserve %s: a GPU of %s has %.1f GiB in all; set aside less", input.Safe(f.reserve), machine.Name, plan.GiBOf(machine.MemoryBytes))
+	}
 	var curves []plan.Curve
 	for _, name := range f.measured {
 		file, err := results.ReadFile(name)

@@ -125,10 +125,23 @@ func (s *Setup) Validate(m *Model) error {
 		return fmt.Errorf("cp %d: seq %d is not divisible by 2 x cp (each rank takes two chunks, for balance)", s.CP, s.Seq)
 	case s.VPP > 1 && s.Schedule == "1f1b":
 		return fmt.Errorf("vpp %d: the 1f1b schedule has one stage per GPU; use --schedule interleaved or auto", s.VPP)
+	case s.VPP > maxVPP:
+		return fmt.Errorf("vpp %d: the interleaved schedule is weighed with 2 to %d model chunks a GPU", s.VPP, maxVPP)
 	case s.VPP > 1 && s.PP > 0 && (s.PP < 2 || !chunksFit(m.Layers, s.PP, s.VPP, s.UnevenPP)):
 		return fmt.Errorf("vpp %d: the interleaved schedule needs pp of 2 or more and the %d layers divisible by pp x vpp (with --uneven-pp, at least vpp layers a stage)", s.VPP, m.Layers)
+	case s.VPP > 1 && s.PP == 0 && !slices.ContainsFunc(stages(m.Layers), func(pp int) bool { return chunksFit(m.Layers, pp, s.VPP, s.UnevenPP) }):
+		return fmt.Errorf("vpp %d: no pipeline of 2 or more stages splits the model's %d layers into %d chunks a stage (with --uneven-pp, at least vpp layers a stage)", s.VPP, m.Layers, s.VPP)
 	}
 	return nil
+}
+
+// stages lists the pipeline sizes from 2 to the layers.
+func stages(layers int) []int {
+	var pp []int
+	for p := 2; p <= layers; p++ {
+		pp = append(pp, p)
+	}
+	return pp
 }
 
 // chunksFit reports whether layers split into pp stages of v model chunks each: evenly, or with
