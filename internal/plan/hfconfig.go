@@ -179,9 +179,15 @@ func (c config) model() (Model, error) {
 		if err != nil {
 			return m, err
 		}
+		if m.DenseLayers, _, err = c.count("first_k_dense_replace"); err != nil {
+			return m, err
+		}
 		if !efound { // Mixtral: every layer's MLP is experts of intermediate_size
-			if !found {
+			switch {
+			case !found:
 				return m, errors.New("no moe_intermediate_size (nor intermediate_size): the experts' FFN size is needed")
+			case m.DenseLayers > 0:
+				return m, errors.New("no moe_intermediate_size: with first_k_dense_replace, intermediate_size is the dense layers' MLP, and the experts' FFN size is needed")
 			}
 			efn, m.FFN = ffn, 0
 		}
@@ -195,9 +201,6 @@ func (c config) model() (Model, error) {
 		}
 		if sfound && shared > 0 && m.SharedExperts == 0 { // Qwen2-MoE: one shared expert of its own size
 			m.SharedExperts, m.SharedFFN = 1, shared
-		}
-		if m.DenseLayers, _, err = c.count("first_k_dense_replace"); err != nil {
-			return m, err
 		}
 	}
 	if m.FFN == 0 && (m.Experts == 0 || m.DenseLayers > 0) {

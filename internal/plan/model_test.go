@@ -125,6 +125,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{`{"hidden_size": -1, "num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 32000, "intermediate_size": 1}`, "hidden_size: want a whole number"},
 		{`{"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 5, "vocab_size": 32000, "intermediate_size": 1}`, "kv-heads 5"},
 		{`{"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 32000, "num_local_experts": 8, "intermediate_size": 1}`, "no num_experts_per_tok"},
+		{`{"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 32000, "intermediate_size": 11008, "num_local_experts": 8, "num_experts_per_tok": 2, "first_k_dense_replace": 3}`, "no moe_intermediate_size: with first_k_dense_replace"},
 		{`[1, 2]`, "not a JSON object"},
 		{`{} {}`, "more than one JSON value"},
 		{`null`, "not a JSON object"},
