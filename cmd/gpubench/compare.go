@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpubench/gpubench/internal/input"
 	"github.com/gpubench/gpubench/internal/results"
 )
 
@@ -19,7 +20,7 @@ func newCompareCmd(e *env, g *globals) *cobra.Command {
 			"(out-of-place, in-place): the change in busbw and in time, and a verdict. A row whose busbw fell by\n" +
 			"more than --threshold is a regression, unless both runs carry per-iteration times (--per-iter) and\n" +
 			"NEW's median iteration is not slower than OLD's 95th percentile: then it is noisy. Any regression\n" +
-			"exits 3. Files are --output json documents, JSON lines written with --out, or nccl-tests' output (its\n" +
+			"exits 3, and so does a NEW with no row matching one of OLD. Files are --output json documents, JSON lines written with --out, or nccl-tests' output (its\n" +
 			"text as saved in a log, or its -J JSON), told apart by content; a run that did not finish is compared\n" +
 			"on the rows it holds, with a notice.",
 		Example: "  gpubench compare before.json after.json\n  gpubench compare --threshold 2% base.json run1.json run2.json --output markdown",
@@ -75,6 +76,11 @@ func runCompare(e *env, g *globals, threshold string, args []string) error {
 	}
 	if n > 0 {
 		return &exitError{code: exitCheck, err: fmt.Errorf("compare: %d regression%s past %g%% (marked REGRESSION)", n, plural(n), t)}
+	}
+	for _, c := range cmps { // a gate must not pass on a run that has nothing to compare
+		if !slices.ContainsFunc(c.Lines, func(l results.Line) bool { return l.Old != nil && l.New != nil }) {
+			return &exitError{code: exitCheck, err: fmt.Errorf("compare: no row of %s matches one of %s: nothing was compared", input.Safe(c.New.Name), input.Safe(c.Old.Name))}
+		}
 	}
 	return nil
 }

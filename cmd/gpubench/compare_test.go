@@ -118,6 +118,23 @@ func TestCompareSimulatedRuns(t *testing.T) {
 	if code != exitCheck || strings.Count(out, "# OLD j1.json") != 2 || !strings.Contains(out, "# 0 regressions") || !strings.Contains(out, "# 12 regressions") {
 		t.Errorf("two NEW files: exit %d\n%s", code, out)
 	}
+	// A NEW with nothing to set against OLD fails the gate rather than passing it.
+	var base map[string]any
+	data, err := os.ReadFile(filepath.Join(dir, "base.json"))
+	if err == nil {
+		err = json.Unmarshal(data, &base)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	base["results"] = []any{}
+	if data, err = json.Marshal(base); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "empty.json"), data, 0o644)
+	if _, errOut, code := inDir(t, dir, "compare", "base.json", "empty.json"); code != exitCheck || errOut != "gpubench: compare: no row of empty.json matches one of base.json: nothing was compared\n" {
+		t.Errorf("NEW without rows: exit %d, stderr %q; want 3", code, errOut)
+	}
 }
 
 // The streamed form compares as the document does; a stream without its end is compared on its
