@@ -389,7 +389,7 @@ func (p ntPlace) read(f []string) (Placement, error) {
 	}{{"time", p.time, &pl.TimeUS}, {"algbw", p.algbw, &pl.AlgBW}, {"busbw", p.busbw, &pl.BusBW}} {
 		x, err := strconv.ParseFloat(f[v.at], 64)
 		if err != nil || !valid(x) {
-			return pl, fmt.Errorf("%s %q is not a non-negative number", v.name, input.Safe(f[v.at]))
+			return pl, fmt.Errorf("%s %q is not a number from 0 to 1e12", v.name, input.Safe(f[v.at]))
 		}
 		*v.to = x
 	}
@@ -765,14 +765,14 @@ func (p *ntJSONPlace) placement() (Placement, error) {
 	return pl, nil
 }
 
-// jsonFigure reads a figure nccl-tests wrote: a number not below 0 ("nan", a string, is not).
+// jsonFigure reads a figure nccl-tests wrote: a number from 0 to 1e12 ("nan", a string, is not).
 func jsonFigure(raw json.RawMessage) (float64, error) {
 	var v float64
 	if raw == nil || string(raw) == "null" {
 		return 0, errors.New("missing")
 	}
 	if err := json.Unmarshal(raw, &v); err != nil || !valid(v) {
-		return 0, fmt.Errorf("%s is not a non-negative number", input.Safe(string(raw)))
+		return 0, fmt.Errorf("%s is not a number from 0 to 1e12", input.Safe(string(raw)))
 	}
 	return v, nil
 }

@@ -232,9 +232,9 @@ func TestReadNCCLTestsBad(t *testing.T) {
 	cases := []struct {
 		name, data, want string
 	}{
-		{"not a number", ntHeader + strings.Replace(row, "135.8", "13x.8", 1), `x.log: line 2: out-of-place time "13x.8" is not a non-negative number`},
-		{"negative", ntHeader + strings.Replace(row, "123.5", "-23.5", 1), `x.log: line 2: in-place time "-23.5" is not a non-negative number`},
-		{"nan", ntHeader + strings.Replace(row, "0.00    0.00      0    123.5", "nan    0.00      0    123.5", 1), `x.log: line 2: out-of-place algbw "nan" is not a non-negative number`},
+		{"not a number", ntHeader + strings.Replace(row, "135.8", "13x.8", 1), `x.log: line 2: out-of-place time "13x.8" is not a number from 0 to 1e12`},
+		{"negative", ntHeader + strings.Replace(row, "123.5", "-23.5", 1), `x.log: line 2: in-place time "-23.5" is not a number from 0 to 1e12`},
+		{"nan", ntHeader + strings.Replace(row, "0.00    0.00      0    123.5", "nan    0.00      0    123.5", 1), `x.log: line 2: out-of-place algbw "nan" is not a number from 0 to 1e12`},
 		{"short row", ntHeader + "   8  2  float  sum  -1  135.8\n", "x.log: line 2: a table row with 6 fields, where the table header has 13 columns"},
 		{"wrong count", ntHeader + strings.Replace(row, "  0\n", "0.5\n", 1), `x.log: line 2: in-place #wrong "0.5" is not a count`},
 		{"type", ntHeader + strings.Replace(row, "float", "flaot", 1), `x.log: line 2: type "flaot" is not one nccl-tests prints`},
@@ -250,7 +250,7 @@ func TestReadNCCLTestsBad(t *testing.T) {
 		{"no rows", "# Collective test starting: all_reduce_perf\n" + ntHeader + "# Out of bounds values : 0 OK\n", "x.log: line 2: nccl-tests' table header, but no row under it: the run stopped before its first size"},
 		{"text", "hello\nworld\n", `x.log: not gpubench JSON results (--output json or --out FILE): the file does not start with a JSON object, and it is not nccl-tests output either (no table header "#  size  count  type ... time  algbw  busbw ...")`},
 		{"json version", strings.Replace(jsonDoc, `"version": 3`, `"version": 2`, 1), "x.log: nccl-tests JSON version 2: only version 3 (JSON_FILE_VERSION in nccl-tests' src/util.cu) is read"},
-		{"json nan", strings.Replace(jsonDoc, `"time": 30.310000`, `"time": "nan"`, 1), `x.log: results[0].out_of_place.time: "nan" is not a non-negative number`},
+		{"json nan", strings.Replace(jsonDoc, `"time": 30.310000`, `"time": "nan"`, 1), `x.log: results[0].out_of_place.time: "nan" is not a number from 0 to 1e12`},
 		{"json cpu time", strings.Replace(jsonDoc, `"time": 30.310000`, `"cpu_time": 30.310000`, 1), "x.log: results[0].out_of_place.cpu_time: host CPU times (nccl-tests -C 1) are not set against GPU times: rerun without -C"},
 		{"json program", strings.Replace(jsonDoc, "./build/all_reduce_perf", "./build/hypercube_perf", 1), "x.log: args[0]: hypercube_perf measures a collective gpubench does not run (it reads all_reduce_perf, all_gather_perf, reduce_scatter_perf, broadcast_perf, reduce_perf, alltoall_perf, sendrecv_perf)"},
 		{"json nwrong", strings.Replace(jsonDoc, `"nwrong": 0.000000`, `"nwrong": -1.000000`, 1), "x.log: results[0].out_of_place.nwrong: -1.000000 is not a count"},

@@ -260,6 +260,9 @@ func (p *Placement) check() error {
 			return err
 		}
 	}
+	if p.TimeUS == 0 && (p.AlgBW > 0 || p.BusBW > 0) {
+		return fmt.Errorf("time_us 0 with algbw_gbs %v and busbw_gbs %v: a bandwidth needs a time", p.AlgBW, p.BusBW)
+	}
 	if p.CPUTimeUS != nil {
 		if err := nonNegative("cpu_time_us", *p.CPUTimeUS); err != nil {
 			return err
@@ -311,13 +314,17 @@ func (p *PerIter) check() error {
 
 func nonNegative(name string, v float64) error {
 	if !valid(v) {
-		return fmt.Errorf("%s %v is not a non-negative number", name, v)
+		return fmt.Errorf("%s %v is not a number from 0 to 1e12", name, v)
 	}
 	return nil
 }
 
-// valid says whether v is a figure a run can write: a finite number, not negative.
-func valid(v float64) bool { return v >= 0 && !math.IsInf(v, 0) }
+// maxFigure bounds every figure a run writes (µs, GB/s, bytes a second): past it a file is broken,
+// not a measurement, and would only break the tables it is printed in.
+const maxFigure = 1e12
+
+// valid says whether v is a figure a run can write: a number from 0 to maxFigure.
+func valid(v float64) bool { return v >= 0 && v <= maxFigure }
 
 // allValid checks a list of figures named name, naming the first bad one.
 func allValid(name string, vs []float64) error {

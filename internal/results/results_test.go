@@ -165,6 +165,8 @@ func TestReadRejects(t *testing.T) {
 		{"no results", `{"collective": "allreduce", "backend": "sim"}`, `no "results" array`},
 		{"string size", strings.Replace(doc, `"size_bytes": 1024`, `"size_bytes": "1K"`, 1), `field "results.size_bytes"`},
 		{"negative busbw", strings.Replace(doc, `"busbw_gbs": 0.073680797134124`, `"busbw_gbs": -1`, 1), "busbw_gbs -1"},
+		{"absurd busbw", strings.Replace(doc, `"busbw_gbs": 0.073680797134124`, `"busbw_gbs": 1e308`, 1), "busbw_gbs 1e+308 is not a number from 0 to 1e12"},
+		{"bandwidth without time", strings.Replace(doc, `"time_us": 26.05835,`, `"time_us": 0,`, 1), "time_us 0 with algbw_gbs"},
 		{"missing time", strings.Replace(doc, `"time_us": 26.05835,`, ``, 1), `results[0]: out_of_place: no "time_us"`},
 		{"missing size", strings.Replace(doc, `"size_bytes": 16384,`, ``, 1), `results[1]: no "size_bytes"`},
 		{"null time", strings.Replace(doc, `"time_us": 26.05835,`, `"time_us": null,`, 1), `results[0]: out_of_place: no "time_us"`},
