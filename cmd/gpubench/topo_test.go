@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -191,6 +194,60 @@ func TestTopoRefusesFlagsItIgnores(t *testing.T) {
 		out, errOut, code := gpubench(t, append([]string{"topo", "--backend", "sim"}, args...)...)
 		if code != 2 || out != "" || strings.Count(errOut, "\n") != 1 {
 			t.Errorf("topo %v: exit %d, stdout %q, stderr %q; want a one-line usage error", args, code, out, errOut)
+		}
+	}
+}
+
+// docs/topology.md's minimal file runs as the text after it says: its 1 MiB all-reduce's busbw,
+// to the tenth the text gives, and no wrong element.
+func TestTopologyDocExample(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/topology.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(doc)
+	at := strings.Index(s, "`gpubench allreduce --backend sim --topology example.json --sizes 1M -c 1` runs it")
+	start := strings.LastIndex(s[:max(at, 0)], "```json\n")
+	m := regexp.MustCompile(`report ([0-9.]+) GB/s busbw`).FindStringSubmatch(s[max(at, 0):])
+	if at < 0 || start < 0 || m == nil {
+		t.Fatal("docs/topology.md: the minimal example, its command or its figure is gone")
+	}
+	end := strings.Index(s[start+8:], "```")
+	file := filepath.Join(t.TempDir(), "example.json")
+	if err := os.WriteFile(file, []byte(s[start+8:start+8+end]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--topology", file, "--sizes", "1M", "-c", "1", "--output", "json")
+	var run struct {
+		Results []struct {
+			OutOfPlace struct {
+				BusBW float64 `json:"busbw_gbs"`
+				Wrong *int    `json:"wrong"`
+			} `json:"out_of_place"`
+		} `json:"results"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &run) != nil || len(run.Results) != 1 {
+		t.Fatalf("exit %d, %s\n%s", code, errOut, out)
+	}
+	r := run.Results[0].OutOfPlace
+	if got := fmt.Sprintf("%.1f", r.BusBW); got != m[1] || r.Wrong == nil || *r.Wrong != 0 {
+		checked := "not checked"
+		if r.Wrong != nil {
+			checked = fmt.Sprint(*r.Wrong)
+		}
+		t.Errorf("the example reports %s GB/s busbw, wrong elements: %s; docs/topology.md says %s and none", got, checked, m[1])
+	}
+}
+
+// The README names every preset.
+func TestREADMEPresets(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range sim.Presets() {
+		if !strings.Contains(string(readme), "`"+p+"`") {
+			t.Errorf("README.md does not name the preset %s", p)
 		}
 	}
 }
