@@ -45,8 +45,12 @@ func ReadFile(path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w", path, unwrapPath(err))
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() { // replaced since the Stat above
+	fi, err = f.Stat()
+	if err != nil || !fi.Mode().IsRegular() { // replaced since the Stat above
 		return nil, fmt.Errorf("%s: %w; give a file", path, ErrNotRegular)
+	}
+	if fi.Size() > limit { // refused unread; Read still holds a file that grows to the limit
+		return nil, fmt.Errorf("%s: %w: more than %s, the most gpubench reads from such a file", path, ErrTooLarge, human(limit))
 	}
 	return Read(f, path, limit)
 }
