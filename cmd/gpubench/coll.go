@@ -288,6 +288,9 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 	if proc.Multi() {
 		n, opt.NGPUs = proc.Size, 0
 	}
+	if opt.NGPUs > n && f.nthreads > 1 { // the GPUs asked for are -t x -g: name both
+		return usageErr("invalid -t %d -g %d: %d GPUs, and only %d were found", f.nthreads, max(f.ngpus, 1), opt.NGPUs, n)
+	}
 	if err := coll.CheckRanks(opt, n); err != nil {
 		return usageErr("%v", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -71,6 +72,9 @@ func flagErr(_ *cobra.Command, err error) error {
 	name := "--" + f.Name
 	if f.Shorthand != "" {
 		name = "-" + f.Shorthand
+	}
+	if errors.Is(err, strconv.ErrRange) {
+		takes = "out of range; use a smaller number"
 	}
 	return usageErr("invalid %s %q: %s", name, bad.GetValue(), takes)
 }

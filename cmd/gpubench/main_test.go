@@ -195,6 +195,8 @@ func TestBadInput(t *testing.T) {
 		{[]string{"allreduce", "--sim-fault", "slow-link=gpu0,gpu1,0.5"}, "no link gpu0-gpu1"},
 		{[]string{"allreduce", "--iters", "x"}, `invalid -n "x": use a whole number`},
 		{[]string{"allreduce", "--nodes", "abc"}, `invalid --nodes "abc": use a whole number`},
+		{[]string{"allreduce", "--nodes", "99999999999999999999"}, `invalid --nodes "99999999999999999999": out of range; use a smaller number`},
+		{[]string{"allreduce", "-t", "9"}, "invalid -t 9 -g 1: 9 GPUs, and only 8 were found"},
 		{[]string{"allreduce", "--sim-jitter", "lots"}, `invalid --sim-jitter "lots": use a number`},
 		{[]string{"allreduce", "--seed", "-1"}, `invalid --seed "-1": use a whole number, 0 or more`},
 		{[]string{"allreduce", "--nosuchflag"}, "unknown flag"},

@@ -113,6 +113,8 @@ func TestPlanUsageErrors(t *testing.T) {
 		{[]string{"--model", "llama-3.1-8b", "--measured", notResults}, "invalid --measured"},
 		{[]string{"--model", "llama-3.1-8b", "--reserve", "lots"}, "invalid --reserve"},
 		{[]string{"--model", "llama-3.1-8b", "--reserve", "1T"}, "invalid --reserve 1T: a GPU of dgx-h100 has 79.6 GiB in all; set aside less"},
+		{[]string{"--model", "llama-3.1-8b", "--measured", notResults + ","}, "invalid --measured: an empty file name (a stray comma?)"},
+		{[]string{"--model", "llama-3.1-8b", "--experts", "8"}, "invalid --top-k 0: a model with experts (8) needs the experts each token uses, 1 to 8"},
 		{[]string{"--model", "llama-3.1-8b", "--vpp", "100"}, "invalid --vpp 100: the interleaved schedule is weighed with 2 to 8 model chunks a GPU"},
 		{[]string{"--model", "llama-3.1-8b", "--compute-efficiency", "2"}, "invalid --compute-efficiency 2"},
 		{[]string{"--model", "llama-3.1-8b", "extra"}, "plan takes no arguments"},

@@ -98,6 +98,8 @@ func (m *Model) Validate() error {
 	}
 	if m.MoE() {
 		switch {
+		case m.TopK == 0:
+			return fmt.Errorf("top-k 0: a model with experts (%d) needs the experts each token uses, 1 to %d", m.Experts, m.Experts)
 		case m.TopK < 1 || m.TopK > m.Experts:
 			return fmt.Errorf("top-k %d: use 1 to the %d experts", m.TopK, m.Experts)
 		case m.ExpertFFN < 1:

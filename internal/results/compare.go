@@ -205,7 +205,7 @@ func ParseThreshold(s string) (percent float64, err error) {
 	t, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
 	switch {
 	case err != nil || !(t >= 0 && t < 100):
-		return 0, fmt.Errorf("%q: give a percentage from 0 to 100, e.g. 5%%", s)
+		return 0, fmt.Errorf("%q: give a percentage from 0 up to (not including) 100, e.g. 5%%", s)
 	case !pct && t > 0 && t < 1:
 		return 0, fmt.Errorf("%q: the threshold is in percent; write %s%% for %s percent, or %g%% for the fraction %s", s, num, num, 100*t, num)
 	}

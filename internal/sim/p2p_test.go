@@ -128,4 +128,21 @@ func TestAllToAllHonoursIBHCA(t *testing.T) {
 	if x := explain(t, "dgx-h100", 8, map[string]string{"NCCL_IB_HCA": "mlx6"}, "alltoall", 1<<20); x.Chosen.BusGBs <= 0 {
 		t.Errorf("one node, NCCL_IB_HCA naming no NIC: busbw %v", x.Chosen.BusGBs)
 	}
+	// NCCL_IB_DISABLE leaves NCCL sockets between nodes of an InfiniBand network: refused too.
+	if _, err := Explain(tp, ranks(16), map[string]string{"NCCL_IB_DISABLE": "1"}, "alltoall", 1<<20); err == nil ||
+		!strings.Contains(err.Error(), "NCCL_IB_DISABLE=1 on an infiniband network: NCCL would fall back to sockets") {
+		t.Errorf("NCCL_IB_DISABLE=1 across nodes: %v; want it refused", err)
+	}
+	if x := explain(t, "dgx-h100", 8, map[string]string{"NCCL_IB_DISABLE": "1"}, "alltoall", 1<<20); x.Chosen.BusGBs <= 0 {
+		t.Errorf("one node, NCCL_IB_DISABLE=1: busbw %v", x.Chosen.BusGBs)
+	}
+	for env, want := range map[string]string{
+		"NCCL_IB_DISABLE=x":    `NCCL_IB_DISABLE="x": give a whole number from 0 to 1024`,
+		"NCCL_MAX_NCHANNELS=0": "NCCL_MAX_NCHANNELS=0: give at least one channel",
+	} {
+		k, v, _ := strings.Cut(env, "=")
+		if err := CheckEnv(map[string]string{k: v}); err == nil || err.Error() != want {
+			t.Errorf("%s: %v; want %q", env, err, want)
+		}
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -465,6 +466,11 @@ func routeEnv(t *gpu.Topology, env map[string]string) error {
 		if err := t.Validate(); err != nil {
 			return fmt.Errorf("NCCL_P2P_DISABLE=1: %v", err)
 		}
+	}
+	if n, _ := strconv.Atoi(strings.TrimSpace(env["NCCL_IB_DISABLE"])); n != 0 && len(t.Nodes) > 1 && t.Network != nil &&
+		(t.Network.Kind == "infiniband" || t.Network.Kind == "roce") {
+		return fmt.Errorf("NCCL_IB_DISABLE=%s on an %s network: NCCL would fall back to sockets, which the simulator models only on an ethernet network; unset it, or describe the network as ethernet in a topology file",
+			env["NCCL_IB_DISABLE"], t.Network.Kind)
 	}
 	if e.hca == nil && t.NICOK == nil {
 		return nil

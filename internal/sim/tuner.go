@@ -661,14 +661,18 @@ func CheckEnv(env map[string]string) error {
 			}
 		}
 	}
-	for _, name := range []string{"NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_P2P_DISABLE", "NCCL_PXN_DISABLE"} {
+	for _, name := range []string{"NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_P2P_DISABLE", "NCCL_PXN_DISABLE", "NCCL_IB_DISABLE"} {
 		if s, ok := env[name]; ok {
 			if n, err := strconv.Atoi(strings.TrimSpace(s)); err != nil || n < 0 || n > 1024 {
-				return fmt.Errorf("%s=%q: give a whole number", name, s)
+				return fmt.Errorf("%s=%q: give a whole number from 0 to 1024", name, s)
 			}
 		}
 	}
-	if lo, hi := envInt(env, "NCCL_MIN_NCHANNELS", 0), envInt(env, "NCCL_MAX_NCHANNELS", 64); hi < 1 || lo > hi && env["NCCL_MAX_NCHANNELS"] != "" {
+	lo, hi := envInt(env, "NCCL_MIN_NCHANNELS", 0), envInt(env, "NCCL_MAX_NCHANNELS", 64)
+	switch {
+	case hi < 1:
+		return fmt.Errorf("NCCL_MAX_NCHANNELS=%d: give at least one channel", hi)
+	case lo > hi && env["NCCL_MAX_NCHANNELS"] != "":
 		return fmt.Errorf("NCCL_MIN_NCHANNELS=%d and NCCL_MAX_NCHANNELS=%d: give a range of at least one channel", lo, hi)
 	}
 	return nil
