@@ -114,9 +114,11 @@ func (f *planFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 		return usageErr("invalid --%v", err)
 	}
 	if f.reserve != "" {
-		if s.ReserveBytes, err = coll.ParseSize(f.reserve); err != nil {
+		r, err := coll.ParseSize(f.reserve)
+		if err != nil {
 			return usageErr("invalid --reserve: %v", err)
 		}
+		s.ReserveBytes = &r
 	}
 	if err := s.Validate(&model); err != nil {
 		return usageErr("invalid --%v", err)
@@ -133,7 +135,7 @@ func (f *planFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	if err != nil {
 		return usageErr("%v", err)
 	}
-	if s.ReserveBytes >= machine.MemoryBytes {
+	if s.ReserveBytes != nil && *s.ReserveBytes >= machine.MemoryBytes {
 		return usageErr("invalid --reserve %s: a GPU of %s has %.1f GiB in all; set aside less", input.Safe(f.reserve), machine.Name, plan.GiBOf(machine.MemoryBytes))
 	}
 	var curves []plan.Curve

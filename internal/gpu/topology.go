@@ -441,6 +441,9 @@ func (t *Topology) addLink(n *Node, li int, l Link) error {
 	if !(gbs >= MinGBs && gbs < 1e6) {
 		return fmt.Errorf("node %s link %s-%s: gbs %v is out of range [%g, 1e6)", n.Hostname, l.A, l.B, gbs, MinGBs)
 	}
+	if l.Lanes < 0 || l.Lanes > 1024 {
+		return fmt.Errorf("node %s link %s-%s: lanes %d; want 0 (not recorded) to 1024", n.Hostname, l.A, l.B, l.Lanes)
+	}
 	if l.HostBridge != "" && (l.Kind != LinkPCIe || t.kinds[a] != "cpu" && t.kinds[b] != "cpu" || !idPattern.MatchString(l.HostBridge)) {
 		return fmt.Errorf("node %s link %s-%s: host_bridge %q needs a pcie link to a CPU and a name of letters, digits and _.:-", n.Hostname, l.A, l.B, l.HostBridge)
 	}

@@ -546,6 +546,7 @@ func TestValidateRejects(t *testing.T) {
 		{"negative gbs", func(t *gpu.Topology) { t.Nodes[0].Links[1].GBs = -5 }, "link gpu1-sw: gbs -5 is out of range"},
 		{"huge gbs", func(t *gpu.Topology) { t.Nodes[0].Links[1].GBs = 1e7 }, "gbs 1e+07 is out of range"},
 		{"link slower than 1 MB/s", func(t *gpu.Topology) { t.Nodes[0].Links[1].GBs = 1e-9 }, "gbs 1e-09 is out of range [0.001, 1e6)"},
+		{"negative lanes", func(t *gpu.Topology) { t.Nodes[0].Links[1].Lanes = -3 }, "lanes -3; want 0 (not recorded) to 1024"},
 		{"memory slower than 1 MB/s", func(t *gpu.Topology) { t.Nodes[0].GPUs[0].MemoryGBs = 1e-9 }, "memory_bandwidth_gbs 1e-09 is out of range"},
 		{"negative latency", func(t *gpu.Topology) { t.Nodes[0].Links[1].LatencyUS = -1 }, "link gpu1-sw: latency_us -1 is out of range"},
 		{"malformed cpu_affinity", func(t *gpu.Topology) { t.Nodes[0].GPUs[0].CPUAffinity = "0-3;8" }, `node host0 gpu gpu0: cpu_affinity "0-3;8"; want a CPU list`},

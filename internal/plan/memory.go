@@ -264,9 +264,9 @@ func (e *evaluator) memory(l Layout) Memory {
 			s, b := float64(e.setup.Seq)/float64(l.CP), float64(e.setup.MicroBatch)
 			sm.PipelineBuffers = int64(4 * 2 * s * b * float64(e.model.Hidden) / float64(l.TP))
 		}
-		sm.Reserve = e.setup.ReserveBytes
-		if sm.Reserve < 0 {
-			sm.Reserve = reserveBase + int64(communicators(l))*reserveComm
+		sm.Reserve = reserveBase + int64(communicators(l))*reserveComm
+		if r := e.setup.ReserveBytes; r != nil {
+			sm.Reserve = *r
 		}
 		sm.Total = sm.Weights + sm.Gradients + sm.Optimizer + sm.Activations + sm.PipelineBuffers + sm.Reserve
 		return sm

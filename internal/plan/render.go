@@ -141,7 +141,7 @@ func writeDetail(b *strings.Builder, r *Result, c *Candidate) {
 		return text
 	}
 	reserve := "assumed: CUDA context and libraries 1 GiB, NCCL 0.5 GiB a communicator"
-	if s.ReserveBytes >= 0 {
+	if s.ReserveBytes != nil {
 		reserve = "--reserve"
 	}
 	tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)

@@ -23,9 +23,9 @@ type Setup struct {
 	ComputeEfficiency float64 `json:"compute_efficiency"`
 	// PeakTFLOPS, when above 0, replaces the GPU table's figure.
 	PeakTFLOPS float64 `json:"peak_tflops_override,omitempty"`
-	// ReserveBytes, when 0 or more, replaces the assumed CUDA, NCCL and allocator reserve per GPU
-	// (-1: the assumption, docs/plan.md).
-	ReserveBytes int64 `json:"reserve_bytes_override"`
+	// ReserveBytes, when set, replaces the assumed CUDA, NCCL and allocator reserve per GPU (nil:
+	// the assumption, docs/plan.md).
+	ReserveBytes *int64 `json:"reserve_bytes_override"`
 
 	AllowTPAcrossNodes bool `json:"allow_tp_across_nodes"`
 	UnevenPP           bool `json:"uneven_pp"` // stages may hold ceil(layers / PP) layers
@@ -45,7 +45,7 @@ var (
 // DefaultSetup is what the flags default to.
 func DefaultSetup() Setup {
 	return Setup{Seq: 4096, GlobalBatch: 512, MicroBatch: 1, Precision: "bf16", Optimizer: "adam", ZeRO: 1,
-		Recompute: "selective", Schedule: "auto", ComputeEfficiency: 0.5, ReserveBytes: -1}
+		Recompute: "selective", Schedule: "auto", ComputeEfficiency: 0.5}
 }
 
 // ParseZeRO reads --zero: a stage 0 to 3, or fsdp (stage 3).
@@ -91,8 +91,8 @@ func (s *Setup) Validate(m *Model) error {
 		return fmt.Errorf("compute-efficiency %v: use a fraction above 0, at most 1", s.ComputeEfficiency)
 	case !(s.PeakTFLOPS >= 0 && s.PeakTFLOPS < 1e6):
 		return fmt.Errorf("peak-tflops %v: use a positive figure", s.PeakTFLOPS)
-	case s.ReserveBytes < -1:
-		return fmt.Errorf("reserve %d: use 0 or more bytes", s.ReserveBytes)
+	case s.ReserveBytes != nil && *s.ReserveBytes < 0:
+		return fmt.Errorf("reserve %d: use 0 or more bytes", *s.ReserveBytes)
 	}
 	for _, f := range []struct {
 		name string
