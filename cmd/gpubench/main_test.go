@@ -250,6 +250,14 @@ func TestHangExits5(t *testing.T) {
 	}
 }
 
+// A copy that hangs names the device, as p2p's GPUs are devices, not ranks of a communicator.
+func TestP2PHangNamesDevice(t *testing.T) {
+	_, errOut, code := gpubench(t, "p2p", "--backend", "sim", "--sim-fault", "hang=3", "-T", "1", "--size", "1M")
+	if code != 5 || errOut != "gpubench: hang: device 3 did not finish: context deadline exceeded\n" {
+		t.Errorf("exit %d, stderr %q; want 5 and device 3 named", code, errOut)
+	}
+}
+
 func TestNotes(t *testing.T) {
 	out, _, _ := gpubench(t, "allreduce", "--backend", "sim", "-g", "1", "--sizes", "1M")
 	if !strings.Contains(out, "# With 1 rank, busbw is 0 by definition (busbw = algbw x 2(n-1)/n): read algbw") {

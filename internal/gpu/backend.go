@@ -144,10 +144,12 @@ var (
 	ErrInvalid     = errors.New("invalid argument")
 )
 
-// HangError says which ranks had not finished when a wait was abandoned.
+// HangError says which ranks (or, for copies, devices) had not finished when a wait was
+// abandoned.
 type HangError struct {
-	Ranks []int
-	Err   error // why the wait ended (the context's error)
+	Ranks   []int
+	Err     error // why the wait ended (the context's error)
+	Devices bool  // Ranks are device ordinals: copies hang on devices, not communicator ranks
 }
 
 func (e *HangError) Error() string {
@@ -155,8 +157,11 @@ func (e *HangError) Error() string {
 		return "the other ranks did not arrive: " + e.Err.Error()
 	}
 	what := "rank "
+	if e.Devices {
+		what = "device "
+	}
 	if len(e.Ranks) > 1 {
-		what = "ranks "
+		what = what[:len(what)-1] + "s "
 	}
 	return what + intList(e.Ranks) + " did not finish: " + e.Err.Error()
 }

@@ -185,7 +185,7 @@ func (b *Backend) TimedCopies(ctx context.Context, copies []gpu.Copy) ([]time.Du
 	}
 	if hung := b.hungIn(copies); hung != nil {
 		<-ctx.Done()
-		return nil, &gpu.HangError{Ranks: hung, Err: ctx.Err()}
+		return nil, &gpu.HangError{Ranks: hung, Err: ctx.Err(), Devices: true}
 	}
 	busy := map[int]float64{} // a device works as long as its longest copy
 	for i, c := range copies {
