@@ -203,6 +203,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"allreduce", "--nosuchflag"}, "unknown flag"},
 		{[]string{"allreduce", "extra"}, "unknown command"},
 		{[]string{"nosuchcommand"}, "unknown command"},
+		{[]string{"completion", "foo"}, `unknown command "foo" for "gpubench completion"`},
 		{[]string{"version", "extra"}, "unknown command"},
 		{[]string{"allgather", "-o", "sum"}, "unknown shorthand flag: 'o'"},
 	}

@@ -85,6 +85,14 @@ func newRootCmd(e *env) *cobra.Command {
 	for _, c := range coll.Collectives {
 		root.AddCommand(newCollCmd(e, g, c))
 	}
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			// Runnable, so that cobra refuses an unknown shell as an unknown command (exit 2)
+			// rather than printing the help and exiting 0.
+			c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+		}
+	}
 	return root
 }
 
