@@ -134,6 +134,7 @@ func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
 	for h, d := range hosts {
 		domHosts[d] = append(domHosts[d], h)
 	}
+	m.netGBs = math.Inf(1)
 	for _, hs := range domHosts {
 		nics, gbs := 0, 0.0
 		for _, h := range hs {
@@ -147,9 +148,10 @@ func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
 		if m.heads == 0 || nics < m.heads {
 			m.heads = nics
 		}
-		if len(domains) > 1 && (m.netGBs == 0 || gbs < m.netGBs) {
-			m.netGBs = gbs
-		}
+		m.netGBs = math.Min(m.netGBs, gbs)
+	}
+	if len(domains) < 2 {
+		m.netGBs = 0
 	}
 	m.ppn = float64(m.n) / float64(m.nodes)
 	switch {
