@@ -20,9 +20,9 @@ func newCompareCmd(e *env, g *globals) *cobra.Command {
 			"(out-of-place, in-place): the change in busbw and in time, and a verdict. A row whose busbw fell by\n" +
 			"more than --threshold is a regression, unless both runs carry per-iteration times (--per-iter) and\n" +
 			"NEW's median iteration is not slower than OLD's 95th percentile: then it is noisy. Any regression\n" +
-			"exits 3, and so does a NEW with no row matching one of OLD. Files are --output json documents, JSON lines written with --out, or nccl-tests' output (its\n" +
-			"text as saved in a log, or its -J JSON), told apart by content; a run that did not finish is compared\n" +
-			"on the rows it holds, with a notice.",
+			"exits 3, and so does a NEW with no row matching one of OLD's. Files are --output json documents,\n" +
+			"JSON lines written with --out, or nccl-tests' output (its text as saved in a log, or its -J JSON),\n" +
+			"told apart by content; a run that did not finish is compared on the rows it holds, with a notice.",
 		Example: "  gpubench compare before.json after.json\n  gpubench compare --threshold 2% base.json run1.json run2.json --output markdown",
 		RunE: func(_ *cobra.Command, args []string) error {
 			return runCompare(e, g, threshold, args)

@@ -138,10 +138,10 @@ func (f *planFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	if s.ReserveBytes != nil && *s.ReserveBytes >= machine.MemoryBytes {
 		return usageErr("invalid --reserve %s: a GPU of %s has %.1f GiB in all; set aside less", input.Safe(f.reserve), machine.Name, plan.GiBOf(machine.MemoryBytes))
 	}
-	var curves []plan.Curve
 	if slices.Contains(f.measured, "") {
 		return usageErr("invalid --measured: an empty file name (a stray comma?); give result files, comma-separated")
 	}
+	var curves []plan.Curve
 	for _, name := range f.measured {
 		file, err := results.ReadFile(name)
 		if err != nil {

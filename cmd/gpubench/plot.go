@@ -127,8 +127,6 @@ func (f *plotFlags) run(cmd *cobra.Command, e *env, g *globals, args []string) e
 		"width": opt.Width, "height": opt.Height, "inputs": args})
 }
 
-// writeAtomic writes data to path through a temporary file in the same folder, so that a failure
-// leaves no half-written image.
 // checkOutFile refuses, before any work is done, a file flag names to write that could not be
 // written in place: one in a folder that does not exist, a folder itself, or one of the files the
 // command reads (which writing would destroy).
@@ -154,6 +152,8 @@ func checkOutFile(flag, path string, inputs ...string) error {
 	return nil
 }
 
+// writeAtomic writes data to path through a temporary file in the same folder, so that a failure
+// leaves no half-written image.
 func writeAtomic(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
