@@ -135,9 +135,10 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 		}
 	} else if rep, err = fleet.Run(cmd.Context(), opt); errors.Is(err, fleet.ErrSize) {
 		return usageErr("invalid --size %s: %s", input.Safe(f.size), strings.TrimPrefix(err.Error(), fleet.ErrSize.Error()+": "))
-	} else if err != nil {
+	} else if err != nil && (rep == nil || !rep.Interrupted) {
 		return runtimeErr(err)
 	}
+	stopped := err                                              // an interrupted run reports what finished, then exits as interrupted
 	if err := writeFleet(e.stdout, g.output, rep); err != nil { // the report first: a file that cannot be written loses nothing
 		return runtimeErr(err)
 	}
@@ -150,6 +151,9 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 		if err := writeFleetMetrics(f.metricsFile, rep); err != nil {
 			return usageErr("cannot write --metrics-file %s: %v", input.Safe(f.metricsFile), err)
 		}
+	}
+	if stopped != nil {
+		return runtimeErr(stopped)
 	}
 	if !rep.Healthy() {
 		return &exitError{code: exitCheck, err: fmt.Errorf("fleet: %d suspect%s: %s", len(rep.Suspects), plural(len(rep.Suspects)), strings.Join(rep.Summary(), "; "))}
@@ -240,6 +244,9 @@ func writeFleet(w io.Writer, format string, rep *fleet.Report) error {
 		return enc.Encode(rep)
 	case "markdown":
 		fmt.Fprintf(w, "**gpubench fleet**: %d nodes, %d tests in %d rounds, floor %.0f%% of expected\n\n", len(rep.Nodes), rep.Tests, rep.Rounds, 100*rep.Floor)
+		if rep.Interrupted {
+			fmt.Fprint(w, "Stopped early (interrupted): the nodes and rounds that finished, nothing of the one under way.\n\n")
+		}
 		fmt.Fprintln(w, "| host | status | all-reduce (% of expected) | all-to-all (% of expected) | slowest P2P pair (% of expected) | why |\n|---|---|---:|---:|---:|---|")
 		for _, n := range rep.Nodes {
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", n.Host, n.Status, pct(n.AllReduce), pct(n.AllToAll), pct(n.P2P), n.Why)
@@ -256,6 +263,9 @@ func writeFleet(w io.Writer, format string, rep *fleet.Report) error {
 		return nil
 	case "table":
 		fmt.Fprintf(w, "# gpubench fleet: %d node%s; %d test%s in %d round%s; floor %.0f%% of expected\n", len(rep.Nodes), plural(len(rep.Nodes)), rep.Tests, plural(rep.Tests), rep.Rounds, plural(rep.Rounds), 100*rep.Floor)
+		if rep.Interrupted {
+			fmt.Fprintln(w, "# Stopped early (interrupted): the nodes and rounds that finished, nothing of the one under way")
+		}
 		fmt.Fprintf(w, "%-20s  %-10s  %10s  %10s  %10s  %s\n", "host", "status", "allreduce", "alltoall", "p2p", "why")
 		for _, n := range rep.Nodes {
 			fmt.Fprintf(w, "%-20s  %-10s  %10s  %10s  %10s  %s\n", n.Host, n.Status, pct(n.AllReduce), pct(n.AllToAll), pct(n.P2P), n.Why)

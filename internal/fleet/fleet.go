@@ -111,6 +111,9 @@ type Report struct {
 	Tests    int       `json:"tests"`
 	Rounds   int       `json:"rounds"`
 	Floor    float64   `json:"floor"`
+	// Interrupted: the run was stopped (its context ended); the report holds the nodes and the
+	// rounds that finished before, and nothing of the one under way.
+	Interrupted bool `json:"interrupted,omitempty"`
 }
 
 // Healthy reports whether every node is.
@@ -196,19 +199,53 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	}
 	f.progress("%d nodes of %d GPUs: each node on its own", len(f.nodes), len(f.nodes[0]))
 	f.nodeRound()
+	if f.ctx.Err() != nil {
+		f.rep.Interrupted = true
+		return f.report()
+	}
 	return f.acrossNodes()
 }
 
-// acrossNodes runs the rounds across nodes, each rail then the nodes in groups, and reports.
+// acrossNodes runs the rounds across nodes, each rail then the nodes in groups, and reports. A
+// round cut short by the end of the run's context leaves nothing in the report: its tests failed
+// for that, not for the hardware.
 func (f *fleet) acrossNodes() (*Report, error) {
 	if len(f.nodes) > 1 {
 		f.progress("each rail across the nodes")
-		if err := f.railRound(); err != nil {
+		before := f.snapshot()
+		if err := f.railRound(); f.ctx.Err() != nil {
+			return f.stopped(before)
+		} else if err != nil {
 			return nil, err
 		}
 		f.progress("the nodes together, in groups of %d", f.opt.Group)
-		f.groupRound()
+		before = f.snapshot()
+		if f.groupRound(); f.ctx.Err() != nil {
+			return f.stopped(before)
+		}
 	}
+	return f.report()
+}
+
+// state is what a round changes of a fleet run, to undo a round cut short.
+type state struct {
+	nodes              []Node
+	rails              []Rail
+	suspects           []Suspect
+	tests, rounds, dep int
+	bad, confirmed     map[int]bool
+}
+
+func (f *fleet) snapshot() state {
+	return state{slices.Clone(f.rep.Nodes), slices.Clone(f.rep.Rails), slices.Clone(f.rep.Suspects),
+		f.rep.Tests, f.rep.Rounds, f.depth, maps.Clone(f.bad), maps.Clone(f.confirmed)}
+}
+
+// stopped reports the run as it stood before the round under way when its context ended.
+func (f *fleet) stopped(s state) (*Report, error) {
+	f.rep.Nodes, f.rep.Rails, f.rep.Suspects, f.rep.Tests, f.rep.Rounds = s.nodes, s.rails, s.suspects, s.tests, s.rounds
+	f.depth, f.bad, f.confirmed = s.dep, s.bad, s.confirmed
+	f.rep.Interrupted = true
 	return f.report()
 }
 
@@ -374,6 +411,10 @@ func figure(o outcome, expected float64) *Figure {
 func (f *fleet) nodeRound() {
 	f.rep.Rounds++
 	for n, gpus := range f.nodes {
+		if f.ctx.Err() != nil {
+			break // the nodes tested so far are reported
+		}
+		suspects := len(f.rep.Suspects)
 		node := Node{Host: f.hosts[n], Status: Healthy}
 		shape := fmt.Sprintf("node %d %s", len(gpus), gpuName(f.topo, gpus[0]))
 		for _, c := range []*coll.Collective{coll.AllReduce, coll.AllToAll} {
@@ -412,6 +453,10 @@ func (f *fleet) nodeRound() {
 		}
 		if f.opt.Diag != nil && len(f.nodes) == 1 {
 			f.diagNode(&node)
+		}
+		if f.ctx.Err() != nil { // its tests were cut short by the run's end, not by the node: it is left out
+			f.rep.Suspects = f.rep.Suspects[:suspects]
+			break
 		}
 		f.rep.Nodes = append(f.rep.Nodes, node)
 	}

@@ -72,3 +72,46 @@ func TestDiagPerNode(t *testing.T) {
 		}
 	}
 }
+
+// A run whose context ends reports the nodes and rounds that finished and nothing of the round
+// under way, whose tests failed for the interruption, not the hardware: cut before the nodes are
+// tested, it has none; cut as the rails start, the four healthy nodes and no rail or suspect.
+func TestInterrupted(t *testing.T) {
+	open := func(env map[string]string, _ bool) (gpu.Backend, error) {
+		topo, err := sim.LoadTopology("dgx-h100")
+		if err == nil {
+			topo, err = topo.WithNodes(4)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return sim.New(topo, sim.Options{Env: env})
+	}
+	for _, tc := range []struct {
+		at    string // the progress message at which the run is stopped
+		nodes int
+	}{{"each node on its own", 0}, {"each rail across the nodes", 4}} {
+		ctx, cancel := context.WithCancel(context.Background())
+		opt := Options{Open: open, Floor: 0.75, Repeat: 1, Group: 2, Bytes: 4 << 20, Timeout: 10 * time.Second,
+			Progress: func(s string) {
+				if strings.Contains(s, tc.at) {
+					cancel()
+				}
+			}}
+		rep, err := Run(ctx, opt)
+		cancel()
+		if !errors.Is(err, context.Canceled) || rep == nil {
+			t.Fatalf("stopped at %q: report %v, error %v; want the report and context.Canceled", tc.at, rep, err)
+		}
+		healthy := 0
+		for _, n := range rep.Nodes {
+			if n.Status == Healthy {
+				healthy++
+			}
+		}
+		if !rep.Interrupted || len(rep.Nodes) != tc.nodes || healthy != tc.nodes || len(rep.Rails) != 0 || len(rep.Suspects) != 0 {
+			t.Errorf("stopped at %q: interrupted %v, %d nodes (%d healthy), %d rails, suspects %+v; want %d healthy nodes and nothing else",
+				tc.at, rep.Interrupted, len(rep.Nodes), healthy, len(rep.Rails), rep.Suspects, tc.nodes)
+		}
+	}
+}
