@@ -138,8 +138,10 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	} else if err != nil && (rep == nil || !rep.Interrupted) {
 		return runtimeErr(err)
 	}
-	stopped := err                                              // an interrupted run reports what finished, then exits as interrupted
-	if err := writeFleet(e.stdout, g.output, rep); err != nil { // the report first: a file that cannot be written loses nothing
+	// An interrupted run reports what finished, then exits as interrupted. The report goes first:
+	// a file that cannot be written then loses nothing.
+	stopped := err
+	if err := writeFleet(e.stdout, g.output, rep); err != nil {
 		return runtimeErr(err)
 	}
 	if f.drainFile != "" {
