@@ -193,7 +193,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"allreduce", "--sim-fault", "melt=1"}, "unknown fault"},
 		{[]string{"allreduce", "--sim-fault", "hang=99"}, "devices 0-7"},
 		{[]string{"allreduce", "--sim-fault", "slow-link=gpu0,gpu1,0.5"}, "no link gpu0-gpu1"},
-		{[]string{"allreduce", "--sim-fault", "slow-nic=dgx-h100/mlx5_0,0.5"}, "topology dgx-h100 is one node, whose NICs carry nothing between its GPUs; give --nodes 2 or more"},
+		{[]string{"allreduce", "--sim-fault", "slow-nic=dgx-h100/mlx5_0,0.5"}, "topology dgx-h100 is one NVLink domain, whose NICs carry nothing between its GPUs; give --nodes for more"},
 		{[]string{"allreduce", "--iters", "x"}, `invalid -n "x": use a whole number`},
 		{[]string{"allreduce", "--nodes", "abc"}, `invalid --nodes "abc": use a whole number`},
 		{[]string{"allreduce", "--nodes", "99999999999999999999"}, `invalid --nodes "99999999999999999999": out of range; use a smaller number`},

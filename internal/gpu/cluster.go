@@ -178,6 +178,9 @@ func (t *Topology) domainOf(n int) int {
 // index of its run of nodes. GPUs of one domain reach each other over NVLink.
 func (t *Topology) DomainOf(i int) int { return t.domainOf(t.gpus[i].node) }
 
+// OneDomain reports whether every node is in one NVLink domain: nothing crosses a NIC.
+func (t *Topology) OneDomain() bool { return t.domainOf(len(t.Nodes)-1) == t.domainOf(0) }
+
 // check checks the version 2 fabric fields.
 func (n *Network) check() error {
 	switch n.Layout {

@@ -572,8 +572,8 @@ func (t *Topology) SlowNIC(nic string, f float64) error {
 	if !ok || !linked {
 		return fmt.Errorf("no NIC %s on a network in topology %s: name it host/id, as gpubench topo lists NICs", nic, t.Name)
 	}
-	if len(t.Nodes) == 1 {
-		return fmt.Errorf("NIC %s: topology %s is one node, whose NICs carry nothing between its GPUs; give --nodes 2 or more", nic, t.Name)
+	if t.OneDomain() {
+		return fmt.Errorf("NIC %s: topology %s is one NVLink domain, whose NICs carry nothing between its GPUs; give --nodes for more", nic, t.Name)
 	}
 	t.edges[e].slow *= f
 	return nil

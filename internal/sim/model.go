@@ -82,14 +82,17 @@ type model struct {
 	sameCh  bool // ring channels all take the same path (one NVLink node)
 	rings   int
 	ringBus float64 // ring Simple bus bandwidth, GB/s
-	netGBs  float64 // the NICs of an NVLink domain together, GB/s, the least of any domain, as NCCL_IB_HCA leaves them (several domains only)
-	netBus  float64 // what the network's links carry the rings, as bus bandwidth, GB/s (several domains only)
-	memGBs  float64
-	graphs  [numAlgos]searchGraph
-	p2p     *p2pPlan // worked out at the first point-to-point call
-	env     tunerEnv
-	limit   string // the kind of link that bounds the ring, for explain
-	staged  bool   // the ring's hops go through host memory (P2P off)
+	// netGBs is the NICs of an NVLink domain together, GB/s, the least of any domain, of those
+	// NCCL_IB_HCA leaves; netBus what the network's links carry the rings, as bus bandwidth, GB/s
+	// (several domains only, both).
+	netGBs float64
+	netBus float64
+	memGBs float64
+	graphs [numAlgos]searchGraph
+	p2p    *p2pPlan // worked out at the first point-to-point call
+	env    tunerEnv
+	limit  string // the kind of link that bounds the ring, for explain
+	staged bool   // the ring's hops go through host memory (P2P off)
 	// netExtraUS is how much longer a message between nodes takes than on the InfiniBand that
 	// NCCL's latency tables assume (gpu.Network.ExtraLatencyUS).
 	netExtraUS float64
@@ -129,7 +132,7 @@ func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
 	}
 	m.nodes = len(domains)
 	// NCCL's node is the NVLink domain: its NICs are those of its hosts that hold ranks (a GB200
-	// NVL72 rack's 18 trays), CollNet's heads the fewest any domain has.
+	// NVL72 rack's 18 trays) that NCCL_IB_HCA leaves, CollNet's heads the fewest any domain has.
 	domHosts := map[int][]int{}
 	for h, d := range hosts {
 		domHosts[d] = append(domHosts[d], h)
@@ -138,10 +141,9 @@ func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
 	for _, hs := range domHosts {
 		nics, gbs := 0, 0.0
 		for _, h := range hs {
-			nics += len(t.Nodes[h].NICs)
 			for _, c := range t.Nodes[h].NICs {
 				if m.env.hca == nil || m.env.hca(c.ID) {
-					gbs += c.Gbps / 8
+					nics, gbs = nics+1, gbs+c.Gbps/8
 				}
 			}
 		}

@@ -130,7 +130,7 @@ func TestAllToAllHonoursIBHCA(t *testing.T) {
 	}
 	// NCCL_IB_DISABLE leaves NCCL sockets between nodes of an InfiniBand network: refused too.
 	if _, err := Explain(tp, ranks(16), map[string]string{"NCCL_IB_DISABLE": "1"}, "alltoall", 1<<20); err == nil ||
-		!strings.Contains(err.Error(), "NCCL_IB_DISABLE=1 on an infiniband network: NCCL would fall back to sockets") {
+		!strings.Contains(err.Error(), "NCCL_IB_DISABLE=1 on a network of kind infiniband: NCCL would fall back to sockets") {
 		t.Errorf("NCCL_IB_DISABLE=1 across nodes: %v; want it refused", err)
 	}
 	if x := explain(t, "dgx-h100", 8, map[string]string{"NCCL_IB_DISABLE": "1"}, "alltoall", 1<<20); x.Chosen.BusGBs <= 0 {

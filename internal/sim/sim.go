@@ -467,10 +467,10 @@ func routeEnv(t *gpu.Topology, env map[string]string) error {
 			return fmt.Errorf("NCCL_P2P_DISABLE=1: %v", err)
 		}
 	}
-	if n, _ := strconv.Atoi(strings.TrimSpace(env["NCCL_IB_DISABLE"])); n != 0 && len(t.Nodes) > 1 && t.Network != nil &&
+	if n, _ := strconv.Atoi(strings.TrimSpace(env["NCCL_IB_DISABLE"])); n != 0 && !t.OneDomain() && t.Network != nil &&
 		(t.Network.Kind == "infiniband" || t.Network.Kind == "roce") {
-		return fmt.Errorf("NCCL_IB_DISABLE=%s on an %s network: NCCL would fall back to sockets, which the simulator models only on an ethernet network; unset it, or describe the network as ethernet in a topology file",
-			env["NCCL_IB_DISABLE"], t.Network.Kind)
+		return fmt.Errorf("NCCL_IB_DISABLE=%d on a network of kind %s: NCCL would fall back to sockets between NVLink domains, which the simulator models only on an ethernet network; unset it, or describe the network as ethernet in a topology file",
+			n, t.Network.Kind)
 	}
 	if e.hca == nil && t.NICOK == nil {
 		return nil

@@ -39,6 +39,12 @@ func TestRunChannels(t *testing.T) {
 	if got, want := two.runChannels(algoNVLS, protoSimple, 1<<30), min(32, two.commChannels()); got != want {
 		t.Errorf("two DGX B200: NVLS on %d channels; want %d", got, want)
 	}
+	// NCCL_IB_HCA leaving half the NICs halves their sum, not each NIC's rate: four DGX B200 still
+	// run NVLSTree on 24 channels, as with every NIC (400 Gb/s NICs past two domains).
+	four := newModel(topoOf(t, "dgx-b200", 4), ranks(32), map[string]string{"NCCL_IB_HCA": "mlx5_0,mlx5_1,mlx5_2,mlx5_3"})
+	if got := four.runChannels(algoNVLSTree, protoSimple, 1<<30); got != 24 || four.heads != 4 {
+		t.Errorf("four DGX B200 with half their NICs: NVLSTree on %d channels, %d heads; want 24 and 4", got, four.heads)
+	}
 	if got := modelOf(t, "dgx-h100", 2, 16).runChannels(algoTree, protoLL, 1<<10); got != 1 {
 		t.Errorf("two DGX H100: Tree/LL of 1 KiB on %d channels; want 1", got)
 	}
