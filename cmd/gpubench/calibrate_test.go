@@ -114,8 +114,13 @@ func TestCalibrateRefuses(t *testing.T) {
 	if data, err = json.Marshal(doc); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(empty, data, 0o644)
-	before, _ := os.ReadFile(a100)
+	if err := os.WriteFile(empty, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(a100)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -139,7 +144,7 @@ func TestCalibrateRefuses(t *testing.T) {
 			t.Fatalf("%v: wrote %s", tc.args, out)
 		}
 	}
-	if after, _ := os.ReadFile(a100); string(after) != string(before) {
+	if after, err := os.ReadFile(a100); err != nil || string(after) != string(before) {
 		t.Errorf("-o naming the run read overwrote it")
 	}
 }

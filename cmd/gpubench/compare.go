@@ -78,7 +78,10 @@ func runCompare(e *env, g *globals, threshold string, args []string) error {
 		return &exitError{code: exitCheck, err: fmt.Errorf("compare: %d regression%s past %g%% (marked REGRESSION)", n, plural(n), t)}
 	}
 	for _, c := range cmps { // a gate must not pass on a run that has nothing to compare
-		if !slices.ContainsFunc(c.Lines, func(l results.Line) bool { return l.Old != nil && l.New != nil }) {
+		switch {
+		case len(c.Old.Coll.Results) == 0:
+			return &exitError{code: exitCheck, err: fmt.Errorf("compare: OLD %s holds no rows: nothing was compared", input.Safe(c.Old.Name))}
+		case !slices.ContainsFunc(c.Lines, func(l results.Line) bool { return l.Old != nil && l.New != nil }):
 			return &exitError{code: exitCheck, err: fmt.Errorf("compare: no row of %s matches one of %s: nothing was compared", input.Safe(c.New.Name), input.Safe(c.Old.Name))}
 		}
 	}

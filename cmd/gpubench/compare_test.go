@@ -131,9 +131,14 @@ func TestCompareSimulatedRuns(t *testing.T) {
 	if data, err = json.Marshal(base); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(dir, "empty.json"), data, 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "empty.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if _, errOut, code := inDir(t, dir, "compare", "base.json", "empty.json"); code != exitCheck || errOut != "gpubench: compare: no row of empty.json matches one of base.json: nothing was compared\n" {
 		t.Errorf("NEW without rows: exit %d, stderr %q; want 3", code, errOut)
+	}
+	if _, errOut, code := inDir(t, dir, "compare", "empty.json", "base.json"); code != exitCheck || errOut != "gpubench: compare: OLD empty.json holds no rows: nothing was compared\n" {
+		t.Errorf("OLD without rows: exit %d, stderr %q; want 3", code, errOut)
 	}
 }
 

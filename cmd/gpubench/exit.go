@@ -74,7 +74,7 @@ func flagErr(_ *cobra.Command, err error) error {
 		name = "-" + f.Shorthand
 	}
 	if errors.Is(err, strconv.ErrRange) {
-		takes = "out of range; use a smaller number"
+		takes = "out of range: too large in size"
 	}
 	return usageErr("invalid %s %q: %s", name, bad.GetValue(), takes)
 }

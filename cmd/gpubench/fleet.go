@@ -89,8 +89,11 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	if err != nil || bytes < 1<<10 || bytes > 1<<40 {
 		return usageErr("invalid --size %q: give 1KiB to 1TiB, e.g. 256MiB", f.size)
 	}
-	for flag, path := range map[string]string{"--drain-file": f.drainFile, "--metrics-file": f.metricsFile} {
-		if err := checkOutFile(flag, path, g.topology); err != nil {
+	if f.drainFile != "" && f.drainFile == f.metricsFile {
+		return usageErr("--drain-file and --metrics-file both name %s: give each its own file", input.Safe(f.drainFile))
+	}
+	for _, o := range []struct{ flag, path string }{{"--drain-file", f.drainFile}, {"--metrics-file", f.metricsFile}} {
+		if err := checkOutFile(o.flag, o.path, g.topology); err != nil {
 			return err
 		}
 	}
@@ -146,12 +149,12 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	}
 	if f.drainFile != "" {
 		if err := writeAtomic(f.drainFile, drainCommands(rep)); err != nil {
-			return usageErr("cannot write --drain-file %s: %v", input.Safe(f.drainFile), err)
+			return runtimeErr(fmt.Errorf("cannot write --drain-file %s: %v", input.Safe(f.drainFile), err))
 		}
 	}
 	if f.metricsFile != "" {
 		if err := writeFleetMetrics(f.metricsFile, rep); err != nil {
-			return usageErr("cannot write --metrics-file %s: %v", input.Safe(f.metricsFile), err)
+			return runtimeErr(fmt.Errorf("cannot write --metrics-file %s: %v", input.Safe(f.metricsFile), err))
 		}
 	}
 	if stopped != nil {

@@ -157,6 +157,7 @@ func TestFleetRefuses(t *testing.T) {
 		{[]string{"--sim-fault", "slow-nic=nowhere/mlx5_3,0.5"}, "gpubench: no NIC nowhere/mlx5_3 on a network in topology dgx-h100 x4: name it host/id, as gpubench topo lists NICs\n"},
 		{[]string{"--output", "csv"}, "gpubench: unknown --output \"csv\" for fleet: use table, json or markdown\n"},
 		{[]string{"--drain-file", "/no/such/dir/drain.sh"}, "gpubench: cannot write --drain-file /no/such/dir/drain.sh: /no/such/dir is not a folder; give a file in one\n"},
+		{[]string{"--drain-file", "x.out", "--metrics-file", "x.out"}, "gpubench: --drain-file and --metrics-file both name x.out: give each its own file\n"},
 		{[]string{"--size", "32G"}, "gpubench: invalid --size 32G: more than the GPUs hold for a checked all-reduce (79.6 GiB of memory): give at most 25479MiB\n"},
 		{[]string{"--metrics-file", os.TempDir()}, "gpubench: cannot write --metrics-file " + os.TempDir() + ": it is a folder; name a file in it\n"},
 	} {

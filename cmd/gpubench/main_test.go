@@ -196,7 +196,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"allreduce", "--sim-fault", "slow-nic=dgx-h100/mlx5_0,0.5"}, "topology dgx-h100 is one NVLink domain, whose NICs carry nothing between its GPUs; give --nodes for more"},
 		{[]string{"allreduce", "--iters", "x"}, `invalid -n "x": use a whole number`},
 		{[]string{"allreduce", "--nodes", "abc"}, `invalid --nodes "abc": use a whole number`},
-		{[]string{"allreduce", "--nodes", "99999999999999999999"}, `invalid --nodes "99999999999999999999": out of range; use a smaller number`},
+		{[]string{"allreduce", "--nodes", "99999999999999999999"}, `invalid --nodes "99999999999999999999": out of range: too large in size`},
 		{[]string{"allreduce", "-t", "9"}, "invalid -t 9 -g 1: 9 GPUs, and only 8 were found"},
 		{[]string{"allreduce", "--sim-jitter", "lots"}, `invalid --sim-jitter "lots": use a number`},
 		{[]string{"allreduce", "--seed", "-1"}, `invalid --seed "-1": use a whole number, 0 or more`},

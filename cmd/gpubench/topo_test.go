@@ -213,6 +213,9 @@ func TestTopologyDocExample(t *testing.T) {
 		t.Fatal("docs/topology.md: the minimal example, its command or its figure is gone")
 	}
 	end := strings.Index(s[start+8:], "```")
+	if end < 0 {
+		t.Fatal("docs/topology.md: the minimal example's block does not end")
+	}
 	file := filepath.Join(t.TempDir(), "example.json")
 	if err := os.WriteFile(file, []byte(s[start+8:start+8+end]), 0o644); err != nil {
 		t.Fatal(err)

@@ -414,7 +414,7 @@ func (f *fleet) nodeRound() {
 		if f.ctx.Err() != nil {
 			break // the nodes tested so far are reported
 		}
-		suspects := len(f.rep.Suspects)
+		suspects, tests := len(f.rep.Suspects), f.rep.Tests
 		node := Node{Host: f.hosts[n], Status: Healthy}
 		shape := fmt.Sprintf("node %d %s", len(gpus), gpuName(f.topo, gpus[0]))
 		for _, c := range []*coll.Collective{coll.AllReduce, coll.AllToAll} {
@@ -455,7 +455,7 @@ func (f *fleet) nodeRound() {
 			f.diagNode(&node)
 		}
 		if f.ctx.Err() != nil { // its tests were cut short by the run's end, not by the node: it is left out
-			f.rep.Suspects = f.rep.Suspects[:suspects]
+			f.rep.Suspects, f.rep.Tests = f.rep.Suspects[:suspects], tests
 			break
 		}
 		f.rep.Nodes = append(f.rep.Nodes, node)

@@ -129,19 +129,20 @@ func (s *Setup) Validate(m *Model) error {
 		return fmt.Errorf("vpp %d: the interleaved schedule is weighed with 2 to %d model chunks a GPU", s.VPP, maxVPP)
 	case s.VPP > 1 && s.PP > 0 && (s.PP < 2 || !chunksFit(m.Layers, s.PP, s.VPP, s.UnevenPP)):
 		return fmt.Errorf("vpp %d: the interleaved schedule needs pp of 2 or more and the %d layers divisible by pp x vpp (with --uneven-pp, at least vpp layers a stage)", s.VPP, m.Layers)
-	case s.VPP > 1 && s.PP == 0 && !slices.ContainsFunc(stages(m.Layers), func(pp int) bool { return chunksFit(m.Layers, pp, s.VPP, s.UnevenPP) }):
+	case s.VPP > 1 && s.PP == 0 && !anyPipeline(m.Layers, s.VPP, s.UnevenPP):
 		return fmt.Errorf("vpp %d: no pipeline of 2 or more stages splits the model's %d layers into %d chunks a stage (with --uneven-pp, at least vpp layers a stage)", s.VPP, m.Layers, s.VPP)
 	}
 	return nil
 }
 
-// stages lists the pipeline sizes from 2 to the layers.
-func stages(layers int) []int {
-	var pp []int
-	for p := 2; p <= layers; p++ {
-		pp = append(pp, p)
+// anyPipeline reports whether some pipeline of 2 or more stages splits layers into v chunks a stage.
+func anyPipeline(layers, v int, uneven bool) bool {
+	for pp := 2; pp <= layers; pp++ {
+		if chunksFit(layers, pp, v, uneven) {
+			return true
+		}
 	}
-	return pp
+	return false
 }
 
 // chunksFit reports whether layers split into pp stages of v model chunks each: evenly, or with

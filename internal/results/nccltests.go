@@ -399,7 +399,7 @@ func (p ntPlace) read(f []string) (Placement, error) {
 	w, err := strconv.ParseFloat(f[p.wrong], 64)
 	switch {
 	case !p.counts: // the old error column: the largest error, not a count; wrong stays unknown
-		if err != nil || !valid(w) {
+		if err != nil || !(w >= 0) || math.IsInf(w, 0) { // any size: a broken run's is huge
 			return pl, fmt.Errorf("error %q is not a number", input.Safe(f[p.wrong]))
 		}
 	case err != nil || w < 0 || w != math.Trunc(w) || w > 1<<53:
