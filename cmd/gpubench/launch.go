@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -176,10 +177,16 @@ func runOf(b gpu.Backend, g *globals, opt *coll.Options) (string, error) {
 			}
 			faults[i] = fmt.Sprintf("%+v", fault)
 		}
+		// The NCCL_* variables steer every simulated clock too (each process computes them all).
+		var nccl []string
+		for k, v := range ncclEnv() {
+			nccl = append(nccl, k+"="+v)
+		}
+		slices.Sort(nccl)
 		sum := sha256.Sum256(js)
 		fields = append(fields, fmt.Sprintf("--topology %s (%x)", t.Name, sum[:6]),
 			fmt.Sprintf("--sim-data-cap %d", capBytes), fmt.Sprintf("--sim-jitter %v", g.jitter),
-			"--sim-fault ["+strings.Join(faults, " ")+"]")
+			"--sim-fault ["+strings.Join(faults, " ")+"]", "NCCL_* ["+strings.Join(nccl, " ")+"]")
 	}
 	return strings.Join(fields, "; "), nil
 }

@@ -13,6 +13,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/sim"
 )
 
 // loopbackPort returns a loopback port that was free a moment ago. Another process can take it
@@ -413,5 +416,33 @@ func TestUnderMpirun(t *testing.T) {
 		if !strings.Contains(out, "#  Rank  "+strconv.Itoa(rank)+" Group  0 Pid") {
 			t.Errorf("rank %d missing from the header", rank)
 		}
+	}
+}
+
+// The NCCL_* variables steer every simulated clock, which each process computes itself: they
+// are part of what the ranks must share, so a rank started with others is refused.
+func TestRunOfHoldsNCCLEnv(t *testing.T) {
+	tp, err := sim.LoadTopology("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sim.New(tp, sim.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &globals{dataCap: "8MiB"}
+	opt := &coll.Options{Coll: coll.AllReduce, Sweep: coll.Sweep{Min: 8, Max: 8, Factor: 2}}
+	without, err := runOf(b, g, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("NCCL_PROTO", "LL")
+	t.Setenv("NCCL_ALGO", "Ring")
+	with, err := runOf(b, g, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(with, "NCCL_* [NCCL_ALGO=Ring NCCL_PROTO=LL]") || with == without {
+		t.Errorf("with NCCL_ALGO and NCCL_PROTO set: %q; without: %q", with, without)
 	}
 }

@@ -275,6 +275,8 @@ func (r *runner) naReason(i, j int, enabled, both bool) string {
 	switch {
 	case !r.wanted(i, j):
 		return "not requested"
+	case r.res.Devices[i].Host != r.res.Devices[j].Host:
+		return "different hosts: no copy between them (NCCL's network, not a peer copy)"
 	case !enabled || i == j:
 		return ""
 	case !r.res.Access[i][j].Info.Access || both && !r.res.Access[j][i].Info.Access:
@@ -530,6 +532,9 @@ func (r *runner) samples(copies []gpu.Copy) ([][]time.Duration, error) {
 }
 
 func (r *runner) timed(copies []gpu.Copy) ([]time.Duration, error) {
+	if err := r.ctx.Err(); err != nil { // stopped: a backend whose copies take no wall time would not see it
+		return nil, err
+	}
 	ctx := r.ctx
 	if r.opt.Timeout > 0 {
 		var cancel context.CancelFunc
