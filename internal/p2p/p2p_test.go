@@ -233,3 +233,29 @@ func TestRefusedPeerCopiesAreCells(t *testing.T) {
 		t.Errorf("with peer access the copy works: %+v", c)
 	}
 }
+
+// GPUs of two hosts have no copy between them (NCCL's network joins them, not a peer copy):
+// their cells are N/A, both with P2P and without; a run whose context has ended copies nothing
+// more and says so, though the simulator's copies take no wall time.
+func TestHostsAndStop(t *testing.T) {
+	t.Parallel()
+	b := simBackend(t, "dgx-h100x2", sim.Options{})
+	res, err := p2p.Run(context.Background(), b, p2p.Options{Size: 1 << 20, Repeat: 1, Samples: 1, Devices: []int{0, 1, 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"uni_disabled", "uni_enabled", "bi_disabled", "lat_enabled"} {
+		m := matrix(t, res, key)
+		if c := m.Cells[0][2]; c.Value != nil || !strings.HasPrefix(c.NA, "different hosts") {
+			t.Errorf("%s: GPU 0 to GPU 8 of the other host: %+v; want N/A, different hosts", key, c)
+		}
+		if c := m.Cells[0][1]; c.Value == nil {
+			t.Errorf("%s: GPU 0 to GPU 1 of the same host: %+v; want a figure", key, c)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := p2p.Run(ctx, b, p2p.Options{Size: 1 << 20, Repeat: 1, Samples: 1000, Devices: []int{0, 1}}); !errors.Is(err, context.Canceled) {
+		t.Errorf("a stopped run: %v; want context.Canceled", err)
+	}
+}
