@@ -106,10 +106,12 @@ func newCollCmdWith(e *env, g *globals, c *coll.Collective, runF func(*cobra.Com
 	}
 	f.launch.add(cmd)
 	complete(cmd, "dtype", append(typeList(), "all"))
-	if c.Reduces {
-		fl.StringVarP(&f.op, "op", "o", "sum", "reduction: sum, prod, max, min, avg, or all")
-		complete(cmd, "op", []string{"sum", "prod", "max", "min", "avg", "all"})
+	opHelp := "reduction: sum, prod, max, min, avg, or all"
+	if !c.Reduces {
+		opHelp = "nccl-tests: the reduction of the reducing collectives; " + c.Name + " reduces nothing, so it is ignored"
 	}
+	fl.StringVarP(&f.op, "op", "o", "sum", opHelp)
+	complete(cmd, "op", []string{"sum", "prod", "max", "min", "avg", "all"})
 	rootHelp := "root rank, or -1 for every rank in turn"
 	if !c.Rooted {
 		rootHelp = "nccl-tests: root of broadcast and reduce; " + c.Name + " has none, so it is ignored"
@@ -240,10 +242,12 @@ func (f *collFlags) options(cmd *cobra.Command, c *coll.Collective, seed uint64)
 	if opt.DTypes, err = oneOrAll(f.dtype, gpu.DTypes, gpu.ParseDType); err != nil {
 		return opt, usageErr("invalid -d: %v", err)
 	}
+	ops, err := oneOrAll(f.op, gpu.RedOps, gpu.ParseRedOp) // read on every collective, as nccl-tests does
+	if err != nil {
+		return opt, usageErr("invalid -o: %v", err)
+	}
 	if c.Reduces {
-		if opt.Ops, err = oneOrAll(f.op, gpu.RedOps, gpu.ParseRedOp); err != nil {
-			return opt, usageErr("invalid -o: %v", err)
-		}
+		opt.Ops = ops
 	}
 	return opt, nil
 }
@@ -378,6 +382,9 @@ func (f *collFlags) prepare(cmd *cobra.Command, e *env, g *globals, c *coll.Coll
 	}
 	if !c.Rooted && f.root != 0 {
 		fmt.Fprintf(e.stderr, "gpubench: -r %d ignored: %s has no root (-r is for broadcast and reduce)\n", f.root, c.Name)
+	}
+	if !c.Reduces && cmd.Flags().Changed("op") { // nccl-tests' binaries share one parser, -o included
+		fmt.Fprintf(e.stderr, "gpubench: -o %s ignored: %s reduces nothing (-o is for allreduce, reducescatter and reduce)\n", f.op, c.Name)
 	}
 	if proc, err = f.launch.process(); err != nil {
 		return opt, proc, "", err

@@ -205,7 +205,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"nosuchcommand"}, "unknown command"},
 		{[]string{"completion", "foo"}, `unknown command "foo" for "gpubench completion"`},
 		{[]string{"version", "extra"}, "unknown command"},
-		{[]string{"allgather", "-o", "sum"}, "unknown shorthand flag: 'o'"},
+		{[]string{"allgather", "-o", "out.json"}, "invalid -o"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
@@ -257,6 +257,15 @@ func TestP2PHangNamesDevice(t *testing.T) {
 	_, errOut, code := gpubench(t, "p2p", "--backend", "sim", "--sim-fault", "hang=3", "-T", "1", "--size", "1M")
 	if code != 5 || errOut != "gpubench: hang: device 3 did not finish: context deadline exceeded\n" {
 		t.Errorf("exit %d, stderr %q; want 5 and device 3 named", code, errOut)
+	}
+}
+
+// -o is read on every collective, as nccl-tests' binaries share one parser; where it reduces
+// nothing it is said to be ignored.
+func TestOpOnEveryCollective(t *testing.T) {
+	_, errOut, code := gpubench(t, "broadcast", "--backend", "sim", "-b", "1K", "-e", "1K", "-o", "prod")
+	if code != 0 || errOut != "gpubench: -o prod ignored: broadcast reduces nothing (-o is for allreduce, reducescatter and reduce)\n" {
+		t.Errorf("broadcast -o prod: exit %d, stderr %q", code, errOut)
 	}
 }
 
