@@ -101,7 +101,9 @@ type runner struct {
 	start  time.Duration
 	pass   int // the pass running (from 1)
 	done   int // the passes completed
-	devs   []gpu.Device
+	// unchecked counts results that carried no data to check (past the simulator's data cap).
+	unchecked int
+	devs      []gpu.Device
 	// writeErr is the first error of Options.Record; it ends the burn-in.
 	writeErr error
 
@@ -325,6 +327,9 @@ func (r *runner) collResult(c *coll.Collective, res coll.Result) {
 			wrong += *w
 			checked = true
 		}
+	}
+	if !checked {
+		r.unchecked++
 	}
 	if checked {
 		r.v.set("all", CheckData, Pass, "0 wrong elements", "every checked collective result matched")
@@ -580,7 +585,11 @@ func round(d time.Duration) time.Duration {
 func (r *runner) finishChecks() {
 	for _, s := range append([]string{"all"}, r.gpuSubjects()...) {
 		if _, ok := r.v.get(s, CheckData); !ok {
-			r.v.set(s, CheckData, Skip, "", "no result was checked: the burn-in ended before its first check")
+			why := "no result was checked: the burn-in ended before its first check"
+			if r.unchecked > 0 && r.b.Name() == "sim" {
+				why = fmt.Sprintf("no result was checked: all %d carried no data (sizes past the simulator's --sim-data-cap; raise it, or give a smaller size)", r.unchecked)
+			}
+			r.v.set(s, CheckData, Skip, "", "%s", why)
 		}
 	}
 	if _, ok := r.v.get("all", CheckHang); !ok {

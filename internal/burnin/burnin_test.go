@@ -101,3 +101,21 @@ func TestRunStopsOnWriteError(t *testing.T) {
 		t.Errorf("%d records tried after the failure, %d steps, %d passes; want 1 (the failing one), 1 and 0", after-1, steps, rep.Passes)
 	}
 }
+
+// Sizes all past the simulator's data cap leave nothing checked, and the data check says so and
+// what to do, not that the burn-in ended too soon.
+func TestDataSkippedPastTheCap(t *testing.T) {
+	opt := options(t, "allreduce")
+	sw, err := coll.ParseSizes("64M:1G:x4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.Sweep, opt.Duration = sw, 50*time.Millisecond
+	rep, err := Run(context.Background(), simBackend(t), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := verdictOf(rep, "all", CheckData); c.Verdict != Skip || !strings.Contains(c.Reason, "past the simulator's --sim-data-cap") {
+		t.Errorf("data check %s (%s); want skipped, naming --sim-data-cap", c.Verdict, c.Reason)
+	}
+}
