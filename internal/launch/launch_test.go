@@ -329,6 +329,33 @@ func TestRendezvousRefusesBadLaunches(t *testing.T) {
 	}
 }
 
+// Ranks of a larger world that arrive after rank 0 has refused a smaller one are told the same,
+// not left to time out on a rendezvous that is gone: rank 1 claims a world of 2 and is refused at
+// once; rank 2, of rank 0's world of 3, comes a moment later.
+func TestRefusalReachesLateRanks(t *testing.T) {
+	errs := make([]error, 3)
+	world(t, 3, listenLoopback(t), 20*time.Second, func(rank int) (Process, Member) {
+		size := 3
+		switch rank {
+		case 1:
+			size = 2
+		case 2:
+			time.Sleep(300 * time.Millisecond) // after rank 0 has refused rank 1
+		}
+		return Process{Rank: rank, Size: size}, Member{Host: "h", PID: rank}
+	}, func(rank int, g *Group, err error) {
+		errs[rank] = err
+		if g != nil {
+			g.Close(nil)
+		}
+	})
+	for r, err := range errs {
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "was started with a world of 2 ranks, rank 0 with 3") {
+			t.Errorf("rank %d: %v, want the world-size refusal", r, err)
+		}
+	}
+}
+
 // A rank started with another command is refused on every rank, a rank that arrives after it
 // included: the refusal waits until the world has arrived.
 func TestRefusalReachesEveryRank(t *testing.T) {

@@ -191,6 +191,10 @@ func join(ctx context.Context, p Process, addr string, ln net.Listener, timeout 
 }
 
 // arrival is a connection that proved the run's key, and what it said.
+// refusalLinger is how long rank 0, having refused the ranks of a smaller world, waits for those
+// of a larger one that may still be starting, to refuse them too.
+const refusalLinger = 2 * time.Second
+
 type arrival struct {
 	q *peer
 	h *hello
@@ -246,8 +250,10 @@ func (g *Group) serve(me Member, timeout time.Duration, newID func() ([]byte, er
 	g.peers = make([]*peer, g.p.Size)
 	var refused []*peer // proved the key, but do not fit
 	var refusal error   // the first of those
-	// Refusing waits for as many processes as the smallest world any of them claims.
-	want, came := g.p.Size, 1
+	// Refusing waits for as many processes as the smallest world any of them claims; then, for a
+	// moment, tells those of a larger world still on their way, rather than leave them to wait out
+	// their timeout on a rendezvous that is gone.
+	want, came, most := g.p.Size, 1, g.p.Size
 	abort := func(err error) error {
 		for _, q := range append(g.peers, refused...) {
 			if q != nil {
@@ -285,14 +291,30 @@ func (g *Group) serve(me Member, timeout time.Duration, newID func() ([]byte, er
 			refusal = cmp.Or(refusal, err)
 			refused = append(refused, a.q)
 			if a.h.Size > 0 {
-				want = min(want, a.h.Size)
+				want, most = min(want, a.h.Size), max(most, a.h.Size)
 			}
 			continue
 		}
 		g.peers[a.h.Rank] = a.q
 	}
 	if refusal != nil {
-		return abort(refusal)
+		err := abort(refusal)
+		linger := time.NewTimer(refusalLinger)
+		defer linger.Stop()
+		for ; came < most; came++ {
+			select {
+			case a := <-arrivals:
+				a.q.send(message{Abort: err.Error(), Config: errors.Is(err, ErrConfig)})
+				a.q.conn.Close()
+			case <-linger.C:
+				return err
+			case <-timer.C:
+				return err
+			case <-g.ctx.Done():
+				return err
+			}
+		}
+		return err
 	}
 	id, err := newID()
 	if err != nil {
