@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/gpubench/gpubench/internal/burnin"
 	"github.com/gpubench/gpubench/internal/coll"
 	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/input"
 	"github.com/gpubench/gpubench/internal/metrics"
 	"github.com/gpubench/gpubench/internal/metrics/telemetry"
 	"github.com/gpubench/gpubench/internal/p2p"
@@ -20,6 +22,7 @@ import (
 )
 
 type burninFlags struct {
+	refRanks           map[string]int // each --reference file's rank count
 	duration, baseline time.Duration
 	collectives        string
 	sizes              string
@@ -159,6 +162,10 @@ func (f *burninFlags) options() (burnin.Options, error) {
 			if err := opt.Reference.Add(file.Coll); err != nil {
 				return opt, usageErr("invalid --reference %s: %v", path, err)
 			}
+			if f.refRanks == nil {
+				f.refRanks = map[string]int{}
+			}
+			f.refRanks[path] = cmp.Or(file.Coll.Config.Ranks, len(file.Coll.Devices))
 		}
 	}
 	return opt, nil
@@ -206,6 +213,18 @@ func (f *burninFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	defer b.Close()
 	if err := checkP2PSize(b, opt.P2PSize); err != nil {
 		return err
+	}
+	for path, ranks := range f.refRanks { // busbw depends on the ranks: another count is another machine
+		if n := len(b.Devices()); ranks != n {
+			return usageErr("invalid --reference %s: measured on %d ranks, and this burn-in runs on %d GPUs; give a run of all of this machine's GPUs", input.Safe(path), ranks, n)
+		}
+	}
+	if len(opt.Reference) > 0 {
+		for _, c := range opt.Collectives {
+			if _, ok := opt.Reference[c.Name]; !ok {
+				fmt.Fprintf(e.stderr, "gpubench: --reference holds no %s run: its rows are held to no floor\n", c.Name)
+			}
+		}
 	}
 	if err := f.expectFloors(cmd, e, g, b, &opt); err != nil {
 		return err

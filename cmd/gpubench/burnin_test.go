@@ -171,6 +171,30 @@ func TestBurninResultsStream(t *testing.T) {
 	}
 }
 
+// A --reference of another rank count is another machine's figures: refused; collectives it
+// holds no run of are said to be held to no floor.
+func TestBurninReferenceOfThisMachine(t *testing.T) {
+	dir := t.TempDir()
+	for _, g := range []string{"2", "8"} {
+		out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--sizes", "256K:1G:x16", "-g", g, "--output", "json")
+		if code != 0 {
+			t.Fatalf("-g %s: exit %d, %s", g, code, errOut)
+		}
+		if err := os.WriteFile(filepath.Join(dir, g+".json"), []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	two := filepath.Join(dir, "2.json")
+	if _, errOut, code := gpubench(t, "burnin", "--backend", "sim", "--duration", "1ms", "--reference", two); code != 2 ||
+		errOut != "gpubench: invalid --reference "+two+": measured on 2 ranks, and this burn-in runs on 8 GPUs; give a run of all of this machine's GPUs\n" {
+		t.Errorf("a 2-GPU reference on 8 GPUs: exit %d, stderr %q", code, errOut)
+	}
+	_, errOut, _ := gpubench(t, "burnin", "--backend", "sim", "--duration", "1ms", "--collectives", "allreduce,allgather", "--p2p-size", "0", "--reference", filepath.Join(dir, "8.json"))
+	if !strings.Contains(errOut, "gpubench: --reference holds no allgather run: its rows are held to no floor\n") || strings.Contains(errOut, "no allreduce") {
+		t.Errorf("stderr %q; want allgather, and only it, named as held to no floor", errOut)
+	}
+}
+
 func TestBurninUsageErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"--duration", "0s"}, {"--duration", "soon"}, {"--floor", "1.5"}, {"--collectives", "allreduce,bogus"},
