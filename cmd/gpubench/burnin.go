@@ -3,7 +3,9 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -95,30 +97,37 @@ func (f *burninFlags) options() (burnin.Options, error) {
 	switch {
 	case f.duration <= 0:
 		return opt, usageErr("invalid --duration %v: give a positive duration such as 2h", f.duration)
-	case f.baseline < 0:
-		return opt, usageErr("invalid --baseline %v: give a duration such as 1m", f.baseline)
+	case f.baseline <= 0:
+		return opt, usageErr("invalid --baseline %v: give a positive duration such as 1m (or --min-busbw, --reference for floors that need none)", f.baseline)
 	case f.iters < 1:
 		return opt, usageErr("invalid -n %d: run at least 1 iteration", f.iters)
 	case f.warmup < 0:
 		return opt, usageErr("invalid -w %d: warm-up iterations cannot be negative", f.warmup)
 	case !(f.floor > 0 && f.floor <= 1):
 		return opt, usageErr("invalid --floor %v: use a fraction in (0, 1], e.g. 0.75", f.floor)
-	case !(f.minBusBW >= 0):
+	case !(f.minBusBW >= 0) || math.IsInf(f.minBusBW, 0):
 		return opt, usageErr("invalid --min-busbw %v: use GB/s, 0 or more", f.minBusBW)
-	case !(f.maxReplays >= 0) || !(f.maxNVLink >= 0):
-		return opt, usageErr("invalid --max-pcie-replays or --max-nvlink-errors: use a count, 0 or more")
+	case !(f.maxReplays >= 0):
+		return opt, usageErr("invalid --max-pcie-replays %v: use a count, 0 or more", f.maxReplays)
+	case !(f.maxNVLink >= 0):
+		return opt, usageErr("invalid --max-nvlink-errors %v: use a count, 0 or more", f.maxNVLink)
 	case f.interval < metrics.MinInterval || f.interval > metrics.MaxInterval:
 		return opt, usageErr("invalid --sample-interval %v: use %v to %v", f.interval, metrics.MinInterval, metrics.MaxInterval)
 	case f.timeout < 1:
 		return opt, usageErr("invalid --timeout %d: give at least 1 second", f.timeout)
 	case f.hold < 0:
 		return opt, usageErr("invalid --hold %v: give a duration, 0 or more", f.hold)
+	case f.hold > 0 && f.metricsAddr == "":
+		return opt, usageErr("--hold %v keeps the --metrics server up after the end; give --metrics too", f.hold)
 	}
 	if f.collectives != "none" {
 		for _, name := range strings.Split(f.collectives, ",") {
 			c := findColl(strings.TrimSpace(name))
 			if c == nil {
 				return opt, usageErr("invalid --collectives: unknown collective %q; use names from allreduce, allgather, reducescatter, broadcast, reduce, alltoall, sendrecv", name)
+			}
+			if slices.Contains(opt.Collectives, c) {
+				return opt, usageErr("invalid --collectives: %s is named twice", c.Name)
 			}
 			opt.Collectives = append(opt.Collectives, c)
 		}

@@ -202,6 +202,8 @@ func TestBurninUsageErrors(t *testing.T) {
 		{"--sample-interval", "1ms"}, {"--reference", "/nonexistent.json"}, {"--reference", "/dev/zero"}, {"--metrics", "256.0.0.1:1"},
 		{"--p2p-size", "100G", "--collectives", "none"},
 		{"--sim-fault", "xid=99@1s"}, {"--sim-fault", "slow-link=gpu0,nowhere,0.5@1s"},
+		{"--baseline", "0s"}, {"--min-busbw", "Inf"}, {"--max-nvlink-errors", "-1"}, {"--hold", "5s"},
+		{"--collectives", "allreduce,allreduce"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			out, errOut, code := gpubench(t, append([]string{"burnin", "--backend", "sim", "--duration", "1s"}, args...)...)
