@@ -233,7 +233,10 @@ func (f *collFlags) options(cmd *cobra.Command, c *coll.Collective, seed uint64)
 	if f.cycles == 0 {
 		opt.Cycles = -1
 	}
-	if changed("per_iter_skip") && (!opt.PerIter || f.perIterSkip < 0 || f.perIterSkip >= f.iters) {
+	if changed("per_iter_skip") && !opt.PerIter {
+		return opt, usageErr("-K %d skips the first iterations of the per-iteration times: add -I 1 (--per-iter)", f.perIterSkip)
+	}
+	if changed("per_iter_skip") && (f.perIterSkip < 0 || f.perIterSkip >= f.iters) {
 		return opt, usageErr("invalid -K %d: it skips the first iterations of --per-iter (-I 1): use 0 to %d", f.perIterSkip, f.iters-1)
 	}
 	if opt.Graph > 0 && opt.Blocking == 3 {

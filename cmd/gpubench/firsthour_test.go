@@ -105,7 +105,8 @@ func TestNCCLTestsFlagsDropIn(t *testing.T) {
 		{"-J out.json", "use --output json, or --out FILE"},
 		{"-y 1", "-y 1 (--stream_null)"},
 		{"-N -1", "invalid -N -1"},
-		{"-K 3", "invalid -K 3"},
+		{"-K 3", "-K 3 skips the first iterations of the per-iteration times: add -I 1 (--per-iter)"},
+		{"-I 1 -K 30", "invalid -K 30"},
 		{"-t 0", "invalid -t 0"},
 	} {
 		args := append([]string{"allreduce", "--backend", "sim", "-b", "1K", "-e", "1K"}, strings.Fields(c.args)...)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpubench/gpubench/internal/coll"
 	"github.com/gpubench/gpubench/internal/cuda"
+	"github.com/gpubench/gpubench/internal/input"
 	"github.com/gpubench/gpubench/internal/p2p"
 	"github.com/gpubench/gpubench/internal/report"
 	"github.com/gpubench/gpubench/internal/sim"
@@ -129,6 +130,8 @@ func (f *p2pFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	start := e.now()
 	res, err := p2p.Run(cmd.Context(), b, opt)
 	switch {
+	case errors.Is(err, p2p.ErrTooBig) && slices.Max(append([]int64{0}, opt.Sweep...)) > opt.Size:
+		return usageErr("invalid --sweep %s: %v; end the sweep lower", input.Safe(f.sweep), err)
 	case errors.Is(err, p2p.ErrTooBig):
 		return usageErr("invalid --size: %v; use a smaller --size", err)
 	case err != nil:

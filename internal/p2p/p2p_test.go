@@ -167,7 +167,7 @@ func TestParsers(t *testing.T) {
 	if err != nil || len(pairs) != 2 || pairs[0] != (p2p.Pair{0, 1}) {
 		t.Errorf("ParsePairs = %v, %v", pairs, err)
 	}
-	for in, want := range map[string]string{"9": "out of range", "1,1": "twice", "3-1": "backwards", "a": "not a device", "": "not a device", "-1": "not a device", "+1": "not a device"} {
+	for in, want := range map[string]string{"9": "out of range", "1,1": "twice", "3-1": "backwards", "a": "not a device", "": "not a device", "-1": "device numbers are 0 or more", "+1": "not a device"} {
 		if _, err := p2p.ParseDevices(in, 8); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParseDevices(%q) = %v; want %q", in, err, want)
 		}

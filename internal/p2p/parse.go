@@ -16,6 +16,9 @@ func ParseDevices(s string, n int) ([]int, error) {
 	var devs []int
 	for _, part := range strings.Split(s, ",") {
 		lo, hi, isRange := strings.Cut(part, "-")
+		if strings.TrimSpace(lo) == "" && isRange {
+			return nil, fmt.Errorf("%q: device numbers are 0 or more (a range is A-B)", part)
+		}
 		a, err := device(lo, n)
 		if err != nil {
 			return nil, err
