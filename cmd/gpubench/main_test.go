@@ -204,6 +204,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"allreduce", "extra"}, "unknown command"},
 		{[]string{"nosuchcommand"}, "unknown command"},
 		{[]string{"completion", "foo"}, `unknown command "foo" for "gpubench completion"`},
+		{[]string{"p2p", "--pairs", "0-1", "--sweep", "1K:100G", "--size", "1M"}, "invalid --sweep 1K:100G: buffer size larger than free device memory"},
 		{[]string{"version", "extra"}, "unknown command"},
 		{[]string{"allgather", "-o", "out.json"}, "invalid -o"},
 	}
