@@ -333,7 +333,7 @@ func (f *burninFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 		if s.Error != nil {
 			endRec.Error = *s.Error
 		}
-		if writeErr = opt.Record(burnin.Record{Record: "verdict", Checks: rep.Checks, Verdict: rep.Verdict}); writeErr == nil {
+		if writeErr = opt.Record(burnin.Record{Record: "verdict", T: rep.Elapsed.Seconds(), Checks: rep.Checks, Verdict: rep.Verdict}); writeErr == nil {
 			writeErr = opt.Record(endRec)
 		}
 	}

@@ -152,16 +152,22 @@ func TestBurninResultsStream(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
 	kinds := map[string]int{}
 	var records []string
+	var times []float64
 	for i, l := range lines {
 		var r struct {
-			Record string `json:"record"`
-			Kind   string `json:"kind"`
+			Record string  `json:"record"`
+			Kind   string  `json:"kind"`
+			T      float64 `json:"t_seconds"`
 		}
 		if err := json.Unmarshal([]byte(l), &r); err != nil {
 			t.Fatalf("line %d: %v: %s", i+1, err, l)
 		}
 		records = append(records, r.Record)
+		times = append(times, r.T)
 		kinds[r.Record+"/"+r.Kind]++
+	}
+	if n := len(times); n < 2 || times[n-2] < 5 || times[n-2] > times[n-1] { // the verdict is reached at the end
+		t.Errorf("verdict at %v s and end at %v s; want both at the end of the 5 s", times[n-2], times[n-1])
 	}
 	if records[0] != "start" || records[len(records)-2] != "verdict" || records[len(records)-1] != "end" {
 		t.Errorf("records run %s ... %v", records[0], records[len(records)-2:])
