@@ -71,7 +71,7 @@ func newRootCmd(e *env) *cobra.Command {
 	g.nodesSet = func() bool { return pf.Changed("nodes") }
 	pf.IntVar(&g.perNode, "gpus-per-node", 0, "simulated machine: only the first this many GPUs of each node, as a job of that many GPUs a node sees them (Slurm --gpus-per-node); the nodes' NICs stay")
 	g.perSet = func() bool { return pf.Changed("gpus-per-node") }
-	pf.StringVar(&g.output, "output", "table", "output format: "+strings.Join(report.Formats, ", ")+" (topo: table, json, dot)")
+	pf.StringVar(&g.output, "output", "table", "output format: "+strings.Join(report.Formats, ", ")+" (topo: table, markdown, json, dot)")
 	pf.Uint64Var(&g.seed, "seed", 0, "seed for the input data and the simulator's jitter")
 	pf.StringVar(&g.dataCap, "sim-data-cap", coll.FormatSize(sim.DefaultDataCap), "simulator: device memory backed by host memory; larger runs are timing-only")
 	pf.Float64Var(&g.jitter, "sim-jitter", 0, "simulator: random slow-down of each operation, as a fraction (0 = deterministic)")
