@@ -134,6 +134,7 @@ func TestExplainBadInput(t *testing.T) {
 		{[]string{"allreduce", "--size", "1G", "--backend", "cuda"}, "drop --backend cuda"},
 		{[]string{"allreduce", "--size", "1G", "--sim-jitter", "0.5"}, "--sim-jitter does not apply to explain"},
 		{[]string{"alltoall", "--size", "64"}, "give at least 128 B"},
+		{[]string{"allgather", "--size", "64"}, "allgather of 64 B over 8 ranks gives each rank 0 B (nccl-tests rounds each rank's share down to 16 B): give at least 128 B"},
 	} {
 		out, errOut, code := gpubench(t, append([]string{"explain"}, c.args...)...)
 		if code != exitUsage || out != "" || !strings.Contains(errOut, c.want) || strings.Count(errOut, "\n") != 1 {

@@ -141,6 +141,14 @@ func Explain(t *gpu.Topology, devs []int, env map[string]string, coll string, by
 		return Explanation{}, fmt.Errorf("%w: %v", ErrExplain, err)
 	}
 	m := newModel(t, devs, env)
+	if coll == "allgather" || coll == "reducescatter" {
+		// nccl-tests gives each rank its share rounded down to 16 B, and runs that (the row's size).
+		share := alltoallShare(bytes, m.n)
+		if share == 0 {
+			return Explanation{}, fmt.Errorf("%w: %s of %d B over %d ranks gives each rank 0 B (nccl-tests rounds each rank's share down to 16 B): give at least %d B", ErrExplain, coll, bytes, m.n, 16*m.n)
+		}
+		bytes = share * int64(m.n)
+	}
 	x := Explanation{Collective: coll, Topology: t.Name, Bytes: bytes, Ranks: m.n, Nodes: m.nodes,
 		LinksBusGBs: m.ringBus, LinksLimit: m.limit, Staged: m.staged, ScanMinBytes: ScanMinBytes, ScanMaxBytes: ScanMaxBytes,
 		LaunchUS: hostLaunchUS(t), LaunchGPUs: mostOnANode(t, devs), OneThreadLaunchUS: launchCostUS(t, devs, 1)}
