@@ -190,11 +190,11 @@ func join(ctx context.Context, p Process, addr string, ln net.Listener, timeout 
 	return g, nil
 }
 
-// arrival is a connection that proved the run's key, and what it said.
 // refusalLinger is how long rank 0, having refused the ranks of a smaller world, waits for those
 // of a larger one that may still be starting, to refuse them too.
 const refusalLinger = 2 * time.Second
 
+// arrival is a connection that proved the run's key, and what it said.
 type arrival struct {
 	q *peer
 	h *hello
