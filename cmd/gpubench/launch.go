@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -177,12 +176,15 @@ func runOf(b gpu.Backend, g *globals, opt *coll.Options) (string, error) {
 			}
 			faults[i] = fmt.Sprintf("%+v", fault)
 		}
-		// The NCCL_* variables steer every simulated clock too (each process computes them all).
+		// The NCCL_* variables the simulator reads steer every simulated clock too (each process
+		// computes them all).
 		var nccl []string
-		for k, v := range ncclEnv() {
-			nccl = append(nccl, k+"="+v)
+		env := ncclEnv()
+		for _, k := range sim.EnvVars {
+			if v, ok := env[k]; ok {
+				nccl = append(nccl, k+"="+v)
+			}
 		}
-		slices.Sort(nccl)
 		sum := sha256.Sum256(js)
 		fields = append(fields, fmt.Sprintf("--topology %s (%x)", t.Name, sum[:6]),
 			fmt.Sprintf("--sim-data-cap %d", capBytes), fmt.Sprintf("--sim-jitter %v", g.jitter),

@@ -649,6 +649,10 @@ func envInt(env map[string]string, name string, def int) int {
 	return def
 }
 
+// EnvVars are the NCCL_* variables the simulator reads (docs/model.md, "NCCL's environment").
+var EnvVars = []string{"NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NVLS_ENABLE",
+	"NCCL_COLLNET_ENABLE", "NCCL_P2P_DISABLE", "NCCL_PXN_DISABLE", "NCCL_IB_HCA", "NCCL_IB_DISABLE"}
+
 // CheckEnv refuses NCCL_* values the simulator cannot read, naming the variable.
 func CheckEnv(env map[string]string) error {
 	for _, v := range []struct {
