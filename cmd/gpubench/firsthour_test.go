@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // Every collective's default output (8B:8GB on 8 GPUs, whose smallest sizes round to 0-byte rows
@@ -464,4 +465,26 @@ func rowTime(t *testing.T, table string) float64 {
 	}
 	t.Fatalf("no result row in\n%s", table)
 	return 0
+}
+
+// Ctrl-C ends a p2p run too, though the simulator's copies take no wall time: exit 130, and what
+// was measured before the signal printed.
+func TestSignalEndsP2P(t *testing.T) {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "GPUBENCH_AS_CLI="+strings.Join([]string{"p2p", "--backend", "sim", "--devices", "0-1", "--samples", "1000000"}, "\x1f"))
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // under way: a million samples a cell take minutes
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != exitInterrupt || !strings.Contains(out.String(), "Data check:") ||
+		!strings.Contains(errOut.String(), "gpubench: p2p: stopped early") {
+		t.Errorf("%v, stderr %q, stdout ends %q", err, errOut.String(), tail(out.String(), 300))
+	}
 }

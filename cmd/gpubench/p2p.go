@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -129,7 +130,10 @@ func (f *p2pFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	}
 	start := e.now()
 	res, err := p2p.Run(cmd.Context(), b, opt)
+	var stopped error // interrupted: what was measured is reported, then the exit says so
 	switch {
+	case errors.Is(err, context.Canceled) && res != nil && res.Access != nil:
+		stopped = err
 	case errors.Is(err, p2p.ErrTooBig) && slices.Max(append([]int64{0}, opt.Sweep...)) > opt.Size:
 		return usageErr("invalid --sweep %s: %v; end the sweep lower", input.Safe(f.sweep), err)
 	case errors.Is(err, p2p.ErrTooBig):
@@ -138,14 +142,20 @@ func (f *p2pFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 		return runtimeErr(err)
 	}
 	r := &report.P2PRun{Version: e.version, Backend: b.Name(), Topology: topology, Opt: opt, Start: start, Result: res}
-	if r.Expect, err = f.expected(cmd, e, g, b, opt, n); err != nil {
-		return err
+	if stopped == nil {
+		if r.Expect, err = f.expected(cmd, e, g, b, opt, n); err != nil {
+			return err
+		}
 	}
 	if d, ok := b.(describer); ok {
 		r.Runtime = d.Describe()
 	}
 	if err := report.WriteP2P(e.stdout, g.output, r); err != nil {
 		return runtimeErr(fmt.Errorf("writing results: %w", err))
+	}
+	if stopped != nil {
+		fmt.Fprintln(e.stderr, "gpubench: p2p: stopped early: the matrices and rows above are those measured before the signal")
+		return runtimeErr(stopped)
 	}
 	if res.Mismatched > 0 {
 		return &exitError{code: exitCheck, err: fmt.Errorf("p2p: %d copies delivered wrong data (cells marked !)", res.Mismatched)}

@@ -144,10 +144,9 @@ func Run(ctx context.Context, b Backend, opt Options) (*Result, error) {
 		r.res.Devices = append(r.res.Devices, all[d])
 	}
 	defer r.freeAll()
-	if err := r.run(); err != nil {
-		return r.res, err
-	}
-	return r.res, nil
+	err := r.run()
+	slices.SortStableFunc(r.res.Matrices, func(a, b Matrix) int { return order[a.Key] - order[b.Key] })
+	return r.res, err
 }
 
 func (r *runner) run() error {
@@ -183,7 +182,6 @@ func (r *runner) run() error {
 			r.res.Matrices = append(r.res.Matrices, mat)
 		}
 	}
-	slices.SortStableFunc(r.res.Matrices, func(a, b Matrix) int { return order[a.Key] - order[b.Key] })
 	if err := r.hostCopies(); err != nil {
 		return err
 	}
