@@ -45,7 +45,8 @@ type Options struct {
 	// before waiting for the devices (nccl-tests' -C).
 	CPUTime bool
 	// Cycles is how many times the whole run repeats (nccl-tests' -N): 0 and 1 run it once, a
-	// negative number until ctx ends.
+	// negative number until ctx ends; then the summary keeps the rows of the last repeat alone
+	// (OnResult gets every one), so that memory stays bounded however long it runs.
 	Cycles int
 	// OnStart, when set, gets the summary's devices, sweep and peak before the first measurement.
 	OnStart func(*Summary)
@@ -294,6 +295,9 @@ func Run(ctx context.Context, b gpu.Backend, opt Options) (*Summary, error) {
 	}
 	r := &runner{b: b, comm: comm, opt: opt, n: len(devs), local: local, devs: devs, ctx: ctx, largest: s.Sweep.Max}
 	for cycle := 0; cycle < max(opt.Cycles, 1) || opt.Cycles < 0; cycle++ {
+		if opt.Cycles < 0 {
+			s.Results = s.Results[:0]
+		}
 		for _, a := range r.args() {
 			if err := r.warmup(s.Sweep, a); err != nil {
 				return r.stop(s, err)

@@ -413,3 +413,22 @@ func TestTimedIterationsMoveAlongMemory(t *testing.T) {
 		}
 	}
 }
+
+// Until interrupted (-N 0), the summary holds the last sweep's rows alone, so memory stays
+// bounded; every row still reaches OnResult.
+func TestEndlessRunKeepsTheLastSweep(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rows := 0
+	s, err := coll.Run(ctx, newSim(t, "dgx-h100", sim.Options{}), coll.Options{Coll: coll.AllReduce, Sweep: sweep(t, "8:64"),
+		DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum}, Iters: 1, Check: 1, Average: 1, Cycles: -1,
+		OnResult: func(coll.Result) {
+			if rows++; rows == 40 {
+				cancel()
+			}
+		}})
+	if !errors.Is(err, context.Canceled) || rows < 40 || len(s.Results) > 4 {
+		t.Errorf("err %v, %d rows seen, %d kept; want canceled, 40 seen, at most one sweep's 4 kept", err, rows, len(s.Results))
+	}
+}
