@@ -134,7 +134,7 @@ func (f *p2pFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	switch {
 	case errors.Is(err, context.Canceled) && res != nil && res.Access != nil:
 		stopped = err
-	case errors.Is(err, p2p.ErrTooBig) && slices.Max(append([]int64{0}, opt.Sweep...)) > opt.Size:
+	case errors.Is(err, p2p.ErrTooBig) && slices.ContainsFunc(opt.Sweep, func(s int64) bool { return s > opt.Size }):
 		return usageErr("invalid --sweep %s: %v; end the sweep lower", input.Safe(f.sweep), err)
 	case errors.Is(err, p2p.ErrTooBig):
 		return usageErr("invalid --size: %v; use a smaller --size", err)

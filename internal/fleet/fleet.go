@@ -227,24 +227,22 @@ func (f *fleet) acrossNodes() (*Report, error) {
 	return f.report()
 }
 
-// state is what a round changes of a fleet run, to undo a round cut short.
+// state is the run as it stood before a round: the report and what report() adds to it.
 type state struct {
-	nodes              []Node
-	rails              []Rail
-	suspects           []Suspect
-	tests, rounds, dep int
-	bad, confirmed     map[int]bool
+	rep       Report
+	depth     int
+	confirmed map[int]bool
 }
 
 func (f *fleet) snapshot() state {
-	return state{slices.Clone(f.rep.Nodes), slices.Clone(f.rep.Rails), slices.Clone(f.rep.Suspects),
-		f.rep.Tests, f.rep.Rounds, f.depth, maps.Clone(f.bad), maps.Clone(f.confirmed)}
+	rep := *f.rep
+	rep.Nodes, rep.Rails, rep.Suspects = slices.Clone(rep.Nodes), slices.Clone(rep.Rails), slices.Clone(rep.Suspects)
+	return state{rep, f.depth, maps.Clone(f.confirmed)}
 }
 
 // stopped reports the run as it stood before the round under way when its context ended.
 func (f *fleet) stopped(s state) (*Report, error) {
-	f.rep.Nodes, f.rep.Rails, f.rep.Suspects, f.rep.Tests, f.rep.Rounds = s.nodes, s.rails, s.suspects, s.tests, s.rounds
-	f.depth, f.bad, f.confirmed = s.dep, s.bad, s.confirmed
+	*f.rep, f.depth, f.confirmed = s.rep, s.depth, s.confirmed
 	f.rep.Interrupted = true
 	return f.report()
 }

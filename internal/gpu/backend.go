@@ -156,14 +156,14 @@ func (e *HangError) Error() string {
 	if len(e.Ranks) == 0 { // a process waiting on ranks it cannot see
 		return "the other ranks did not arrive: " + e.Err.Error()
 	}
-	what := "rank "
+	what := "rank"
 	if e.Devices {
-		what = "device "
+		what = "device"
 	}
 	if len(e.Ranks) > 1 {
-		what = what[:len(what)-1] + "s "
+		what += "s"
 	}
-	return what + intList(e.Ranks) + " did not finish: " + e.Err.Error()
+	return what + " " + intList(e.Ranks) + " did not finish: " + e.Err.Error()
 }
 
 func (e *HangError) Unwrap() error { return e.Err }

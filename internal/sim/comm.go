@@ -70,7 +70,7 @@ func (c *comm) Explain(coll string, bytes int64) (algo, proto string, channels i
 	kind, ok := collKinds[coll]
 	if !ok {
 		if coll == "alltoall" {
-			bytes = alltoallShare(bytes, c.m.n)
+			bytes = rankShare(bytes, c.m.n)
 		}
 		return "P2P", "Simple", c.m.p2pOpChannels(bytes)
 	}

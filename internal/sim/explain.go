@@ -143,7 +143,7 @@ func Explain(t *gpu.Topology, devs []int, env map[string]string, coll string, by
 	m := newModel(t, devs, env)
 	if coll == "allgather" || coll == "reducescatter" {
 		// nccl-tests gives each rank its share rounded down to 16 B, and runs that (the row's size).
-		share := alltoallShare(bytes, m.n)
+		share := rankShare(bytes, m.n)
 		if share == 0 {
 			return Explanation{}, fmt.Errorf("%w: %s of %d B over %d ranks gives each rank 0 B (nccl-tests rounds each rank's share down to 16 B): give at least %d B", ErrExplain, coll, bytes, m.n, 16*m.n)
 		}
@@ -369,9 +369,10 @@ func (m *model) regimes(kind collKind, bytes int64, chosen Candidate) (below, ab
 	return below, above
 }
 
-// alltoallShare is an all-to-all's bytes to each peer, as nccl-tests sends them: the size over
-// the ranks, rounded down to 16 bytes.
-func alltoallShare(bytes int64, ranks int) int64 { return bytes / int64(ranks) / 16 * 16 }
+// rankShare is a rank's part of a size as nccl-tests splits it (an all-to-all's bytes to each
+// peer, an all-gather's or reduce-scatter's bytes a rank): the size over the ranks, rounded down
+// to 16 bytes.
+func rankShare(bytes int64, ranks int) int64 { return bytes / int64(ranks) / 16 * 16 }
 
 // explainP2P fills x for all-to-all and send/recv with the point-to-point model the simulated
 // calls use (model.p2pTime): every transfer a flow on its route, all running together.
@@ -382,7 +383,7 @@ func (m *model) explainP2P(x *Explanation, coll string, bytes int64) error {
 	var flows []gpu.Flow
 	switch coll {
 	case "alltoall":
-		per, peers = alltoallShare(bytes, n), n-1
+		per, peers = rankShare(bytes, n), n-1
 		if per == 0 {
 			return fmt.Errorf("%w: an all-to-all of %d B over %d ranks sends 0 B to each peer (nccl-tests rounds each share down to 16 B): give at least %d B", ErrExplain, bytes, n, 16*n)
 		}

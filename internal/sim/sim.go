@@ -12,7 +12,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -467,10 +466,9 @@ func routeEnv(t *gpu.Topology, env map[string]string) error {
 			return fmt.Errorf("NCCL_P2P_DISABLE=1: %v", err)
 		}
 	}
-	if n, _ := strconv.Atoi(strings.TrimSpace(env["NCCL_IB_DISABLE"])); n != 0 && !t.OneDomain() && t.Network != nil &&
-		(t.Network.Kind == "infiniband" || t.Network.Kind == "roce") {
+	if e.ibDisable && !t.OneDomain() && t.Network != nil && (t.Network.Kind == "infiniband" || t.Network.Kind == "roce") {
 		return fmt.Errorf("NCCL_IB_DISABLE=%d on a network of kind %s: NCCL would fall back to sockets between NVLink domains, which the simulator models only on an ethernet network; unset it, or describe the network as ethernet in a topology file",
-			n, t.Network.Kind)
+			envInt(env, "NCCL_IB_DISABLE", 0), t.Network.Kind)
 	}
 	if e.hca == nil && t.NICOK == nil {
 		return nil

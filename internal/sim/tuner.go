@@ -583,6 +583,7 @@ type tunerEnv struct {
 	minCh, maxCh      int
 	nvls, collnet     bool
 	p2pDisable, noPXN bool
+	ibDisable         bool                 // NCCL_IB_DISABLE: no IB verbs transport (sockets instead)
 	hca               func(id string) bool // NCCL_IB_HCA: the NICs NCCL may use; nil for all
 }
 
@@ -609,6 +610,7 @@ func parseTunerEnv(env map[string]string) tunerEnv {
 	e.collnet = envInt(env, "NCCL_COLLNET_ENABLE", 0) != 0
 	e.p2pDisable = envInt(env, "NCCL_P2P_DISABLE", 0) != 0
 	e.noPXN = envInt(env, "NCCL_PXN_DISABLE", 0) != 0
+	e.ibDisable = envInt(env, "NCCL_IB_DISABLE", 0) != 0
 	if v := strings.TrimSpace(env["NCCL_IB_HCA"]); v != "" {
 		e.hca = hcaFilter(v)
 	}
