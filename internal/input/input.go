@@ -50,7 +50,7 @@ func ReadFile(path string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w; give a file", path, ErrNotRegular)
 	}
 	if fi.Size() > limit { // refused unread; Read still holds a file that grows to the limit
-		return nil, fmt.Errorf("%s: %w: more than %s, the most gpubench reads from such a file", path, ErrTooLarge, human(limit))
+		return nil, tooLarge(path, limit)
 	}
 	return Read(f, path, limit)
 }
@@ -62,9 +62,13 @@ func Read(r io.Reader, name string, limit int64) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w", name, unwrapPath(err))
 	}
 	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s: %w: more than %s, the most gpubench reads from such a file", name, ErrTooLarge, human(limit))
+		return nil, tooLarge(name, limit)
 	}
 	return data, nil
+}
+
+func tooLarge(name string, limit int64) error {
+	return fmt.Errorf("%s: %w: more than %s, the most gpubench reads from such a file", name, ErrTooLarge, human(limit))
 }
 
 func unwrapPath(err error) error {
