@@ -391,8 +391,8 @@ func subjectText(s string) string {
 // sets them, as the notice says.
 func (f *burninFlags) expectFloors(cmd *cobra.Command, e *env, g *globals, b gpu.Backend, opt *burnin.Options) error {
 	x := expectFlags{on: f.expect}
-	if !x.wanted(cmd, simulated(b)) || len(opt.Reference) > 0 || opt.MinBusBW > 0 || cmd.Flags().Changed("baseline") {
-		return nil
+	if on, err := x.wanted(cmd, simulated(b)); !on || len(opt.Reference) > 0 || opt.MinBusBW > 0 || cmd.Flags().Changed("baseline") {
+		return err
 	}
 	ranks := len(b.Devices())
 	t, source, err := expectTopology(cmd, g, simulated(b), ranks)

@@ -73,6 +73,9 @@ func runCalibrate(e *env, g *globals, files []string, out string) error {
 			if err != nil {
 				return usageErr("%v", err)
 			}
+			if f.Coll.Config.Iters == 0 {
+				fmt.Fprintf(e.stderr, "gpubench: %s does not say how many timed iterations it ran (nccl-tests' \"# nThread ... iters:\" line): its default, %d, is taken\n", name, run.Iters)
+			}
 			colls = append(colls, run)
 			continue
 		}
@@ -109,7 +112,8 @@ func runCalibrate(e *env, g *globals, files []string, out string) error {
 }
 
 // collRun is a collective result file as a run to calibrate from, refused when it was measured on
-// other GPUs than the topology's.
+// other GPUs than the topology's or timed otherwise than calibration models: a loop of calls each
+// launched on its own and queued (nccl-tests' defaults -G 0 -z 0 -m 1).
 func collRun(t *gpu.Topology, name string, c *results.Coll) (sim.CollRun, error) {
 	ranks := c.Config.Ranks
 	if ranks == 0 {
@@ -118,7 +122,16 @@ func collRun(t *gpu.Topology, name string, c *results.Coll) (sim.CollRun, error)
 	if err := sameGPUs(t, name, c.Devices); err != nil {
 		return sim.CollRun{}, err
 	}
-	// Launches per host thread: the most ranks one process drives (a process per GPU: 1).
+	switch x := c.Config; {
+	case x.Graph > 0:
+		return sim.CollRun{}, fmt.Errorf("%s timed CUDA graph launches (-G %d), whose host cost calibration does not model: give a run without -G", name, x.Graph)
+	case x.Blocking > 0:
+		return sim.CollRun{}, fmt.Errorf("%s waited after each call (-z %d), which calibration does not model: give a run without -z", name, x.Blocking)
+	case x.Aggregate > 1:
+		return sim.CollRun{}, fmt.Errorf("%s grouped %d calls an iteration (-m %d), which calibration does not model: give a run with -m 1", name, x.Aggregate, x.Aggregate)
+	}
+	// Launches per host thread: the most ranks one process drives (a process per GPU: 1) over
+	// its threads (-t). nccl-tests -J lists one device a process: its ranks are spread evenly.
 	perProcess := map[string]int{}
 	most := 1
 	for _, d := range c.Devices {
@@ -126,7 +139,14 @@ func collRun(t *gpu.Topology, name string, c *results.Coll) (sim.CollRun, error)
 		perProcess[k]++
 		most = max(most, perProcess[k])
 	}
-	run := sim.CollRun{File: name, Coll: c.Collective, Ranks: ranks, PerThread: most, Iters: c.Config.Iters}
+	if n := len(perProcess); n > 0 && len(c.Devices) < ranks {
+		most = max(most, ranks/n)
+	}
+	iters := c.Config.Iters
+	if iters == 0 {
+		iters = 20 // nccl-tests' -n default, for a log that does not say
+	}
+	run := sim.CollRun{File: name, Coll: c.Collective, Ranks: ranks, PerThread: max(most/max(c.Config.Threads, 1), 1), Iters: iters}
 	for _, r := range c.Results {
 		run.Rows = append(run.Rows, sim.MeasuredRow{Bytes: r.Size, TimeUS: r.OutOfPlace.TimeUS})
 	}
@@ -229,7 +249,11 @@ func calibratedFile(nameOrPath string, cal *gpu.Calibration) ([]byte, error) {
 // writeCalibration prints what was fitted.
 func writeCalibration(w io.Writer, topology, out string, cal *gpu.Calibration) error {
 	fmt.Fprintf(w, "# gpubench calibrate: topology %s, from %s\n", topology, strings.Join(cal.From, ", "))
-	fmt.Fprintf(w, "# measured: %s to %s, up to %d ranks\n#\n", coll.FormatSize(cal.Measured.MinBytes), coll.FormatSize(cal.Measured.MaxBytes), cal.Measured.MaxRanks)
+	if m := cal.Measured; m.MaxRanks > 0 {
+		fmt.Fprintf(w, "# measured: %s to %s, up to %d ranks\n#\n", coll.FormatSize(m.MinBytes), coll.FormatSize(m.MaxBytes), m.MaxRanks)
+	} else {
+		fmt.Fprintf(w, "# measured: no collective (copies only)\n#\n")
+	}
 	fmt.Fprintf(w, "%-22s  %12s  %12s\n", "fitted", "latency (us)", "bandwidth")
 	if cal.LaunchUS > 0 {
 		fmt.Fprintf(w, "%-22s  %12.3g  %12s\n", "launch per GPU", cal.LaunchUS, "")
@@ -261,6 +285,9 @@ func writeCalibration(w io.Writer, topology, out string, cal *gpu.Calibration) e
 // ranks the calibration was measured at: its figures are then extrapolated.
 func calibratedRange(e *env, cal *gpu.Calibration, w coll.Sweep, ranks int) {
 	m := cal.Measured
+	if m.MaxRanks == 0 {
+		return // no collective was measured, so none of the collective model's figures was fitted
+	}
 	var past []string
 	if w.Min < m.MinBytes || w.Max > m.MaxBytes {
 		past = append(past, fmt.Sprintf("sizes %s to %s (measured %s to %s)", coll.FormatSize(w.Min), coll.FormatSize(w.Max), coll.FormatSize(m.MinBytes), coll.FormatSize(m.MaxBytes)))

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -121,6 +122,12 @@ func TestCalibrateRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	graph, blocking := filepath.Join(dir, "graph.json"), filepath.Join(dir, "blocking.log")
+	sweepTimes(t, graph, "allreduce", "--topology", "dgx-a100", "-b", "1M", "-e", "1M", "-G", "2")
+	table, _, _ := gpubench(t, "--backend", "sim", "--topology", "dgx-a100", "allreduce", "-b", "1M", "-e", "1M", "-z", "1")
+	if err := os.WriteFile(blocking, []byte(table), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -135,6 +142,8 @@ func TestCalibrateRefuses(t *testing.T) {
 		{[]string{"--topology", "dgx-a100", a100, "-o", a100}, "gpubench: cannot write -o " + a100 + ": it is a file this command reads; name another\n"},
 		{[]string{"--topology", "dgx-a100", a100, "-o", dir}, "gpubench: cannot write -o " + dir + ": it is a folder; name a file in it\n"},
 		{[]string{"--topology", "dgx-a100", empty, "-o", out}, "gpubench: " + empty + " holds no measured size: give a run that measured some\n"},
+		{[]string{"--topology", "dgx-a100", graph, "-o", out}, "gpubench: " + graph + " timed CUDA graph launches (-G 2), whose host cost calibration does not model: give a run without -G\n"},
+		{[]string{"--topology", "dgx-a100", blocking, "-o", out}, "gpubench: " + blocking + " waited after each call (-z 1), which calibration does not model: give a run without -z\n"},
 	} {
 		stdout, errOut, code := gpubench(t, append([]string{"calibrate"}, tc.args...)...)
 		if code != exitUsage || stdout != "" || !strings.HasPrefix(errOut, tc.want) || strings.Count(errOut, "\n") != 1 {
@@ -146,5 +155,55 @@ func TestCalibrateRefuses(t *testing.T) {
 	}
 	if after, err := os.ReadFile(a100); err != nil || string(after) != string(before) {
 		t.Errorf("-o naming the run read overwrote it")
+	}
+}
+
+// A run calibrates alike from its JSON, from its table as nccl-tests prints it (whose header line
+// says its timed iterations), and when its GPUs were launched from two threads (-t 2 -g 4): each
+// is the uncalibrated model's own run, so the fit keeps the model's launch cost.
+func TestCalibrateTimedAsRun(t *testing.T) {
+	dir := t.TempDir()
+	launch := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := gpubench(t, append([]string{"calibrate", "--topology", "dgx-h100", "-o", filepath.Join(dir, "cal.json"), "--output", "json"}, args...)...)
+		var doc struct {
+			Calibration struct {
+				LaunchUS float64 `json:"launch_us"`
+			}
+		}
+		if err := json.Unmarshal([]byte(out), &doc); code != 0 || err != nil {
+			t.Fatalf("%v: exit %d, %v, %s", args, code, err, errOut)
+		}
+		os.Remove(filepath.Join(dir, "cal.json"))
+		return fmt.Sprint(doc.Calibration.LaunchUS)
+	}
+	js, log, threads := filepath.Join(dir, "run.json"), filepath.Join(dir, "run.log"), filepath.Join(dir, "threads.json")
+	sweepTimes(t, js, "allreduce", "--sizes", "8B:64MB")
+	table, _, _ := gpubench(t, "--backend", "sim", "-c", "0", "allreduce", "--sizes", "8B:64MB")
+	if err := os.WriteFile(log, []byte(table), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sweepTimes(t, threads, "allreduce", "--sizes", "8B:64MB", "-t", "2", "-g", "4")
+	for _, f := range []string{js, log, threads} {
+		if got := launch(f); got != "4.9" {
+			t.Errorf("%s: launch %s µs; the model's run gives back its 4.9", filepath.Base(f), got)
+		}
+	}
+}
+
+// A calibration from copies alone fits no collective figure, so a collective run on it is not
+// past anything measured, and says nothing of it.
+func TestCalibrateCopiesOnly(t *testing.T) {
+	dir := t.TempDir()
+	p2p, cal := filepath.Join(dir, "p2p.json"), filepath.Join(dir, "cal.json")
+	out, _, code := gpubench(t, "--backend", "sim", "p2p", "--output", "json")
+	if code != 0 || os.WriteFile(p2p, []byte(out), 0o644) != nil {
+		t.Fatalf("p2p: exit %d", code)
+	}
+	if out, errOut, code := gpubench(t, "calibrate", "--topology", "dgx-h100", p2p, "-o", cal); code != 0 || !strings.Contains(out, "# measured: no collective (copies only)") {
+		t.Fatalf("exit %d, %s\n%s", code, errOut, out)
+	}
+	if _, errOut, code := gpubench(t, "--backend", "sim", "--topology", cal, "allreduce", "-b", "1M", "-e", "1M"); code != 0 || errOut != "" {
+		t.Errorf("exit %d, stderr %q; want nothing said", code, errOut)
 	}
 }

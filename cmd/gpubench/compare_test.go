@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -271,8 +272,8 @@ func TestCompareNCCLTests(t *testing.T) {
 	for _, r := range c.Rows {
 		if r.Old != nil && r.New != nil {
 			matched++
-			if r.Size == 1048576 && r.Placement == "out_of_place" && (r.New.BusBW != 61.09 || r.New.Time != 30.04) {
-				t.Errorf("1 MiB out-of-place NEW %+v; want the log's 61.09 GB/s in 30.04 us", *r.New)
+			if r.Size == 1048576 && r.Placement == "out_of_place" && (math.Abs(r.New.BusBW-61.09) > 0.01 || r.New.Time != 30.04) {
+				t.Errorf("1 MiB out-of-place NEW %+v; want the log's 61.09 GB/s (from its time) in 30.04 us", *r.New)
 			}
 		}
 	}

@@ -33,7 +33,7 @@ func (x *expectFlags) register(cmd *cobra.Command) {
 // check validates the flags; a flag set without --expect is an error, not ignored.
 func (x *expectFlags) check(cmd *cobra.Command) error {
 	if !(x.floor > 0 && x.floor <= 10) {
-		return usageErr("invalid --expect-floor %g: give a fraction of the expected busbw above 0 (0.75 names rows under 75%% of it)", x.floor)
+		return usageErr("invalid --expect-floor %g: give a fraction of the expected busbw above 0 and at most 10 (0.75 names rows under 75%% of it)", x.floor)
 	}
 	if cmd.Flags().Changed("expect-floor") && cmd.Flags().Changed("expect") && !x.on {
 		return usageErr("--expect-floor needs --expect: drop --expect=false, or drop --expect-floor")
@@ -42,12 +42,16 @@ func (x *expectFlags) check(cmd *cobra.Command) error {
 }
 
 // wanted says whether this run sets its rows beside expectations: as asked, or by default on real
-// GPUs.
-func (x *expectFlags) wanted(cmd *cobra.Command, simulated bool) bool {
-	if cmd.Flags().Changed("expect") {
-		return x.on
+// GPUs. --expect-floor where there are none is refused: it would do nothing.
+func (x *expectFlags) wanted(cmd *cobra.Command, simulated bool) (bool, error) {
+	on := x.on
+	if !cmd.Flags().Changed("expect") {
+		on = !simulated
 	}
-	return !simulated
+	if !on && cmd.Flags().Changed("expect-floor") {
+		return false, usageErr("--expect-floor needs --expect (off on the simulator unless asked): add --expect, or drop --expect-floor")
+	}
+	return on, nil
 }
 
 // simulated reports whether a backend is the simulator.
@@ -143,8 +147,8 @@ func expectedRows(ctx context.Context, t *gpu.Topology, opt coll.Options, ranks,
 // setExpect prepares --expect for a run of ranks ranks: it sets opt.Expect and r.Expect, or says
 // on stderr why the run has no expectations.
 func setExpect(cmd *cobra.Command, e *env, g *globals, x *expectFlags, b gpu.Backend, opt *coll.Options, r *report.CollRun, ranks, threads int) error {
-	if !x.wanted(cmd, simulated(b)) {
-		return nil
+	if on, err := x.wanted(cmd, simulated(b)); !on {
+		return err
 	}
 	t, source, err := expectTopology(cmd, g, simulated(b), ranks)
 	if err != nil {

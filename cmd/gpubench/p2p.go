@@ -190,8 +190,8 @@ func (g *globals) openP2P(e *env) (p2p.Backend, string, error) {
 // without faults on the simulator, --topology or the discovered machine on real GPUs. Nil, with a
 // notice on stderr when the machine cannot be simulated, where there are no expectations.
 func (f *p2pFlags) expected(cmd *cobra.Command, e *env, g *globals, b p2p.Backend, opt p2p.Options, n int) (*report.P2PExpectation, error) {
-	if !f.expect.wanted(cmd, simulated(b)) {
-		return nil, nil
+	if on, err := f.expect.wanted(cmd, simulated(b)); !on {
+		return nil, err
 	}
 	t, source, err := expectTopology(cmd, g, simulated(b), n)
 	if err != nil || t == nil {

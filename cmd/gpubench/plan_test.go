@@ -156,6 +156,34 @@ func TestPlanDoesNotFit(t *testing.T) {
 	}
 }
 
+// A model far past any machine's memory does not fit, whatever its size: its bytes are held at
+// 2^60 rather than wrapping round to a negative figure (or a small one that fits).
+func TestPlanHugeModel(t *testing.T) {
+	const n = "16777216"
+	doc := planJSON(t, "--layers", n, "--hidden", n, "--heads", n, "--ffn", n, "--vocab", n)
+	if doc["fits"] != false {
+		t.Errorf("fits %v", doc["fits"])
+	}
+	var walk func(k string, v any)
+	walk = func(k string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, y := range x {
+				walk(k, y)
+			}
+		case []any:
+			for _, y := range x {
+				walk(k, y)
+			}
+		case float64:
+			if strings.HasSuffix(k, "_bytes") && x < 0 {
+				t.Errorf("%s %v", k, x)
+			}
+		}
+	}
+	walk("", doc)
+}
+
 func jsonNumber(v float64) string {
 	b, _ := json.Marshal(v)
 	return string(b)

@@ -115,6 +115,10 @@ func (f *plotFlags) run(cmd *cobra.Command, e *env, g *globals, args []string) e
 			fmt.Fprintf(e.stderr, "gpubench: %s: %s\n", file.Name, n)
 		}
 	}
+	if !p2p && opt.Measure == "busbw" && !fl.Changed("y") && !slices.ContainsFunc(files, func(f *results.File) bool { return !f.Coll.ZeroBusBW && f.Coll.Config.Ranks != 1 }) {
+		fmt.Fprintln(e.stderr, "gpubench: busbw is 0 by definition on one rank: drawing algbw (--y algbw)")
+		opt.Measure = "algbw"
+	}
 	var img bytes.Buffer
 	if err := plot.Draw(&img, files, opt); err != nil {
 		return usageErr("%v", err)

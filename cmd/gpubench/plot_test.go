@@ -123,6 +123,23 @@ func TestPlotPNG(t *testing.T) {
 	}
 }
 
+// One rank's busbw is 0 by definition: plot draws algbw, and says so, unless --y asks.
+func TestPlotOneRank(t *testing.T) {
+	dir := t.TempDir()
+	out, _, code := gpubench(t, "--backend", "sim", "allreduce", "-g", "1", "--sizes", "8:1M", "--output", "json")
+	if code != 0 || os.WriteFile(filepath.Join(dir, "g1.json"), []byte(out), 0o644) != nil {
+		t.Fatalf("exit %d", code)
+	}
+	_, errOut, code := inDir(t, dir, "plot", "g1.json", "--out", "g1.svg")
+	svg, _ := os.ReadFile(filepath.Join(dir, "g1.svg"))
+	if code != 0 || !strings.Contains(errOut, "gpubench: busbw is 0 by definition on one rank: drawing algbw (--y algbw)\n") || !strings.Contains(string(svg), "algbw (GB/s)") {
+		t.Errorf("exit %d, stderr %q", code, errOut)
+	}
+	if _, errOut, _ = inDir(t, dir, "plot", "g1.json", "--out", "b.svg", "--y", "busbw"); strings.Contains(errOut, "drawing algbw") {
+		t.Errorf("--y busbw: %q", errOut)
+	}
+}
+
 // p2p heat maps: the size asked, and the N/A cells of a machine without P2P drawn grey.
 func TestPlotP2PHeatMap(t *testing.T) {
 	dir := t.TempDir()

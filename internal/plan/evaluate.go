@@ -222,7 +222,7 @@ func (e *evaluator) ppPairs(l Layout) []group {
 // call prices one collective and records it: perMB calls per micro-batch (perStep per step when
 // perMB is 0).
 func (e *evaluator) call(out *[]Collective, kind, coll string, g group, bytes float64, perStep float64, overlap string) (Collective, error) {
-	pr, err := e.prices.time(coll, g, int64(math.Ceil(bytes)))
+	pr, err := e.prices.time(coll, g, bytesOf(bytes))
 	if err != nil {
 		return Collective{}, err
 	}
@@ -231,7 +231,7 @@ func (e *evaluator) call(out *[]Collective, kind, coll string, g group, bytes fl
 	if len(devs) > 16 {
 		devs = devs[:16] // enough to show the stride
 	}
-	c := Collective{Group: kind, Collective: coll, Bytes: int64(math.Ceil(bytes)), Ranks: g.size(), Nodes: nodes, GPUs: devs, Where: g.text(),
+	c := Collective{Group: kind, Collective: coll, Bytes: bytesOf(bytes), Ranks: g.size(), Nodes: nodes, GPUs: devs, Where: g.text(),
 		Link: e.machine.link(g), PerStep: perStep, TimeUS: pr.us, TotalS: perStep * pr.us / 1e6, Overlap: overlap, PricedBy: pr.source}
 	*out = append(*out, c)
 	return c, nil

@@ -47,7 +47,7 @@ type Memory struct {
 func (e *evaluator) fillActivationsBy(l Layout, mem *Memory) {
 	mem.ActivationsBy = map[string]int64{}
 	for _, rc := range Recomputes {
-		mem.ActivationsBy[rc] = int64(e.stageActivations(l, mem.heavy, rc))
+		mem.ActivationsBy[rc] = bytesOf(e.stageActivations(l, mem.heavy, rc))
 	}
 }
 
@@ -255,14 +255,14 @@ func (e *evaluator) memory(l Layout) Memory {
 		if zero >= 3 {
 			w = dense/d + expert/edp
 		}
-		sm := Memory{Weights: int64(2 * w), Gradients: int64(2 * g), Optimizer: int64(e.optimizerBytes() * o)}
+		sm := Memory{Weights: bytesOf(2 * w), Gradients: bytesOf(2 * g), Optimizer: bytesOf(e.optimizerBytes() * o)}
 		if zero >= 3 { // the layer gathered for compute and the next one prefetched
-			sm.Weights += int64(2 * 2 * e.largestLayer / float64(l.TP))
+			sm.Weights += bytesOf(2 * 2 * e.largestLayer / float64(l.TP))
 		}
-		sm.Activations = int64(e.stageActivations(l, st, e.setup.Recompute))
+		sm.Activations = bytesOf(e.stageActivations(l, st, e.setup.Recompute))
 		if l.PP > 1 { // a receive and a send buffer each way
 			s, b := float64(e.setup.Seq)/float64(l.CP), float64(e.setup.MicroBatch)
-			sm.PipelineBuffers = int64(4 * 2 * s * b * float64(e.model.Hidden) / float64(l.TP))
+			sm.PipelineBuffers = bytesOf(4 * 2 * s * b * float64(e.model.Hidden) / float64(l.TP))
 		}
 		sm.Reserve = reserveBase + int64(communicators(l))*reserveComm
 		if r := e.setup.ReserveBytes; r != nil {
@@ -291,6 +291,18 @@ func (e *evaluator) memory(l Layout) Memory {
 	mem.Stage, mem.heavy = heavyStage.name(l.PP), heavyStage
 	mem.Fits = mem.Total <= mem.Capacity
 	return mem
+}
+
+// maxBytes bounds every figure of bytes: a model far past any GPU's memory (2^60 B, an EiB) is
+// held there rather than wrapping round int64, and a few of them still add up within it.
+const maxBytes = 1 << 60
+
+// bytesOf is a count of bytes worked out in floating point, held to maxBytes.
+func bytesOf(x float64) int64 {
+	if !(x < maxBytes) {
+		return maxBytes
+	}
+	return int64(math.Ceil(x))
 }
 
 // GiBOf writes bytes as GiB for reasons and tables.

@@ -217,6 +217,9 @@ func sweep(files []*results.File, opt Options) (*plot.Plot, error) {
 			xmin, xmax = math.Min(xmin, xy.X), math.Max(xmax, xy.X)
 		}
 	}
+	if xmin == xmax { // one size: the peak's line spans an axis around it
+		xmin, xmax = xmin/2, xmax*2
+	}
 	if opt.Measure == "busbw" {
 		type peak struct {
 			gbs  float64

@@ -91,6 +91,29 @@ func TestDrawSweep(t *testing.T) {
 	}
 }
 
+// A run of one size still draws its nominal peak as a line across the plot, not a point.
+func TestDrawOneSize(t *testing.T) {
+	f := collFile("one", 1)
+	f.Coll.Results = f.Coll.Results[3:4]
+	var buf bytes.Buffer
+	if err := Draw(&buf, []*results.File{f}, Options{Measure: "busbw", Placement: "out", Width: 800, Height: 500, Format: "svg"}); err != nil {
+		t.Fatal(err)
+	}
+	_, _, paths, _ := parseSVG(t, buf.Bytes())
+	long := false
+	for _, p := range paths {
+		var x0, y0, x1, y1 float64
+		if strings.Contains(p.Style, "stroke-dasharray:2,3") {
+			if _, err := fmt.Sscanf(p.D, "M%g,%gL%g,%g", &x0, &y0, &x1, &y1); err == nil && x1-x0 > 300 {
+				long = true
+			}
+		}
+	}
+	if !long {
+		t.Error("no peak line across the plot")
+	}
+}
+
 // A run set beside expectations (--expect) draws its expected curve too, dotted, in the legend
 // as "... expected", at the measured figure over the ratio.
 func TestDrawExpected(t *testing.T) {

@@ -472,7 +472,7 @@ func CollJSON(r *CollRun) *results.Coll {
 		Config: results.Config{
 			Ranks: len(s.Devices), MinBytes: s.Sweep.Min, MaxBytes: s.Sweep.Max, RequestedMax: o.Sweep.Max,
 			Warmup: o.Warmup, Iters: o.Iters, Check: o.Check, Average: int(o.Average), Seed: o.Seed,
-			Graph: o.Graph, Blocking: int(o.Blocking), CPUTime: o.CPUTime, PerIterSkip: o.PerIterSkip,
+			Graph: o.Graph, Blocking: int(o.Blocking), Threads: max(r.Threads, 1), CPUTime: o.CPUTime, PerIterSkip: o.PerIterSkip,
 		},
 		Notes:       append(headerNotes(r), footerNotes(r)...),
 		Results:     []results.Row{},

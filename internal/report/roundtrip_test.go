@@ -102,7 +102,7 @@ func schemaFields(t reflect.Type, all map[string]bool) {
 		}
 		all[t.Name()] = true // seen: a type is walked once
 		for i := range t.NumField() {
-			if f := t.Field(i); f.IsExported() {
+			if f := t.Field(i); f.IsExported() && f.Tag.Get("json") != "-" { // "-": read from nccl-tests only, never written
 				all[t.Name()+"."+f.Name] = true
 				schemaFields(f.Type, all)
 			}
@@ -130,7 +130,7 @@ func setFields(v reflect.Value, set map[string]bool) {
 		t := v.Type()
 		set[t.Name()] = true
 		for i := range t.NumField() {
-			if f := t.Field(i); f.IsExported() {
+			if f := t.Field(i); f.IsExported() && f.Tag.Get("json") != "-" { // "-": read from nccl-tests only, never written
 				if !v.Field(i).IsZero() {
 					set[t.Name()+"."+f.Name] = true
 				}

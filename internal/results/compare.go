@@ -166,8 +166,9 @@ func judge(l *Line, threshold float64, zeroBusBW bool) {
 	}
 	change := nb/ob - 1
 	l.BWChange = &change
+	const ulp = 1e-9 // a move of exactly the threshold is within it: 95 / 100 - 1 is -0.050000000000000044
 	switch {
-	case change < -threshold:
+	case change < -threshold-ulp:
 		l.Verdict = Regression
 		if o.PerIter != nil && n.PerIter != nil {
 			beyond := n.PerIter.P50US > o.PerIter.P95US
@@ -176,7 +177,7 @@ func judge(l *Line, threshold float64, zeroBusBW bool) {
 				l.Verdict = Noisy
 			}
 		}
-	case change > threshold:
+	case change > threshold+ulp:
 		l.Verdict = Improved
 		if o.PerIter != nil && n.PerIter != nil {
 			beyond := o.PerIter.P50US > n.PerIter.P95US

@@ -100,3 +100,23 @@ func TestCompareZeroBusBW(t *testing.T) {
 		t.Errorf("p2p file compared: %v", err)
 	}
 }
+
+// A move of exactly the threshold is within it, though 95 / 100 - 1 is a little below -0.05.
+func TestCompareAtThreshold(t *testing.T) {
+	mk := func(bus float64) *File {
+		return &File{Name: "x", Complete: true, Coll: &Coll{Collective: "allreduce", Backend: "sim", Config: Config{Ranks: 8},
+			Results: []Row{{Size: 1024, Type: "float", Op: "sum", OutOfPlace: Placement{TimeUS: 10, BusBW: bus}, InPlace: Placement{TimeUS: 10, BusBW: bus}}}}}
+	}
+	for _, tc := range []struct {
+		old, new float64
+		want     string
+	}{{100, 95, Same}, {10, 9.5, Same}, {100, 105, Same}, {100, 94.9, Regression}, {100, 105.1, Improved}} {
+		c, err := Compare(mk(tc.old), mk(tc.new), 0.05)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := c.Lines[0].Verdict; v != tc.want {
+			t.Errorf("%v -> %v at 5%%: %s; want %s", tc.old, tc.new, v, tc.want)
+		}
+	}
+}

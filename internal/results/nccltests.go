@@ -71,6 +71,51 @@ type ntRun struct {
 	rowLines  []int
 	bounds    *Bounds
 	avg       *float64
+	setup     *ntSetup // from the "# nThread" line, when the log has it
+}
+
+// ntSetup is how a run was timed, from its "# nThread ..." line and "# Blocking Enabled" line.
+type ntSetup struct {
+	threads, gpus, warmup, iters, agg, graph, blocking int
+}
+
+// parseSetup reads "nThread 1 nGpus 8 minBytes 8 maxBytes 1024 step: 2(factor) warmup iters: 5
+// iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0"; what a version does not print stays 0.
+func parseSetup(text string) *ntSetup {
+	s := &ntSetup{}
+	f := strings.Fields(text)
+	for i := 0; i+1 < len(f); i++ {
+		v, err := strconv.Atoi(f[i+1])
+		if err != nil || v < 0 {
+			continue
+		}
+		switch {
+		case f[i] == "nThread":
+			s.threads = v
+		case f[i] == "nGpus":
+			s.gpus = v
+		case f[i] == "graph:":
+			s.graph = v
+		case f[i] == "iters:" && i > 0 && f[i-1] == "warmup":
+			s.warmup = v
+		case f[i] == "iters:" && i > 0 && f[i-1] == "agg":
+			s.agg = v
+		case f[i] == "iters:":
+			s.iters = v
+		}
+	}
+	return s
+}
+
+// blockingMode is nccl-tests -z's value from the line it prints for it.
+func blockingMode(text string) int {
+	switch {
+	case strings.Contains(text, "no barrier"):
+		return 2
+	case strings.Contains(text, "outer iteration"):
+		return 3
+	}
+	return 1
 }
 
 func (r *ntRun) ended() bool { return r.bounds != nil || r.avg != nil }
@@ -206,6 +251,9 @@ func scanNCCLTests(text string) (runs []*ntRun, empty int, err error) {
 			}
 		case strings.HasPrefix(text, "nThread "):
 			begin(n)
+			run.setup = parseSetup(text)
+		case strings.HasPrefix(text, "Blocking Enabled") && run.setup != nil && run.layout == nil:
+			run.setup.blocking = blockingMode(text)
 		case strings.HasPrefix(text, "Rank "):
 			if run.layout != nil {
 				begin(n)
@@ -380,6 +428,19 @@ func (l *ntLayout) row(f []string) (Row, error) {
 	return r, nil
 }
 
+// bandwidthsFromTime works a row's bandwidths out from its size and times, as nccl-tests does
+// before it prints them (algbw = size / time, busbw = algbw × the collective's factor for its
+// ranks): it prints them with two decimals, so that at small sizes they keep one significant digit
+// or none (0.00) where the time keeps three or more.
+func (r *Row) bandwidthsFromTime(c *coll.Collective, ranks int) {
+	for _, p := range []*Placement{&r.OutOfPlace, &r.InPlace} {
+		if p.TimeUS > 0 {
+			p.AlgBW = float64(r.Size) / (p.TimeUS * 1e3)
+			p.BusBW = p.AlgBW * c.Factor(ranks)
+		}
+	}
+}
+
 func (p ntPlace) read(f []string) (Placement, error) {
 	var pl Placement
 	for _, v := range []struct {
@@ -511,6 +572,12 @@ func mergeRuns(runs []*ntRun) (*Coll, []string, error) {
 	if g := first.gpubench; g != nil {
 		c.Backend, c.Topology, c.Version = g[0], NullString(g[1]), g[2]
 	}
+	if x := first.setup; x != nil {
+		c.Config.Threads, c.Config.Warmup, c.Config.Iters, c.Config.Graph, c.Config.Blocking = x.threads, x.warmup, x.iters, x.graph, x.blocking
+		if x.agg > 1 {
+			c.Config.Aggregate = x.agg
+		}
+	}
 	seen := map[RowKey]int{} // the line of each row
 	var lines []string
 	cells, sum := 0, 0.0
@@ -523,6 +590,8 @@ func mergeRuns(runs []*ntRun) (*Coll, []string, error) {
 			return nil, nil, fmt.Errorf("line %d: a run of %s follows the run of %s at line %d: a file holds one collective; split the log", r.line, rc.Perf, c0.Perf, first.line)
 		case r.ranks() > 0 && c.Config.Ranks > 0 && r.ranks() != c.Config.Ranks:
 			return nil, nil, fmt.Errorf("line %d: this run has %d ranks and the run at line %d has %d: split the log", r.line, r.ranks(), first.line, c.Config.Ranks)
+		case r.setup != nil && first.setup != nil && *r.setup != *first.setup:
+			return nil, nil, fmt.Errorf("line %d: this run was timed otherwise than the run at line %d (threads, GPUs, iterations, graph or blocking): split the log", r.line, first.line)
 		}
 		c.Config.Ranks = max(c.Config.Ranks, r.ranks())
 		var prev *RowKey
@@ -544,6 +613,9 @@ func mergeRuns(runs []*ntRun) (*Coll, []string, error) {
 				seen[k] = r.rowLines[i]
 			}
 			prev = &k
+			if c.Config.Ranks > 0 {
+				row.bandwidthsFromTime(c0, c.Config.Ranks)
+			}
 			c.Results = append(c.Results, row)
 			sum += row.OutOfPlace.BusBW + row.InPlace.BusBW
 			cells += 2
@@ -583,9 +655,14 @@ type ntJSON struct {
 	Args        []string        `json:"args"`
 	NCCLVersion int             `json:"nccl_version"`
 	Config      struct {
-		NThreads int `json:"nthreads"`
-		NGPUs    int `json:"ngpus"`
-		Devices  []struct {
+		NThreads   int             `json:"nthreads"`
+		NGPUs      int             `json:"ngpus"`
+		Warmup     int             `json:"warmup_iters"`
+		Iterations int             `json:"iterations"`
+		Aggregate  int             `json:"aggregated_iterations"`
+		Graph      int             `json:"graph"`
+		Blocking   json.RawMessage `json:"blocking_collectives"`
+		Devices    []struct {
 			Rank       int    `json:"rank"`
 			PID        int    `json:"pid"`
 			Hostname   string `json:"hostname"`
@@ -649,6 +726,13 @@ func readNCCLTestsJSON(name string, doc []byte) (*File, error) {
 	// One device entry per process (nccl-tests' parseRankInfo reads a process's first line).
 	if j.Config.NThreads > 0 && j.Config.NGPUs > 0 {
 		c.Config.Ranks = len(c.Devices) * j.Config.NThreads * j.Config.NGPUs
+	}
+	c.Config.Threads, c.Config.Warmup, c.Config.Iters, c.Config.Graph = max(j.Config.NThreads, 0), max(j.Config.Warmup, 0), max(j.Config.Iterations, 0), max(j.Config.Graph, 0)
+	if j.Config.Aggregate > 1 {
+		c.Config.Aggregate = j.Config.Aggregate
+	}
+	if b := strings.Trim(string(j.Config.Blocking), `"`); b == "true" || (b != "false" && b != "0" && b != "" && b != "null") {
+		c.Config.Blocking = 1 // the file says only whether -z was set
 	}
 	for i, jr := range j.Results {
 		at := fmt.Sprintf("results[%d]", i)

@@ -1,6 +1,7 @@
 package results
 
 import (
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -38,6 +39,13 @@ func (w ntRow) check(t *testing.T, r Row) {
 	got := ntRow{r.Size, r.Count, r.Type, string(r.Op), root,
 		r.OutOfPlace.TimeUS, r.OutOfPlace.AlgBW, r.OutOfPlace.BusBW, wrong(r.OutOfPlace.Wrong),
 		r.InPlace.TimeUS, r.InPlace.AlgBW, r.InPlace.BusBW, wrong(r.InPlace.Wrong)}
+	// Bandwidths worked out from the time round to the printed ones: two decimals, and the
+	// time's own rounding (its last digit, at most 5e-4 of it).
+	for _, bw := range [][2]*float64{{&got.oopAlg, &w.oopAlg}, {&got.oopBus, &w.oopBus}, {&got.ipAlg, &w.ipAlg}, {&got.ipBus, &w.ipBus}} {
+		if math.Abs(*bw[0]-*bw[1]) <= 0.0051+5e-4**bw[1] {
+			*bw[0] = *bw[1]
+		}
+	}
 	if got != w {
 		t.Errorf("row %+v\nwant %+v", got, w)
 	}
@@ -222,7 +230,7 @@ func TestReadGpubenchTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c := f.Coll; f.Form != FormNCCLTests || c.Backend != "sim" || c.Topology != "dgx-h100" || c.Collective != "allreduce" ||
-		c.Config.Ranks != 8 || len(c.Results) != 10 || c.Results[9].OutOfPlace.BusBW != 74.27 {
+		c.Config.Ranks != 8 || len(c.Results) != 10 || math.Abs(c.Results[9].OutOfPlace.BusBW-74.27) > 0.05 {
 		t.Errorf("%s: %s on %s/%s, %d ranks, %d rows", f.Form, c.Collective, c.Backend, c.Topology, c.Config.Ranks, len(c.Results))
 	}
 }
@@ -319,4 +327,38 @@ func TestReadNCCLTestsPerIterColumns(t *testing.T) {
 		t.Fatalf("%s, %d rows, bounds %+v", c.Collective, len(c.Results), c.OutOfBounds)
 	}
 	ntRow{1048576, 262144, "float", "sum", -1, 30.04, 34.91, 61.09, 0, 29.88, 35.10, 61.42, 0}.check(t, f.Coll.Results[0])
+}
+
+// How a run was timed comes from nccl-tests' header line and blocking line, and from -J's config.
+func TestReadNCCLTestsSetup(t *testing.T) {
+	log := "# nThread 2 nGpus 4 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 30 agg iters: 3 validation: 1 graph: 7 unalign: 0\n" +
+		"# Blocking Enabled: wait after each inner iteration (-m), no barrier \n#\n" + ntHeader +
+		"          8             2     float     sum      -1    135.8    0.00    0.00      0    123.5    0.00    0.00      0\n"
+	f, err := Read("x.log", []byte(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := f.Coll.Config; c.Threads != 2 || c.Warmup != 5 || c.Iters != 30 || c.Aggregate != 3 || c.Graph != 7 || c.Blocking != 2 {
+		t.Errorf("log: %+v", c)
+	}
+	if f, err = Read("x.json", readFixture(t, ntDir+"constructed-allreduce-v3.json")); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.Coll.Config; c.Threads != 1 || c.Warmup != 1 || c.Iters != 50 || c.Aggregate != 0 || c.Graph != 0 || c.Blocking != 0 {
+		t.Errorf("-J: %+v", c)
+	}
+}
+
+// The bandwidths of a table are worked out from its times, which keep more digits: 512 B in
+// 35.50 µs is 0.0144 GB/s algbw, printed 0.01.
+func TestReadNCCLTestsBandwidthFromTime(t *testing.T) {
+	row := "         512           128     float     sum      -1    35.50    0.01    0.03      0    35.50    0.01    0.03      0\n"
+	f, err := Read("x.log", []byte("#  Rank  0 Group  0 Pid 1 on h device  0 [0000:18:00] G\n#  Rank  7 Group  0 Pid 1 on h device  7 [0000:db:00] G\n"+ntHeader+row))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := f.Coll.Results[0].OutOfPlace
+	if alg := 512 / 35.5e3; math.Abs(p.AlgBW-alg) > 1e-12 || math.Abs(p.BusBW-alg*1.75) > 1e-12 {
+		t.Errorf("algbw %v busbw %v; want %v and %v", p.AlgBW, p.BusBW, alg, alg*1.75)
+	}
 }

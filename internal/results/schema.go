@@ -52,6 +52,8 @@ type Config struct {
 	Average      int      `json:"average"`
 	Graph        int      `json:"graph_launches"`
 	Blocking     int      `json:"blocking"`
+	Threads      int      `json:"threads"` // host threads per process (-t; nccl-tests' nThread)
+	Aggregate    int      `json:"-"`       // nccl-tests -m above 1, from its output (gpubench runs -m 1)
 	DTypes       []string `json:"dtypes"`
 	Ops          []string `json:"ops"` // empty for collectives that do not reduce
 	Root         *int     `json:"root"`

@@ -73,14 +73,14 @@ func Calibrate(t *gpu.Topology, colls []CollRun, copies []LocalCopy) (*gpu.Calib
 		}
 		samples = append(samples, s...)
 		files[r.File] = true
-		cal.Measured.MaxRanks = max(cal.Measured.MaxRanks, r.Ranks)
-		for _, row := range r.Rows {
-			cal.Measured.MinBytes = min(cal.Measured.MinBytes, row.Bytes)
-			cal.Measured.MaxBytes = max(cal.Measured.MaxBytes, row.Bytes)
+		for _, x := range s {
+			cal.Measured.MaxRanks = max(cal.Measured.MaxRanks, r.Ranks)
+			cal.Measured.MinBytes = min(cal.Measured.MinBytes, x.bytes)
+			cal.Measured.MaxBytes = max(cal.Measured.MaxBytes, x.bytes)
 		}
 	}
 	if len(samples) == 0 {
-		cal.Measured.MinBytes = 0
+		cal.Measured.MinBytes = 0 // no collective measured: MaxRanks 0 says so
 	}
 	fitLaunch(cal, samples)
 	fitAlgorithms(cal, samples)
