@@ -272,6 +272,7 @@ func simWhyText(why []string) string {
 		"nvls links":     "NVLS on one node, held to its links rather than NCCL's channel figure",
 		"search speed":   "its channels carry what the links do, above the speed NCCL's search gave them",
 		"block copy":     "each of its channels, one thread block, carries at most one NVLink's worth, less than the links",
+		"channels":       "it runs on the fewer channels NCCL_MAX_NCHANNELS leaves, where NCCL's figures count its search's",
 		"network":        "the network's links carry less than the NICs NCCL counts (fewer fabric uplinks than NICs, or a slow NIC)",
 		"calibration":    "the topology's calibration",
 	}

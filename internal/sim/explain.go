@@ -97,6 +97,7 @@ type ExplainedCandidate struct {
 	// NVLink domain, held to its links rather than NCCL's channel figure), "search speed" (channels
 	// that NCCL's search gave a speed of its table below what the links carry), "block copy" (a
 	// Simple ring's channels, one thread block each, carry less than its links: ringBlockGBs),
+	// "channels" (NCCL_MAX_NCHANNELS runs the call on fewer channels than NCCL's figures count),
 	// "network" (NVLS or CollNet across domains, held to what the network's links carry where
 	// that is less than the NICs' rate NCCL counts: netLinks), "calibration" (the topology's own
 	// fit); empty where they are the same model.
@@ -245,6 +246,9 @@ func (m *model) explained(c Candidate, bytes int64, factor float64) ExplainedCan
 	}
 	if c.blockBound {
 		why = append(why, "block copy")
+	}
+	if a := algoIndex(c.Algo); (a == algoRing || a == algoTree || a == algoPAT) && !c.blockBound && m.commChannels() < m.searchCommChannels() {
+		why = append(why, "channels")
 	}
 	if a := algoIndex(c.Algo); a >= 0 && m.graphs[a].linksInter > 0 && c.SimUS > c.TimeUS {
 		why = append(why, "network")

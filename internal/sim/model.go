@@ -99,6 +99,10 @@ type model struct {
 	// pluginLatUS is the latency the net plugin reports, which NCCL's estimate adds to every
 	// step between nodes and the simulated call does not pay (gpu.Network.PluginLatency).
 	pluginLatUS float64
+	// maxLocal and minLocal are the most and fewest ranks of any NVLink domain (NCCL's
+	// maxLocalRanks, minLocalRanks: its node is the domain). maxLocal bounds where NVLS and
+	// CollNet serve; a domain of one rank makes NCCL's tree search take its simple TREE pattern.
+	maxLocal, minLocal int
 }
 
 // searchGraph is what NCCL's topology search finds for one algorithm: its channels and each channel's
@@ -156,6 +160,10 @@ func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
 		m.netGBs = 0
 	}
 	m.ppn = float64(m.n) / float64(m.nodes)
+	m.minLocal = m.n
+	for _, local := range m.domainRanks() {
+		m.maxLocal, m.minLocal = max(m.maxLocal, len(local)), min(m.minLocal, len(local))
+	}
 	switch {
 	case m.cc >= 10:
 		m.arch = 3
@@ -172,7 +180,10 @@ func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
 		}
 	}
 	m.ll128 = m.intraHW == hwNVLink && m.cc >= 7
-	m.sameCh = m.nodes == 1 && m.intraHW == hwNVLink
+	// NCCL's search tries channels that all take the first one's path first, and keeps them
+	// unless channels of different paths do strictly better (search.cc, ncclTopoCompute), which
+	// inside one domain they do not: its links are what any order crosses.
+	m.sameCh = m.nodes == 1
 	m.nvls = m.nvls && m.arch >= 2 && m.n >= 2 && m.env.nvls
 	m.collnet = t.Network != nil && t.Network.SHARP && m.env.collnet && m.nodes > 1 && m.heads > 0
 	if t.Network != nil && m.nodes > 1 {
@@ -211,18 +222,17 @@ func (m *model) searchGraphs() [numAlgos]searchGraph {
 		return g
 	}
 	// Ring and Tree: the ring's bandwidth over its channels (NCCL's tree graph has the ring's
-	// channels), with NCCL_MIN/MAX_NCHANNELS bounding the count: fewer channels carry less, more
-	// cannot beat the links.
+	// channels). NCCL_MIN/MAX_NCHANNELS do not touch the graphs NCCL's tuner prices with, only
+	// the channels a call runs on (connect.cc, comm->nChannels): bandwidthOf scales the simulated
+	// call by them.
 	nch, speed := m.channelCount()
 	per := m.ringBus / float64(nch)
-	found := nch
-	nch = m.env.clampChannels(nch)
-	ring := searchGraph{nChannels: nch, bwIntra: math.Min(per, m.ringBus/float64(nch)), bwInter: math.Min(per, m.ringBus/float64(nch))}
+	ring := searchGraph{nChannels: nch, bwIntra: per, bwInter: per}
 	if speed > 0 {
 		// The search's channels run at a speed of its table, which can fall short of the links
 		// (8 B200: 16 channels of 45 GB/s, 720 of 721.8): NCCL's tuner compares algorithms with
 		// it, and the links still carry what they carry.
-		ring.linksIntra, ring.bwIntra = ring.bwIntra, math.Min(speed, speed*float64(found)/float64(nch))
+		ring.linksIntra, ring.bwIntra = ring.bwIntra, speed
 	}
 	g[algoRing], g[algoTree] = ring, ring
 	if m.nodes > 1 {
@@ -253,7 +263,7 @@ func (m *model) searchGraphs() [numAlgos]searchGraph {
 			}
 		}
 		ppn := math.Round(m.ppn)
-		n := m.env.clampChannels(int(math.Min(32, ppn)))
+		n := int(math.Min(maxNVLSArity, ppn))
 		g[algoNVLS] = searchGraph{nChannels: n, bwIntra: nvl / float64(n+1)}
 		if m.nodes > 1 {
 			g[algoNVLS].bwIntra, g[algoNVLS].bwInter = nvl/(ppn+1), m.netGBs/float64(n)
@@ -262,14 +272,24 @@ func (m *model) searchGraphs() [numAlgos]searchGraph {
 		g[algoNVLSTree] = g[algoNVLS]
 	}
 	if m.collnet {
-		// CollNet: one channel per NIC (head), each carrying its NIC.
+		// CollNet: one channel per NIC (head), each carrying its NIC; Direct's search takes at
+		// most 8 heads (search.cc: NCCL_MAX_DIRECT_ARITY + 1).
 		per := m.netGBs / float64(m.heads)
 		links := m.netLinks(m.heads)
-		g[algoCollNetDirect] = searchGraph{nChannels: m.heads, bwIntra: per, bwInter: per, linksIntra: links, linksInter: links}
-		g[algoCollNetChain] = g[algoCollNetDirect]
+		g[algoCollNetChain] = searchGraph{nChannels: m.heads, bwIntra: per, bwInter: per, linksIntra: links, linksInter: links}
+		g[algoCollNetDirect] = g[algoCollNetChain]
+		g[algoCollNetDirect].nChannels = min(m.heads, maxDirectArity+1)
 	}
 	return g
 }
+
+// NCCL's bounds on its ring search's channels (init.cc: MAXCHANNELS / 2), NVLS's heads and
+// CollNet Direct's peers (src/include/device.h).
+const (
+	maxRingChannels = 32
+	maxNVLSArity    = 32 // NCCL_MAX_NVLS_ARITY
+	maxDirectArity  = 7  // NCCL_MAX_DIRECT_ARITY
+)
 
 // netLinks is what the network carries each of n channels between NVLink domains where that is
 // less than the NICs' rate NCCL counts (netGBs), as on a fabric with fewer uplinks than NICs,
@@ -314,7 +334,7 @@ func (m *model) domainRanks() map[int][]int {
 func (m *model) channelCount() (int, float64) {
 	switch {
 	case m.nodes > 1:
-		return m.rings, 0
+		return min(m.rings, maxRingChannels), 0
 	case m.intraHW == hwNVLink:
 		return nvlinkRingSearch(m.ringBus, m.arch, m.cc)
 	}
@@ -341,7 +361,7 @@ var searchSpeedsIntra = [4][]float64{
 // carrying half the speed. It returns the channels and each one's speed: 8x H100, 6 channels at
 // 60, duplicated to 12 of 30; 8x H800, whose 8 NVLinks carry 165 GB/s: 4 at 40, then 8 of 20.
 func nvlinkRingSearch(bw float64, arch int, cc float64) (int, float64) {
-	const most = 32
+	const most = maxRingChannels
 	speeds := searchSpeedsIntra[arch]
 	i := 0
 	for i < len(speeds)-1 && speeds[i] > bw {

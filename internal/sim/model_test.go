@@ -262,3 +262,88 @@ func TestNVLSTreeHeldToNetwork(t *testing.T) {
 		}
 	}
 }
+
+// NCCL's rules on a node's size (enqueue.cc, updateCollCostTable; its node is the NVLink
+// domain): NVLS serves all-gather and reduce-scatter on at most 32 ranks a node, CollNet Direct
+// and Chain at most 8, and CollNet Direct's search takes at most 8 heads (search.cc). A GB200
+// rack of 72 gathers by Ring and reduces across racks without CollNet; 32 GPUs of it gather by
+// NVLS; a SuperPOD's 8-GPU nodes keep CollNet, Direct on 8 channels.
+func TestNodeSizeRules(t *testing.T) {
+	t.Parallel()
+	has := func(d Decision, algo string) bool {
+		for _, c := range d.Candidates {
+			if c.Algo == algo {
+				return true
+			}
+		}
+		return false
+	}
+	rack := modelOf(t, "gb200-nvl72", 18, 72)
+	if d := rack.decide(collAllGather, 16<<20); has(d, "NVLS") || !has(rack.decide(collAllReduce, 16<<20), "NVLS") {
+		t.Errorf("72 GPUs of a rack: NVLS all-gather %v; want none (all-reduce still)", has(d, "NVLS"))
+	}
+	if part := modelOf(t, "gb200-nvl72", 18, 32); !has(part.decide(collAllGather, 16<<20), "NVLS") {
+		t.Error("32 GPUs of a rack: no NVLS all-gather")
+	}
+	collnet := map[string]string{"NCCL_COLLNET_ENABLE": "1"}
+	racks := newModel(topoOf(t, "gb200-nvl72", 36), ranks(144), collnet)
+	if d := racks.decide(collAllReduce, 1<<30); has(d, "CollNetDirect") || has(d, "CollNetChain") {
+		t.Errorf("two racks of 72: CollNet candidates %v; want none", d.Candidates)
+	}
+	pod := newModel(topoOf(t, "dgx-h100-superpod", 2), ranks(16), collnet)
+	if d := pod.decide(collAllReduce, 1<<30); !has(d, "CollNetDirect") || pod.graphs[algoCollNetDirect].nChannels != 8 {
+		t.Errorf("two SuperPOD nodes: CollNetDirect %v on %d channels; want it, on 8", has(d, "CollNetDirect"), pod.graphs[algoCollNetDirect].nChannels)
+	}
+}
+
+// NCCL_MIN_NCHANNELS and NCCL_MAX_NCHANNELS bound the channels a call runs on, not the graphs
+// NCCL's tuner prices with (connect.cc): a 1 GiB all-reduce on 8 H100 still runs NVLS, in the
+// same time, with either; a ring forced on 4 channels runs slower than on the search's, its
+// blocks each carrying at most one NVLink's worth, and a tree on 4 channels at 4/24 of its speed.
+func TestChannelVariablesLeaveThePick(t *testing.T) {
+	t.Parallel()
+	tp := topoOf(t, "dgx-h100", 1)
+	call := func(env map[string]string) Candidate {
+		return newModel(tp, ranks(8), env).decide(collAllReduce, 1<<30).Chosen()
+	}
+	def := call(nil)
+	for _, env := range []map[string]string{{"NCCL_MIN_NCHANNELS": "32"}, {"NCCL_MAX_NCHANNELS": "4"}} {
+		if c := call(env); c.Algo != def.Algo || c.SimUS != def.SimUS || c.TimeUS != def.TimeUS {
+			t.Errorf("%v: %s %.1f µs (NCCL %.1f); want %s %.1f (%.1f) as without", env, c.Algo, c.SimUS, c.TimeUS, def.Algo, def.SimUS, def.TimeUS)
+		}
+	}
+	ring, ring4 := call(map[string]string{"NCCL_ALGO": "Ring"}), call(map[string]string{"NCCL_ALGO": "Ring", "NCCL_MAX_NCHANNELS": "4"})
+	if ring4.TimeUS != ring.TimeUS || !(ring4.SimUS > 3*ring.SimUS) || !ring4.blockBound {
+		t.Errorf("Ring on 4 channels: %.1f µs (NCCL %.1f), block bound %v; Ring on the search's: %.1f (%.1f)", ring4.SimUS, ring4.TimeUS, ring4.blockBound, ring.SimUS, ring.TimeUS)
+	}
+	tree, tree4 := call(map[string]string{"NCCL_ALGO": "Tree"}), call(map[string]string{"NCCL_ALGO": "Tree", "NCCL_MAX_NCHANNELS": "4"})
+	if bw, bw4 := tree.SimUS-tree.SimLatencyUS, tree4.SimUS-tree4.SimLatencyUS; math.Abs(bw4/bw-6) > 1e-9 {
+		t.Errorf("Tree on 4 channels: bandwidth time %.1f µs, %.3f times the search's 24; want 6", bw4, bw4/bw)
+	}
+}
+
+// Inside one domain NCCL's ring channels all take one path (sameChannels), so a Broadcast or
+// Reduce costs one hop, on a PCIe box as on NVLink: 8 B on 8 RTX 4090, Ring/LL 6.6 + 1.0 µs.
+func TestSameChannelsOnPCIe(t *testing.T) {
+	t.Parallel()
+	m := modelOf(t, "pcie-4090x8", 1, 8)
+	if c := m.decide(collBroadcast, 8).Chosen(); c.Algo != "Ring" || c.Proto != "LL" || math.Abs(c.LatencyUS-7.6) > 1e-9 {
+		t.Errorf("8 B broadcast: %s/%s, latency %.2f µs; want Ring/LL, 7.6", c.Algo, c.Proto, c.LatencyUS)
+	}
+}
+
+// A node of one GPU makes NCCL's tree search take its TREE pattern, which its tuner prices at
+// .85 (tuning.cc, maxTreePattern).
+func TestTreePatternOneGPUANode(t *testing.T) {
+	t.Parallel()
+	tp, err := topoOf(t, "dgx-h100", 4).WithGPUsPerNode(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newModel(tp, ranks(4), nil)
+	one := m.bandwidth(collAllReduce, algoTree, protoSimple)
+	m.minLocal = 2
+	if r := one / m.bandwidth(collAllReduce, algoTree, protoSimple); math.Abs(r-.85) > 1e-9 {
+		t.Errorf("one GPU a node: Tree at %.3f of a balanced tree's; want .85", r)
+	}
+}

@@ -145,12 +145,17 @@ const maxPairRoutes = 1 << 16
 // NCCL_MIN_NCHANNELS; at most 64. (CollNet's extra half applies when its chain is faster inside
 // a node than between nodes, which the simulator's CollNet graph never is.)
 func (m *model) commChannels() int {
+	return min(maxChannels, m.env.clampChannels(m.searchCommChannels()))
+}
+
+// searchCommChannels is commChannels before NCCL_MIN_NCHANNELS and NCCL_MAX_NCHANNELS.
+func (m *model) searchCommChannels() int {
 	found, _ := m.channelCount()
 	n := min(maxChannels, 2*found)
 	if m.cc >= 9 && m.nodes > 1 && m.graphs[algoRing].bwIntra > 45 && n < 16 {
 		n = min(maxChannels, 2*n)
 	}
-	return min(maxChannels, m.env.clampChannels(n))
+	return n
 }
 
 // peerChannels is ncclTopoGetNchannels for a pair inside a domain: over NVLink two per NVLink of

@@ -243,7 +243,7 @@ func (m *model) runChannels(a, p int, nBytes int64) int {
 		more := true
 		for sw := 16; sw >= 1 && more; sw /= 2 {
 			for {
-				more = nBytes < int64(nc*maxThreads*m.heads)*thr
+				more = nBytes < int64(nc*maxThreads*m.graphs[algoCollNetDirect].nChannels)*thr
 				if !more || nc <= sw {
 					break
 				}
@@ -311,8 +311,10 @@ func (m *model) algoOK(c collKind, a int) bool {
 		return false
 	case a == algoNVLSTree && m.nodes == 1:
 		return false
-	case (a == algoCollNetDirect || a == algoCollNetChain) && !m.collnet:
-		return false
+	case (a == algoCollNetDirect || a == algoCollNetChain) && (!m.collnet || m.maxLocal > maxDirectArity+1):
+		return false // NCCL: "CollNetDirect is only supported for up to 8 local GPUs", Chain alike (enqueue.cc)
+	case (a == algoNVLS || a == algoNVLSTree) && c != collAllReduce && m.maxLocal > maxNVLSArity:
+		return false // NCCL serves all-gather and reduce-scatter by NVLS on at most 32 GPUs a node (enqueue.cc)
 	case a == algoCollNetDirect && !m.nvs: // NCCL: "Disable CollNet+Direct if not on an NVSwitch system"
 		return false
 	case a == algoNVLS && m.nodes > 1 && !m.collnet: // NVLS across nodes runs with CollNet
@@ -417,6 +419,13 @@ func (m *model) bandwidthOf(c collKind, a, p int, searchCap bool) float64 {
 			f = 7.0 / 9.0
 		}
 		bus = math.Min(bus*f, nch*perChMaxTreeLL128Bws[m.arch][bucket])
+	}
+	if a == algoTree && m.minLocal == 1 && m.nodes > 1 {
+		// NCCL's tree search takes its simple TREE pattern on a node of one GPU (search.cc),
+		// which its tuner prices at .85 (tuning.cc, maxTreePattern).
+		bus *= .85
+	}
+	switch {
 	case a == algoPAT:
 		bus *= 0.75
 	case a == algoCollNetDirect && (c == collAllGather || c == collReduceScatter):
@@ -428,6 +437,12 @@ func (m *model) bandwidthOf(c collKind, a, p int, searchCap bool) float64 {
 		if m.cc >= 9 {
 			bus *= .85
 		}
+	}
+	if !searchCap && (a == algoRing || a == algoTree || a == algoPAT) && m.ringBlockGBs(c, a, p, math.MaxInt64) == 0 {
+		// The call runs on the communicator's channels, which NCCL_MAX_NCHANNELS can make fewer
+		// than the search's, each carrying its share; more than the search's carry no more than
+		// the links. (A Simple ring over NVLink is held to its blocks instead: ringBlockGBs.)
+		bus *= math.Min(1, float64(m.commChannels())/float64(m.searchCommChannels()))
 	}
 	// Bus bandwidth to algorithm bandwidth.
 	if a != algoRing && (c == collAllGather || c == collReduceScatter) {
