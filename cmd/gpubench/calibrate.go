@@ -209,6 +209,11 @@ func calibratedFile(nameOrPath string, cal *gpu.Calibration) ([]byte, error) {
 	}
 	doc["format"], _ = json.Marshal(gpu.TopologyFormat2)
 	doc["calibration"], _ = json.Marshal(cal)
+	// A run on it names it apart from the machine's own (a preset's name, else the file's).
+	var name string
+	if json.Unmarshal(doc["name"], &name) == nil && name != "" {
+		doc["name"], _ = json.Marshal(name + "-calibrated")
+	}
 	// The keys in the order docs/topology.md gives them, the rest after.
 	order := []string{"format", "name", "description", "p2p", "network", "nvlink_domain_nodes", "calibration", "templates", "nodes"}
 	keys := make([]string, 0, len(doc))

@@ -203,7 +203,12 @@ func TestCalibrateCopiesOnly(t *testing.T) {
 	if out, errOut, code := gpubench(t, "calibrate", "--topology", "dgx-h100", p2p, "-o", cal); code != 0 || !strings.Contains(out, "# measured: no collective (copies only)") {
 		t.Fatalf("exit %d, %s\n%s", code, errOut, out)
 	}
-	if _, errOut, code := gpubench(t, "--backend", "sim", "--topology", cal, "allreduce", "-b", "1M", "-e", "1M"); code != 0 || errOut != "" {
+	out, errOut, code := gpubench(t, "--backend", "sim", "--topology", cal, "allreduce", "-b", "1M", "-e", "1M")
+	if code != 0 || errOut != "" {
 		t.Errorf("exit %d, stderr %q; want nothing said", code, errOut)
+	}
+	// A run on it names it apart from the preset.
+	if !strings.Contains(out, "topology dgx-h100-calibrated\n") {
+		t.Errorf("header of a run on the calibrated topology:\n%s", out)
 	}
 }

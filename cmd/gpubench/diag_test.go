@@ -90,6 +90,25 @@ func TestDiagSlowLinkFails(t *testing.T) {
 	}
 }
 
+// A GPU that corrupts data fails both data checks, which name it, at the default --sim-data-cap:
+// the measured sizes are past it, so the checks check data at a size within it.
+func TestDiagCorruptFails(t *testing.T) {
+	fixEnv(t)
+	out, errOut, code := gpubench(t, "diag", "--backend", "sim", "--root", diagHost(t), "--sim-fault", "corrupt=3", "--output", "json")
+	if code != exitCheck || errOut != "gpubench: diag: 2 checks failed: p2p-bandwidth, allreduce-bandwidth\n" {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+	var doc struct{ Checks []diag.Result }
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range doc.Checks {
+		if r.Group == "data" && !strings.Contains(r.Finding, "GPU 3") {
+			t.Errorf("%s: %q; want it to name GPU 3", r.Check, r.Finding)
+		}
+	}
+}
+
 func TestDiagUsage(t *testing.T) {
 	fixEnv(t)
 	for _, c := range []struct {

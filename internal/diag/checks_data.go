@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,6 +34,34 @@ const (
 	dataTimeout    = 30 * time.Second
 )
 
+// The sizes the data checks check data at when the measured sizes carried none: the simulator
+// backs only --sim-data-cap bytes of device memory (8 MiB by default) with data, and copies and
+// all-reduces past it are timed without data. gpubench fleet checks its all-reduces at 256 KiB
+// for the same reason; diag halves that until every GPU's two buffers fit, down to 1 KiB.
+const (
+	checkBytes    = 256 << 10
+	minCheckBytes = 1 << 10
+)
+
+// notChecked is the finding's note when no data could be checked at any size.
+const notChecked = "data not checked: the simulator backs too little device memory with data (--sim-data-cap)"
+
+// checkSize is the size at which n GPUs' two buffers each (source and destination, or send and
+// receive) fit in the backend's data cap: checkBytes, halved until they fit; 0 when not even
+// minCheckBytes does. A backend without a data cap (a real one) holds data at every size.
+func checkSize(b gpu.Backend, n int) int64 {
+	c, ok := b.(interface{ DataCap() int64 })
+	if !ok {
+		return checkBytes
+	}
+	for size := int64(checkBytes); size >= minCheckBytes; size /= 2 {
+		if int64(2*n)*size <= c.DataCap() {
+			return size
+		}
+	}
+	return 0
+}
+
 // dataSkip is the result of a data check without a backend.
 func (f *Facts) dataSkip() (Result, bool) {
 	if f.opt.Backend != nil {
@@ -52,6 +81,14 @@ func (f *Facts) nominalIndex(d gpu.Device) int {
 	if t == nil {
 		return -1
 	}
+	// The simulator's devices are the topology's GPUs in order, and their bus ids cannot tell them
+	// apart: every node of a topology of several repeats its template's.
+	if f.sim {
+		if d.Ordinal < t.NumGPUs() {
+			return d.Ordinal
+		}
+		return -1
+	}
 	if bus, ok := topo.ParseBusID(d.PCIBusID); ok {
 		for i := 0; i < t.NumGPUs(); i++ {
 			if g, _ := t.GPU(i); g.PCIBusID != "" {
@@ -60,9 +97,6 @@ func (f *Facts) nominalIndex(d gpu.Device) int {
 				}
 			}
 		}
-	}
-	if f.sim && d.Ordinal < t.NumGPUs() {
-		return d.Ordinal
 	}
 	return -1
 }
@@ -107,7 +141,8 @@ func expectedP2P(f *Facts, devs []gpu.Device, opt p2p.Options) *p2p.Matrix {
 // checkP2PBandwidth: each pair of GPUs that can use P2P copies at 0.75 of what the simulator
 // expects of the pair on the nominal topology (gpubench p2p --expect's figure), or where it cannot
 // say, of its path's nominal bandwidth (gpubench p2p's unidirectional P2P-enabled matrix, with
-// 64 MiB copies).
+// 64 MiB copies). Every copy's data is checked; where the copies carried none (the simulator's data
+// cap), copies at a size within the cap are checked instead.
 func checkP2PBandwidth(f *Facts) Result {
 	if r, ok := f.dataSkip(); ok {
 		return r
@@ -125,9 +160,22 @@ func checkP2PBandwidth(f *Facts) Result {
 	if err != nil {
 		return dataFail(err, "gpubench p2p")
 	}
-	if res.Mismatched > 0 {
-		return fail("run gpubench p2p to see which pairs; reset the GPUs, and if it persists suspect the GPU, NVLink or PCIe path",
-			fmt.Sprintf("%d copies delivered wrong data", res.Mismatched)).with("mismatched", res.Mismatched)
+	checked, unchecked := res, ""
+	if res.Mismatched == 0 && res.Unverified > 0 {
+		if checked, unchecked, err = checkP2PData(f, b, len(devs)); err != nil {
+			return dataFail(err, "gpubench p2p")
+		}
+	}
+	if checked != nil && checked.Mismatched > 0 {
+		return wrongCopies(checked)
+	}
+	// noted adds to a result that data went unchecked, when it did.
+	noted := func(r Result) Result {
+		if unchecked == "" {
+			return r
+		}
+		r.Finding += "; " + unchecked
+		return r.with("data_checked", false)
 	}
 	uni := res.Matrix("uni_enabled")
 	if uni == nil {
@@ -176,12 +224,78 @@ func checkP2PBandwidth(f *Facts) Result {
 	case measured == 0:
 		return skip("no pair of GPUs can use P2P, so there is no P2P copy to measure", "see the p2p-topology check")
 	case len(slow) > 0:
-		return fail("look for a degraded PCIe link or NVLink (pcie-link, nvlink checks), ACS or the IOMMU (acs, iommu checks); gpubench p2p shows every pair",
-			fmt.Sprintf("%d of %d pairs copy below %.0f%% of %s: %s", len(slow), compared, minFraction*100, what, firstFew(slow))).with("slow", slow).with("floor_from", floorFrom(expected))
+		return noted(fail("look for a degraded PCIe link or NVLink (pcie-link, nvlink checks), ACS or the IOMMU (acs, iommu checks); gpubench p2p shows every pair",
+			fmt.Sprintf("%d of %d pairs copy below %.0f%% of %s: %s", len(slow), compared, minFraction*100, what, firstFew(slow))).with("slow", slow).with("floor_from", floorFrom(expected)))
 	case compared == 0:
-		return skip(fmt.Sprintf("measured %d pairs, but the topology gives no nominal bandwidth to compare with", measured), "")
+		return noted(skip(fmt.Sprintf("measured %d pairs, but the topology gives no nominal bandwidth to compare with", measured), ""))
 	}
-	return pass(fmt.Sprintf("%d pairs at %.0f%% or more of %s", compared, math.Floor(worst*100), what)).with("worst_fraction", math.Round(worst*1000)/1000).with("floor_from", floorFrom(expected))
+	return noted(pass(fmt.Sprintf("%d pairs at %.0f%% or more of %s", compared, math.Floor(worst*100), what)).with("worst_fraction", math.Round(worst*1000)/1000).with("floor_from", floorFrom(expected)))
+}
+
+// checkP2PData copies between every pair of the n GPUs at a size whose buffers the backend holds
+// data for, and checks the copies: for when the measured copies carried none. It returns that
+// run, or nil and why no data was checked.
+func checkP2PData(f *Facts, b p2p.Backend, n int) (*p2p.Result, string, error) {
+	size := checkSize(b, n)
+	if size == 0 {
+		return nil, notChecked, nil
+	}
+	res, err := p2p.Run(f.opt.Context, b, p2p.Options{Size: size, Repeat: 1, Samples: 1, Verify: true, Timeout: dataTimeout})
+	if err != nil {
+		return nil, "", err
+	}
+	if res.Verified+res.Mismatched == 0 {
+		return nil, notChecked, nil
+	}
+	return res, "", nil
+}
+
+// wrongCopies fails the P2P check for the copies whose data came back wrong, naming the pairs and,
+// when every such copy touches one GPU (one that corrupts what it receives, or its link), that GPU.
+func wrongCopies(res *p2p.Result) Result {
+	var pairs []string
+	var common []int // the GPUs that every bad copy so far touches
+	first := true
+	touch := func(gpus ...int) {
+		if first {
+			common, first = slices.Compact(slices.Sorted(slices.Values(gpus))), false
+			return
+		}
+		common = slices.DeleteFunc(common, func(g int) bool { return !slices.Contains(gpus, g) })
+	}
+	for _, m := range res.Matrices {
+		for i, row := range m.Cells {
+			for j, c := range row {
+				if !c.Bad {
+					continue
+				}
+				a, b := res.Devices[i].Ordinal, res.Devices[j].Ordinal
+				touch(a, b)
+				if p := fmt.Sprintf("%d->%d", a, b); strings.HasPrefix(m.Key, "uni_") && !slices.Contains(pairs, p) {
+					pairs = append(pairs, p)
+				}
+			}
+		}
+	}
+	for i, h := range res.Host {
+		if h.H2D.Bad || h.D2H.Bad || h.Bidir.Bad || h.Local.Bad {
+			touch(res.Devices[i].Ordinal)
+		}
+	}
+	finding := fmt.Sprintf("%d copies delivered wrong data", res.Mismatched)
+	remedy := "run gpubench p2p to see which pairs; reset the GPUs, and if it persists suspect the GPU, NVLink or PCIe path"
+	r := Result{}
+	if len(common) == 1 {
+		finding += fmt.Sprintf(", every one to or from GPU %d", common[0])
+		remedy = fmt.Sprintf("reset GPU %d, and if it persists suspect it or its NVLink or PCIe path; gpubench p2p shows every pair", common[0])
+		r = r.with("gpu", common[0])
+	}
+	if len(pairs) > 0 {
+		finding += ": " + firstFew(pairs)
+		r = r.with("pairs", pairs)
+	}
+	r.Status, r.Finding, r.Remedy = Fail, finding, remedy
+	return r.with("mismatched", res.Mismatched)
 }
 
 // floorFrom says where the p2p floors came from.
@@ -229,9 +343,58 @@ func expectedAllReduce(f *Facts, idx []int) float64 {
 	return s.BestBusBW
 }
 
+// checkAllReduceData runs the check's all-reduce over the n GPUs at a size whose buffers the
+// backend holds data for, checked: for when the measured size carried none. It returns that run,
+// or nil and why no data was checked.
+func checkAllReduceData(f *Facts, b gpu.Backend, n int) (*coll.Summary, string, error) {
+	size := checkSize(b, n)
+	if size == 0 {
+		return nil, notChecked, nil
+	}
+	o := allReduceOptions()
+	o.Sweep, o.Iters, o.Warmup = coll.Sweep{Min: size, Max: size, Factor: 2}, 1, 0
+	s, err := coll.Run(f.opt.Context, b, o)
+	if err != nil {
+		return nil, "", err
+	}
+	if s.TimingOnlyFrom > 0 {
+		return nil, notChecked, nil
+	}
+	return s, "", nil
+}
+
+// wrongSums fails the all-reduce check for wrong data, naming the GPUs whose output held it.
+func wrongSums(s *coll.Summary) Result {
+	var gpus []int
+	var names []string
+	for _, row := range s.Results {
+		for _, p := range []coll.Placement{row.OutOfPlace, row.InPlace} {
+			for rank, n := range p.WrongByRank {
+				if g := s.Devices[rank].Ordinal; n > 0 && !slices.Contains(gpus, g) {
+					gpus, names = append(gpus, g), append(names, fmt.Sprint(g))
+				}
+			}
+		}
+	}
+	finding := fmt.Sprintf("all-reduce delivered wrong data in %d placements", s.OutOfBounds)
+	remedy := "run gpubench allreduce to see which sizes; reset the GPUs, and if it persists suspect a GPU or link"
+	r := Result{}
+	if len(gpus) > 0 {
+		finding += ", in the output of GPU " + firstFew(names)
+		r = r.with("gpus", gpus)
+	}
+	if len(gpus) == 1 {
+		remedy = fmt.Sprintf("reset GPU %d, and if it persists suspect it or its links; gpubench allreduce shows which sizes", gpus[0])
+	}
+	r.Status, r.Finding, r.Remedy = Fail, finding, remedy
+	return r
+}
+
 // checkAllReduce: a 256 MiB float sum all-reduce over every GPU reaches 0.75 of what the simulator
 // expects of the nominal topology (gpubench allreduce --expect's figure), or where it cannot say,
 // 0.75 of the topology's nominal bus bandwidth (the nominal bus peak gpubench allreduce prints).
+// Its data is checked; where it carried none (the simulator's data cap), an all-reduce at a size
+// within the cap is checked instead.
 func checkAllReduce(f *Facts) Result {
 	if r, ok := f.dataSkip(); ok {
 		return r
@@ -254,9 +417,29 @@ func checkAllReduce(f *Facts) Result {
 		return dataFail(err, "gpubench allreduce")
 	}
 	if s.OutOfBounds > 0 {
-		return fail("run gpubench allreduce to see which sizes; reset the GPUs, and if it persists suspect a GPU or link",
-			fmt.Sprintf("all-reduce delivered wrong data in %d placements", s.OutOfBounds))
+		return wrongSums(s)
 	}
+	unchecked := ""
+	if s.TimingOnlyFrom > 0 {
+		small, why, err := checkAllReduceData(f, b, len(s.Devices))
+		if err != nil {
+			return dataFail(err, "gpubench allreduce")
+		}
+		if small != nil && small.OutOfBounds > 0 {
+			return wrongSums(small)
+		}
+		unchecked = why
+	}
+	r := allReduceVerdict(f, s)
+	if unchecked != "" {
+		r.Finding += "; " + unchecked
+		r = r.with("data_checked", false)
+	}
+	return r
+}
+
+// allReduceVerdict compares the check's busbw with its floor.
+func allReduceVerdict(f *Facts, s *coll.Summary) Result {
 	peak, limit := s.BusPeak, s.PeakLimit
 	expected := 0.0
 	if f.opt.Nominal != nil {

@@ -339,6 +339,98 @@ func TestSimulator(t *testing.T) {
 	expect(t, result(t, opt, "allreduce-bandwidth"), Fail, "10% of the 447.0 GB/s the simulator expects of dgx-h100")
 }
 
+// A GPU that corrupts what it receives fails both data checks, which name it, although the
+// measured sizes are past the simulator's 8 MiB data cap and carry no data: the checks check data
+// at a size within the cap. With no cap to check within, they say the data went unchecked.
+func TestSimulatorChecksData(t *testing.T) {
+	top, err := sim.LoadTopology("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err := sim.New(top, sim.Options{DataCap: 8 << 20, Faults: []sim.Fault{mustFault(t, "corrupt=3")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := Options{Root: host(t).Root, Sim: "dgx-h100", Backend: bad, Nominal: top}
+	rep := Run(opt)
+	for _, r := range rep.Results {
+		switch r.Check {
+		case "p2p-bandwidth":
+			expect(t, r, Fail, "copies delivered wrong data, every one to or from GPU 3: 0->3, 1->3")
+			if r.Details["gpu"] != 3 {
+				t.Errorf("p2p-bandwidth details %v; want gpu 3", r.Details)
+			}
+		case "allreduce-bandwidth":
+			expect(t, r, Fail, "all-reduce delivered wrong data in 2 placements, in the output of GPU 3")
+			if !strings.Contains(r.Remedy, "GPU 3") {
+				t.Errorf("allreduce-bandwidth remedy %q; want it to name GPU 3", r.Remedy)
+			}
+		}
+	}
+
+	none, err := sim.New(top, sim.Options{DataCap: 0, Faults: []sim.Fault{mustFault(t, "corrupt=3")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt = Options{Root: host(t).Root, Sim: "dgx-h100", Backend: none, Nominal: top}
+	for _, check := range []string{"p2p-bandwidth", "allreduce-bandwidth"} {
+		r := result(t, opt, check)
+		expect(t, r, Pass, "; data not checked: the simulator backs too little device memory with data (--sim-data-cap)")
+		if r.Details["data_checked"] != false {
+			t.Errorf("%s details %v; want data_checked false", check, r.Details)
+		}
+	}
+}
+
+// The size the checks check data at: 256 KiB, halved until every GPU's two buffers fit in the
+// simulator's data cap; without a cap, 256 KiB.
+func TestCheckSize(t *testing.T) {
+	top, err := sim.LoadTopology("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		cap  int64
+		n    int
+		want int64
+	}{
+		{8 << 20, 8, 256 << 10},
+		{8 << 20, 16, 256 << 10},
+		{8 << 20, 32, 128 << 10},
+		{8 << 20, 72, 32 << 10},
+		{16 << 10, 8, 1 << 10},
+		{16<<10 - 1, 8, 0},
+		{0, 2, 0},
+	} {
+		b, err := sim.New(top, sim.Options{DataCap: c.cap})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := checkSize(b, c.n); got != c.want {
+			t.Errorf("checkSize(cap %d, %d GPUs) = %d; want %d", c.cap, c.n, got, c.want)
+		}
+	}
+}
+
+// On a simulated machine of several nodes, whose nodes repeat one another's PCI bus ids, the data
+// checks still find every GPU in the topology and compare with what the simulator expects.
+func TestSimulatorSeveralNodes(t *testing.T) {
+	top, err := sim.LoadTopology("dgx-h100x2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sim.New(top, sim.Options{DataCap: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := Options{Root: host(t).Root, Sim: "dgx-h100x2", Backend: b, Nominal: top}
+	for _, r := range Run(opt).Results {
+		if r.Group == "data" && (r.Status != Pass || r.Details["floor_from"] != "expected") {
+			t.Errorf("%s: %s %q, floor_from %v; want a pass against the expected figures", r.Check, r.Status, r.Finding, r.Details["floor_from"])
+		}
+	}
+}
+
 func mustFault(t *testing.T, s string) sim.Fault {
 	f, err := sim.ParseFault(s)
 	if err != nil {

@@ -214,6 +214,10 @@ type edge struct {
 	gbs       float64 // nominal, per direction
 	slow      float64 // fraction of gbs the link delivers (SlowLink); 1 when healthy
 	latencyUS float64
+	// node is the node whose links declare this one, or -1 for a link Validate makes (the
+	// network's). The NVSwitch an NVLink domain's hosts share is named by all of them, so its
+	// links tell their host only by this (SlowNode).
+	node int
 }
 
 // PCIe bandwidth per lane and direction in GB/s after line coding (PCI-SIG): Gen1/2 8b/10b,
@@ -271,7 +275,7 @@ func (t *Topology) Validate() error {
 			return err
 		}
 		for li, l := range n.Links {
-			if err := t.addLink(n, li, l); err != nil {
+			if err := t.addLink(ni, li, l); err != nil {
 				return err
 			}
 		}
@@ -416,9 +420,10 @@ func (g GPU) validate() error {
 	return g.validateFacts()
 }
 
-// addLink checks link li of node n and adds it to the graph, with its bandwidth (derived from
+// addLink checks link li of node ni and adds it to the graph, with its bandwidth (derived from
 // PCIe's generation and width when not given) and latency (the kind's default when not given).
-func (t *Topology) addLink(n *Node, li int, l Link) error {
+func (t *Topology) addLink(ni, li int, l Link) error {
+	n := &t.Nodes[ni]
 	a, okA := t.verts[n.Hostname+"/"+l.A]
 	b, okB := t.verts[n.Hostname+"/"+l.B]
 	if !okA || !okB || a == b {
@@ -455,6 +460,7 @@ func (t *Topology) addLink(n *Node, li int, l Link) error {
 		return fmt.Errorf("node %s link %s-%s: latency_us %v is out of range", n.Hostname, l.A, l.B, lat)
 	}
 	t.addEdge(a, b, l.Kind, gbs, lat)
+	t.edges[len(t.edges)-1].node = ni
 	return nil
 }
 
@@ -477,7 +483,7 @@ func (g GPU) validateFacts() error {
 func (t *Topology) addEdge(a, b int, kind LinkKind, gbs, lat float64) {
 	t.adj[a] = append(t.adj[a], len(t.edges))
 	t.adj[b] = append(t.adj[b], len(t.edges))
-	t.edges = append(t.edges, edge{a: a, b: b, kind: kind, gbs: gbs, slow: 1, latencyUS: lat})
+	t.edges = append(t.edges, edge{a: a, b: b, kind: kind, gbs: gbs, slow: 1, latencyUS: lat, node: -1})
 }
 
 // NumGPUs is the number of GPUs over all nodes; GPUs are numbered in node order.
@@ -579,24 +585,27 @@ func (t *Topology) SlowNIC(nic string, f float64) error {
 	return nil
 }
 
-// SlowNode makes every link of a node (NVLink, PCIe, its NICs' links to the network) deliver
-// only f of its bandwidth: the simulator's slow-node fault.
+// SlowNode makes every link of a node (the links its file lists: NVLink, PCIe and CPU links,
+// and its NICs' links to the network) deliver only f of its bandwidth: the simulator's slow-node
+// fault. The links are picked by the node that lists them, not by the parts they touch: in an
+// NVLink domain every host names the shared NVSwitch, and the other hosts' links to it stay
+// healthy.
 func (t *Topology) SlowNode(host string, f float64) error {
 	if !(f >= MinSlowFactor && f <= 1) {
 		return fmt.Errorf("node factor %v is out of range [%g, 1]", f, MinSlowFactor)
 	}
-	mine := map[int]bool{}
-	for name, v := range t.verts {
-		if h, _, ok := strings.Cut(name, "/"); ok && h == host {
-			mine[v] = true
-		}
-	}
-	if len(mine) == 0 {
+	ni := slices.IndexFunc(t.Nodes, func(n Node) bool { return n.Hostname == host })
+	if ni < 0 {
 		return fmt.Errorf("no node %s in topology %s", host, t.Name)
 	}
 	for i := range t.edges {
-		if e := &t.edges[i]; mine[e.a] || mine[e.b] {
+		if e := &t.edges[i]; e.node == ni {
 			e.slow *= f
+		}
+	}
+	for _, v := range t.NICs(ni) {
+		if e, ok := t.netEdge[v]; ok {
+			t.edges[e].slow *= f
 		}
 	}
 	return nil

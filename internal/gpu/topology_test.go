@@ -396,6 +396,90 @@ func TestSlowLinkErrors(t *testing.T) {
 	}
 }
 
+// linkGBs is the bandwidth the link between parts a and b now delivers.
+func linkGBs(t *testing.T, topo *gpu.Topology, a, b string) float64 {
+	t.Helper()
+	edges, err := topo.LinkEdges(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return topo.LinkGBs(edges[0])
+}
+
+// TestSlowNode checks that slow-node slows the named host's links and no other host's, even
+// where hosts share a part: the trays of a GB200 NVL72 all name the rack's NVSwitch.
+func TestSlowNode(t *testing.T) {
+	t.Parallel()
+	t.Run("shared NVSwitch", func(t *testing.T) {
+		t.Parallel()
+		topo := loadPreset(t, "gb200-nvl72")
+		if err := topo.SlowNode("nvl72-tray-3", 0.5); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			a, b string
+			want float64
+		}{
+			{"nvl72-tray-3/gpu0", "nvl72-tray-3/nvswitch", 450}, // the tray's own NVLink to the shared switch
+			{"nvl72-tray-3/gpu3", "nvl72-tray-3/cpu1", 225},
+			{"nvl72-tray-3/mlx5_0", "nvl72-tray-3/cpu0", 31.504},
+			{"nvl72-tray-3/cpu0", "nvl72-tray-3/cpu1", 225},
+			{"nvl72-tray-0/gpu0", "nvl72-tray-0/nvswitch", 900}, // another tray's, to the same switch
+			{"nvl72-tray-4/gpu2", "nvl72-tray-4/nvswitch", 900},
+			{"nvl72-tray-0/gpu0", "nvl72-tray-0/cpu0", 450},
+		} {
+			if got := linkGBs(t, topo, tc.a, tc.b); math.Abs(got-tc.want) > 1e-9*tc.want {
+				t.Errorf("link %s-%s delivers %v GB/s; want %v", tc.a, tc.b, got, tc.want)
+			}
+		}
+		tray0, tray3 := []int{0, 1, 2, 3}, []int{12, 13, 14, 15}
+		for _, tc := range []struct {
+			gpus []int
+			want float64
+		}{{tray0, 900}, {tray3, 450}} {
+			flows, rings := topo.RingFlows(tc.gpus)
+			got := float64(rings) / (topo.LinkLoad(flows, func(gpu.LinkKind) float64 { return 1 }) * 1e3)
+			if math.Abs(got-tc.want) > 1e-9*tc.want {
+				t.Errorf("ring rate over GPUs %v = %v; want %v", tc.gpus, got, tc.want)
+			}
+		}
+	})
+	t.Run("separate nodes", func(t *testing.T) {
+		t.Parallel()
+		topo := loadPreset(t, "dgx-h100x2")
+		if err := topo.SlowNode("dgx-h100-1", 0.5); err != nil {
+			t.Fatal(err)
+		}
+		if got := linkGBs(t, topo, "dgx-h100-1/gpu5", "dgx-h100-1/nvswitch"); got != 225 {
+			t.Errorf("the slow node's NVLink delivers %v GB/s; want 225", got)
+		}
+		if got := linkGBs(t, topo, "dgx-h100-0/gpu5", "dgx-h100-0/nvswitch"); got != 450 {
+			t.Errorf("the other node's NVLink delivers %v GB/s; want 450", got)
+		}
+		// From the slow node to the other one, the first link to the network is the slow node's
+		// NIC's, the last the other's.
+		var net []float64
+		for _, h := range topo.Route(8, 0).Hops {
+			if topo.LinkKind(h.Edge) == gpu.LinkNet {
+				net = append(net, topo.LinkGBs(h.Edge))
+			}
+		}
+		if len(net) < 2 || net[0] != 25 || net[len(net)-1] != 50 {
+			t.Errorf("network links from dgx-h100-1 to dgx-h100-0 deliver %v GB/s; want 25 first and 50 last", net)
+		}
+	})
+	t.Run("unknown host", func(t *testing.T) {
+		t.Parallel()
+		topo := loadPreset(t, "gb200-nvl72")
+		if err := topo.SlowNode("nvswitch", 0.5); err == nil || !strings.Contains(err.Error(), "no node nvswitch") {
+			t.Errorf("SlowNode(nvswitch) = %v; want no node", err)
+		}
+		if err := topo.SlowNode("nvl72-tray-3", 0); err == nil {
+			t.Error("SlowNode with factor 0 succeeded")
+		}
+	})
+}
+
 // minimalTopology is a valid two-GPU, one-node topology for Validate's tests to break.
 func minimalTopology() *gpu.Topology {
 	gpuN := func(id string) gpu.GPU {
