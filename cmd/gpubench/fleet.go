@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -89,6 +90,11 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	if err != nil || bytes < 1<<10 || bytes > 1<<40 {
 		return usageErr("invalid --size %q: give 1KiB to 1TiB, e.g. 256MiB", f.size)
 	}
+	for _, s := range g.faults {
+		if x, err := sim.ParseFault(s); err == nil && x.Kind == "xid" {
+			return usageErr("--sim-fault %s: fleet reads no XID events (burnin does): give hang, corrupt, slow-link, slow-nic, slow-node or flaky-link", input.Safe(s))
+		}
+	}
 	if f.drainFile != "" && f.drainFile == f.metricsFile {
 		return usageErr("--drain-file and --metrics-file both name %s: give each its own file", input.Safe(f.drainFile))
 	}
@@ -161,6 +167,15 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 		return runtimeErr(stopped)
 	}
 	if !rep.Healthy() {
+		if len(rep.Suspects) == 0 { // a rail fell short, and its bisection could tell no node from the others
+			var rails []string
+			for _, r := range rep.Rails {
+				if r.Status != fleet.Healthy && r.Status != fleet.Untested {
+					rails = append(rails, railLine(r))
+				}
+			}
+			return &exitError{code: exitCheck, err: fmt.Errorf("fleet: no suspect named, but %s", strings.Join(rails, "; "))}
+		}
 		return &exitError{code: exitCheck, err: fmt.Errorf("fleet: %d suspect%s: %s", len(rep.Suspects), plural(len(rep.Suspects)), strings.Join(rep.Summary(), "; "))}
 	}
 	return nil
@@ -257,6 +272,9 @@ func writeFleet(w io.Writer, format string, rep *fleet.Report) error {
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", n.Host, n.Status, pct(n.AllReduce), pct(n.AllToAll), pct(n.P2P), n.Why)
 		}
 		fmt.Fprintln(w)
+		for _, r := range rep.Rails {
+			fmt.Fprintf(w, "- %s\n", railLine(r))
+		}
 		for _, n := range rep.Nodes {
 			if len(n.Diag) > 0 {
 				fmt.Fprintf(w, "- diag on %s: %s\n", n.Host, strings.Join(n.Diag, "; "))
@@ -276,14 +294,14 @@ func writeFleet(w io.Writer, format string, rep *fleet.Report) error {
 			fmt.Fprintf(w, "%-20s  %-10s  %10s  %10s  %10s  %s\n", n.Host, n.Status, pct(n.AllReduce), pct(n.AllToAll), pct(n.P2P), n.Why)
 		}
 		for _, r := range rep.Rails {
-			fmt.Fprintf(w, "# rail %d (%s): %s, %s of expected\n", r.Rail, r.NIC, r.Status, pct(r.Figure))
+			fmt.Fprintf(w, "# %s\n", railLine(r))
 		}
 		for _, n := range rep.Nodes {
 			if len(n.Diag) > 0 {
 				fmt.Fprintf(w, "# diag on %s: %s\n", n.Host, strings.Join(n.Diag, "; "))
 			}
 		}
-		if len(rep.Suspects) == 0 {
+		if rep.Healthy() {
 			_, err := fmt.Fprintln(w, "# every node, GPU and NIC healthy")
 			return err
 		}
@@ -293,6 +311,24 @@ func writeFleet(w io.Writer, format string, rep *fleet.Report) error {
 		return nil
 	}
 	return fmt.Errorf("unknown --output %q for fleet: use table, json or markdown", format)
+}
+
+// railLine says how a rail's test went: its verdict, its figure or error, and the nodes it did
+// not test.
+func railLine(r fleet.Rail) string {
+	s := fmt.Sprintf("rail %d (%s): %s", r.Rail, r.NIC, r.Status)
+	switch f := r.Figure; {
+	case f != nil && f.Error != "":
+		s += ": " + f.Error
+	case f != nil:
+		s += fmt.Sprintf(", %.0f%% of expected", 100*f.Ratio)
+	}
+	if u := r.Untested; len(u) > 8 {
+		s += fmt.Sprintf("; not tested on %s and %d other nodes", strings.Join(u[:8], ", "), len(u)-8)
+	} else if len(u) > 0 {
+		s += "; not tested on " + strings.Join(u, ", ")
+	}
+	return s
 }
 
 func pct(f *fleet.Figure) string {
@@ -342,7 +378,17 @@ func writeFleetMetrics(path string, rep *fleet.Report) error {
 	healthy := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpubench_fleet_node_healthy", Help: "1 when gpubench fleet found the node healthy, 0 otherwise."}, []string{"host", "status"})
 	ratio := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpubench_fleet_node_busbw_ratio", Help: "The node's busbw over what the machine should reach, per collective (p2p: its slowest pair)."}, []string{"host", "collective"})
 	suspects := prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpubench_fleet_suspects", Help: "Suspects gpubench fleet named."})
-	reg.MustRegister(healthy, ratio, suspects)
+	rails := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gpubench_fleet_rail_healthy", Help: "1 when gpubench fleet found the rail healthy, 0 otherwise (untested rails are left out)."}, []string{"rail", "nic", "status"})
+	reg.MustRegister(healthy, ratio, suspects, rails)
+	for _, r := range rep.Rails {
+		v := 0.0
+		if r.Status == fleet.Healthy {
+			v = 1
+		}
+		if r.Status != fleet.Untested {
+			rails.WithLabelValues(fmt.Sprint(r.Rail), r.NIC, string(r.Status)).Set(v)
+		}
+	}
 	for _, n := range rep.Nodes {
 		v := 0.0
 		if n.Status == fleet.Healthy {
@@ -380,11 +426,12 @@ func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, pro
 			return nil, err
 		}
 		x.nodes = x.topo.NodeGPUs()
-		if proc.Size != len(x.nodes) {
-			return nil, usageErr("gpubench fleet runs one process per node: %d processes for the %d nodes of %s; start %d", proc.Size, len(x.nodes), x.topo.Name, len(x.nodes))
+		// A world of another size than the nodes is refused after the rendezvous, where every
+		// rank hears it, and a rank started with other options is refused at it: none is left to
+		// wait out the rendezvous timeout for one that exited on its own.
+		if proc.Rank < len(x.nodes) {
+			host = x.topo.Nodes[proc.Rank].Hostname
 		}
-		k := proc.Rank
-		opt.Only, host = &k, x.topo.Nodes[k].Hostname
 	} else if broken == nil {
 		if err := onePerHost(proc); err != nil {
 			return nil, err
@@ -402,11 +449,10 @@ func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, pro
 		x.load = func() (*gpu.Topology, error) { return one.WithNodes(proc.Size) }
 		x.nodes = x.topo.NodeGPUs()
 	}
-	kind := "real GPUs" // the processes must agree: a run half simulated is not a fleet
-	if simulated {
-		kind = "simulator"
+	run, err := f.runOf(g, x)
+	if err != nil {
+		return nil, err
 	}
-	run := fmt.Sprintf("fleet on the %s, topology %s nodes %d gpus-per-node %d floor %g repeat %d size %s sim-faults %v", kind, g.topology, g.nodes, g.perNode, f.floor, f.repeat, f.size, g.faults)
 	grp, err := launch.Join(cmd.Context(), proc, addr, f.launch.timeout, launch.Member{Host: host, PID: e.pid, Run: run},
 		func() ([]byte, error) { return []byte("gpubench fleet"), nil })
 	if err != nil {
@@ -414,6 +460,15 @@ func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, pro
 			return nil, usageErr("%s", launchMsg(err))
 		}
 		return nil, runtimeErr(fmt.Errorf("rank %d: %w", proc.Rank, err))
+	}
+	if simulated && proc.Size != len(x.nodes) {
+		err := usageErr("gpubench fleet runs one process per node: %d processes for the %d nodes of %s; start %d", proc.Size, len(x.nodes), x.topo.Name, len(x.nodes))
+		grp.Close(err)
+		return nil, err
+	}
+	if simulated {
+		k := proc.Rank
+		opt.Only = &k
 	}
 	x.grp, x.hub = grp, hubHost(addr)
 	grp.KeepGoing(f.launch.timeout)
@@ -436,6 +491,32 @@ func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, pro
 		return nil, runtimeErr(err)
 	}
 	return rep, nil
+}
+
+// runOf is what the processes of a fleet must agree on, as fields separated by "; ", so that the
+// rendezvous's refusal names those that differ: the fleet's options, and on the simulator what
+// the ranks of a collective agree on (runOf: the machine and its faults, the data cap, --seed,
+// --sim-jitter, the NCCL_* variables), for every process simulates the whole fleet's clocks.
+func (f *fleetFlags) runOf(g *globals, x *crossing) (string, error) {
+	fields := []string{"fleet", fmt.Sprintf("--floor %g", f.floor), fmt.Sprintf("--repeat %d", f.repeat), "--size " + f.size}
+	if !x.simulated { // a run half simulated is not a fleet
+		return strings.Join(append(fields, "real GPUs", "--topology "+g.topology), "; "), nil
+	}
+	t, err := x.load() // a fresh one: the simulator may change the topology it is given
+	if err != nil {
+		return "", err
+	}
+	b, err := sim.New(t, sim.Options{})
+	if err != nil {
+		return "", usageErr("%v", err)
+	}
+	defer b.Close()
+	sims, err := runOf(b, g, &coll.Options{Coll: coll.AllReduce, Seed: g.seed})
+	if err != nil {
+		return "", err
+	}
+	fields = append(fields, fmt.Sprintf("--nodes %d", len(x.nodes)), fmt.Sprintf("--gpus-per-node %d", len(x.nodes[0])), sims)
+	return strings.Join(fields, "; "), nil
 }
 
 // onePerHost refuses a launch of several processes on one host for real GPUs: each would test
@@ -471,12 +552,13 @@ type crossing struct {
 }
 
 // A command is [op, rail, bytes, ranks per member, id length, id (idMax), member of each process
-// (0: no; i+1: the test's i-th)]; a result is [status, seconds, message length, message (msgMax)],
-// status 0 for a process not in the test.
+// (0: no; i+1: the test's i-th)]; a result is [status, seconds, message length, message (msgMax),
+// count of ranks that hung, those ranks (hungMax)], status 0 for a process not in the test.
 const (
 	opTest, opDone = 1, 2
 	head           = 5
 	idMax, msgMax  = 512, 256
+	hungMax        = 64
 
 	resOK, resErr, resHang = 1, 2, 3
 )
@@ -610,6 +692,8 @@ func (x *crossing) test(rail int, nodes []int, bytes int64) (float64, error) {
 	var secs float64
 	var failed []string // each failing node's own words
 	hung := false
+	var hungRanks []int // the ranks that did not finish, as the processes saw them
+	var cause string
 	for _, n := range nodes {
 		r := res[n]
 		switch {
@@ -620,11 +704,20 @@ func (x *crossing) test(rail int, nodes []int, bytes int64) (float64, error) {
 		default:
 			hung = hung || int(r[0]) == resHang
 			failed = append(failed, x.host(n)+": "+message(r))
+			for _, h := range r[4+msgMax : 4+msgMax+int(r[3+msgMax])] {
+				if !slices.Contains(hungRanks, int(h)) {
+					hungRanks = append(hungRanks, int(h))
+				}
+				cause = cmp.Or(cause, message(r))
+			}
 		}
 	}
 	switch {
 	case len(gone.Why) > 0:
 		return 0, gone
+	case hung && len(hungRanks) > 0: // as one process says it: the ranks, and why the wait ended
+		slices.Sort(hungRanks)
+		return 0, &gpu.HangError{Ranks: hungRanks, Err: errors.New(cause)}
 	case hung:
 		return 0, &gpu.HangError{Err: errors.New(strings.Join(failed, "; "))}
 	case len(failed) > 0:
@@ -668,7 +761,7 @@ func (x *crossing) perMember(rail int) int {
 // part runs this process's ranks of the test c, if it has any, and returns its result: on a rail,
 // one rank (GPU rail); across whole nodes (rail -1), a rank per GPU of the node.
 func (x *crossing) part(c []float64) []float64 {
-	res := make([]float64, 3+msgMax)
+	res := make([]float64, 4+msgMax+hungMax)
 	idx := int(c[head+idMax+x.proc.Rank]) - 1
 	if idx < 0 {
 		return res
@@ -686,16 +779,23 @@ func (x *crossing) part(c []float64) []float64 {
 	rail, per := int(c[1]), int(c[3])
 	secs, err := x.allReduce(rail, int64(c[2]), id, members*per, idx*per, per)
 	var hang *gpu.HangError
+	msg := ""
 	switch {
+	case errors.As(err, &hang) && len(hang.Ranks) > 0: // the ranks, and why the wait ended
+		res[0], msg = resHang, hang.Err.Error()
+		for i, r := range hang.Ranks[:min(len(hang.Ranks), hungMax)] {
+			res[3+msgMax] = float64(i + 1)
+			res[4+msgMax+i] = float64(r)
+		}
 	case errors.As(err, &hang):
-		res[0] = resHang
+		res[0], msg = resHang, err.Error()
 	case err != nil:
-		res[0] = resErr
+		res[0], msg = resErr, err.Error()
 	default:
 		res[0], res[1] = resOK, secs
 		return res
 	}
-	msg := err.Error()[:min(len(err.Error()), msgMax)]
+	msg = msg[:min(len(msg), msgMax)]
 	res[2] = float64(len(msg))
 	for i := range len(msg) {
 		res[3+i] = float64(msg[i])

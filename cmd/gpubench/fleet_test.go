@@ -160,6 +160,7 @@ func TestFleetRefuses(t *testing.T) {
 		{[]string{"--drain-file", "x.out", "--metrics-file", "x.out"}, "gpubench: --drain-file and --metrics-file both name x.out: give each its own file\n"},
 		{[]string{"--size", "32G"}, "gpubench: invalid --size 32G: more than the GPUs hold for a checked all-reduce (79.6 GiB of memory): give at most 25479MiB\n"},
 		{[]string{"--metrics-file", os.TempDir()}, "gpubench: cannot write --metrics-file " + os.TempDir() + ": it is a folder; name a file in it\n"},
+		{[]string{"--sim-fault", "xid=1"}, "gpubench: --sim-fault xid=1: fleet reads no XID events (burnin does): give hang, corrupt, slow-link, slow-nic, slow-node or flaky-link\n"},
 	} {
 		out, errOut, code := gpubench(t, append([]string{"fleet", "--backend", "sim", "--nodes", "4"}, tc.args...)...)
 		if code != exitUsage || out != "" || errOut != tc.want {
@@ -169,9 +170,6 @@ func TestFleetRefuses(t *testing.T) {
 	t.Setenv("RANK", "0")
 	t.Setenv("WORLD_SIZE", "2")
 	t.Setenv("MASTER_ADDR", "127.0.0.1")
-	if _, errOut, code := gpubench(t, "fleet", "--backend", "sim"); code != exitUsage || errOut != "gpubench: gpubench fleet runs one process per node: 2 processes for the 1 nodes of dgx-h100; start 1\n" {
-		t.Errorf("2 processes for 1 node: exit %d, %q", code, errOut)
-	}
 	t.Setenv("LOCAL_WORLD_SIZE", "2")
 	if _, errOut, code := gpubench(t, "fleet", "--backend", "cuda"); code != exitUsage || errOut != "gpubench: gpubench fleet runs one process per node, and 2 run on this host: start one per node (srun --ntasks-per-node=1, mpirun --map-by ppr:1:node)\n" {
 		t.Errorf("2 processes on one host: exit %d, %q", code, errOut)
@@ -331,6 +329,157 @@ func TestFleetSmallFleets(t *testing.T) {
 		}
 		if !slices.Equal(got, tc.want) || len(rep.Suspects) != len(tc.want) {
 			t.Errorf("%d nodes, slow NIC on node %d: suspects %+v, want %v", tc.nodes, tc.bad, rep.Suspects, tc.want)
+		}
+	}
+}
+
+// Processes of one fleet that would not run the same thing are refused at the rendezvous, every
+// one of them at once, and the refusal names what differs; a world of another size than the
+// nodes is refused by every process after it, none left to wait for one that exited alone.
+func TestFleetLaunchRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	base := []string{"fleet", "--backend", "sim", "--size", "1MiB", "--rendezvous-timeout", "40s"}
+	for _, tc := range []struct {
+		name string
+		args func(rank int) []string
+		want string
+	}{
+		{"world of 2, 1 node", func(int) []string { return base }, "gpubench: gpubench fleet runs one process per node: 2 processes for the 1 nodes of dgx-h100; start 1\n"},
+		{"--nodes", func(r int) []string { return append(slices.Clone(base), "--nodes", fmt.Sprint(2+r)) }, "--nodes 3"},
+		{"--seed", func(r int) []string { return append(slices.Clone(base), "--nodes", "2", "--seed", fmt.Sprint(1+r)) }, "was started with --seed 2, rank 0 with --seed 1: start every process"},
+		{"--sim-jitter", func(r int) []string {
+			return append(slices.Clone(base), "--nodes", "2", "--sim-jitter", fmt.Sprint(0.1*float64(r)))
+		}, "was started with --sim-jitter 0.1, rank 0 with --sim-jitter 0: start every process"},
+	} {
+		ps := startRanksWith(t, ctx, 2, nil, tc.args, nil)
+		for rank, p := range ps {
+			<-p.done
+			if p.code != exitUsage || !strings.Contains(p.stderr.String(), tc.want) || strings.Count(p.stderr.String(), "\n") != 1 {
+				t.Errorf("%s: rank %d: exit %d, stderr %q; want exit 2 and %q", tc.name, rank, p.code, p.stderr.String(), tc.want)
+			}
+		}
+	}
+}
+
+// A rail that falls short is never "healthy" in the verdict: with every NIC of the rail slow, no
+// two nodes pass together and no one is named, yet the run exits 3 and says which rail.
+func TestFleetRailShortNamingNoOne(t *testing.T) {
+	dir := t.TempDir()
+	metrics := filepath.Join(dir, "fleet.prom")
+	args := []string{"fleet", "--backend", "sim", "--nodes", "4", "--gpus-per-node", "1", "--size", "64MiB", "--sim-data-cap", "0", "--metrics-file", metrics}
+	for n := range 4 {
+		args = append(args, "--sim-fault", fmt.Sprintf("slow-nic=dgx-h100-%d/mlx5_0,0.4", n))
+	}
+	out, errOut, code := gpubench(t, args...)
+	if code != exitCheck || !strings.HasPrefix(errOut, "gpubench: fleet: no suspect named, but rail 0 (mlx5_0): degraded, ") ||
+		strings.Contains(out, "every node, GPU and NIC healthy") || !strings.Contains(out, "# rail 0 (mlx5_0): degraded, ") {
+		t.Errorf("exit %d, stderr %q\n%s", code, errOut, out)
+	}
+	if m, _ := os.ReadFile(metrics); !strings.Contains(string(m), `gpubench_fleet_rail_healthy{nic="mlx5_0",rail="0",status="degraded"} 0`) {
+		t.Errorf("metrics:\n%s", m)
+	}
+}
+
+// A node whose two NICs are slow has both named, each on its rail; a NIC's rail is not called
+// healthy for a node it did not test.
+func TestFleetTwoSlowNICsOnANode(t *testing.T) {
+	out, errOut, code := gpubench(t, "fleet", "--backend", "sim", "--nodes", "6", "--size", "64MiB", "--output", "json",
+		"--sim-fault", "slow-nic=dgx-h100-2/mlx5_1,0.4", "--sim-fault", "slow-nic=dgx-h100-2/mlx5_6,0.3", "--sim-fault", "corrupt=9") // GPU 1 of node 1
+	var rep fleet.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != exitCheck {
+		t.Fatalf("exit %d, %v, stderr %q", code, err, errOut)
+	}
+	var nics []string
+	for _, s := range rep.Suspects {
+		if s.Kind == "nic" {
+			nics = append(nics, s.Host+" "+s.NIC)
+		}
+	}
+	if want := []string{"dgx-h100-2 mlx5_1", "dgx-h100-2 mlx5_6"}; !slices.Equal(nics, want) {
+		t.Errorf("NICs named %q, want %q", nics, want)
+	}
+	for _, r := range rep.Rails {
+		if !slices.Equal(r.Untested, []string{"dgx-h100-1"}) { // failed by its GPU: its NICs are not tested
+			t.Errorf("rail %d: untested %q, want dgx-h100-1", r.Rail, r.Untested)
+		}
+	}
+}
+
+// A healthy fleet's noise (--sim-jitter) drains no one: a P2P pair under the floor once is
+// measured again before the node is named.
+func TestFleetNoisyP2P(t *testing.T) {
+	out, errOut, code := gpubench(t, "fleet", "--backend", "sim", "--nodes", "24", "--size", "64MiB", "--sim-jitter", "0.1", "--seed", "1")
+	if code != 0 || errOut != "" || !strings.Contains(out, "# every node, GPU and NIC healthy") {
+		t.Errorf("exit %d, stderr %q\n%s", code, errOut, out)
+	}
+}
+
+// A GPU that hangs in a rail's test is named, failed, from the rank that did not finish, with one
+// wait of -T; one process and a launcher's run give the same verdict in the same tests.
+func TestFleetHangOnARail(t *testing.T) {
+	args := []string{"fleet", "--backend", "sim", "--nodes", "4", "--gpus-per-node", "1", "-T", "0.5", "--size", "1MiB", "--sim-data-cap", "0", "--sim-fault", "hang=2", "--output", "json"}
+	one, errOut, code := gpubench(t, args...)
+	if code != exitCheck || !strings.HasPrefix(errOut, "gpubench: fleet: 1 suspect: GPU 0 of dgx-h100-2 FAILED: rail 0's all-reduce through mlx5_0 hung: rank 2 did not finish") {
+		t.Fatalf("one process: exit %d, stderr %q", code, errOut)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ps := startRanks(t, ctx, 4, nil, args...)
+	for rank, p := range ps {
+		<-p.done
+		if p.code != exitCheck || p.stderr.String() != errOut {
+			t.Errorf("rank %d: exit %d, stderr %q; want what one process says, %q", rank, p.code, p.stderr.String(), errOut)
+		}
+	}
+	var a, b fleet.Report
+	if err := json.Unmarshal([]byte(one), &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(ps[0].stdout.String()), &b); err != nil {
+		t.Fatal(err)
+	}
+	if a.Tests != b.Tests || a.Rounds != b.Rounds || a.Tests != 3 || a.Rails[0].Status != fleet.Failed || b.Rails[0].Status != fleet.Failed {
+		t.Errorf("one process: %d tests in %d rounds, rail %+v; four: %d tests in %d rounds, rail %+v", a.Tests, a.Rounds, a.Rails[0], b.Tests, b.Rounds, b.Rails[0])
+	}
+}
+
+// The table and Markdown carry every rail: its verdict and figure, or its error, and the nodes it
+// did not test; an untested rail is said so, never healthy.
+func TestFleetPrintsRails(t *testing.T) {
+	rep := &fleet.Report{Floor: 0.75, Nodes: []fleet.Node{{Host: "n0", Status: fleet.Healthy}, {Host: "n1", Status: fleet.Failed, Why: "x"}},
+		Rails: []fleet.Rail{
+			{Rail: 0, NIC: "mlx5_0", Status: fleet.Healthy, Figure: &fleet.Figure{Ratio: 1}, Untested: []string{"n1"}},
+			{Rail: 1, NIC: "mlx5_1", Status: fleet.Failed, Figure: &fleet.Figure{Error: "rank 1 did not finish"}},
+			{Rail: 2, NIC: "mlx5_2", Status: fleet.Untested},
+		}}
+	for format, prefix := range map[string]string{"table": "# ", "markdown": "- "} {
+		var b strings.Builder
+		if err := writeFleet(&b, format, rep); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"rail 0 (mlx5_0): healthy, 100% of expected; not tested on n1\n", "rail 1 (mlx5_1): failed: rank 1 did not finish\n", "rail 2 (mlx5_2): untested\n"} {
+			if !strings.Contains(b.String(), prefix+want) {
+				t.Errorf("%s lacks %q:\n%s", format, prefix+want, b.String())
+			}
+		}
+		if strings.Contains(b.String(), "every node, GPU and NIC healthy") {
+			t.Errorf("%s calls a fleet with a failed node healthy:\n%s", format, b.String())
+		}
+	}
+}
+
+// A machine that is one NVLink domain (a GB200 NVL72 rack) sends nothing through its NICs: its
+// rails are untested, never healthy, and fail no one.
+func TestFleetOneNVLinkDomain(t *testing.T) {
+	out, errOut, code := gpubench(t, "fleet", "--backend", "sim", "--topology", "gb200-nvl72", "--size", "64MiB", "--output", "json")
+	var rep fleet.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 || len(rep.Rails) == 0 {
+		t.Fatalf("exit %d, %v, stderr %q", code, err, errOut)
+	}
+	for _, r := range rep.Rails {
+		if r.Status != fleet.Untested || r.Figure != nil {
+			t.Errorf("rail %+v; want untested", r)
 		}
 	}
 }

@@ -376,7 +376,7 @@ func wrongSums(s *coll.Summary) Result {
 			}
 		}
 	}
-	finding := fmt.Sprintf("all-reduce delivered wrong data in %d placements", s.OutOfBounds)
+	finding := fmt.Sprintf("all-reduce delivered wrong data in %d %s", s.OutOfBounds, plural(s.OutOfBounds, "placement", "placements"))
 	remedy := "run gpubench allreduce to see which sizes; reset the GPUs, and if it persists suspect a GPU or link"
 	r := Result{}
 	if len(gpus) > 0 {

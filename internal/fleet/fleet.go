@@ -4,13 +4,13 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"math"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -28,6 +28,8 @@ const (
 	Degraded   Status = "degraded" // below its floor
 	Failed     Status = "failed"   // an error, wrong data or a hang
 	Untestable Status = "untestable"
+	// Untested is a rail with fewer than two nodes to test it across: no verdict of its NIC.
+	Untested Status = "untested"
 )
 
 // Options say what to test and how.
@@ -90,6 +92,9 @@ type Rail struct {
 	NIC    string  `json:"nic"`
 	Status Status  `json:"status"`
 	Figure *Figure `json:"allreduce"`
+	// Untested names the nodes whose NIC on this rail was not tested: nodes already failed or
+	// degraded by their own tests, whose process left, or that hung on another rail.
+	Untested []string `json:"untested,omitempty"`
 }
 
 // Suspect is something found not healthy, and why.
@@ -116,10 +121,16 @@ type Report struct {
 	Interrupted bool `json:"interrupted,omitempty"`
 }
 
-// Healthy reports whether every node is.
+// Healthy reports whether every node and every rail tested is, and nothing is suspect: a rail
+// that falls short is not healthy even where its bisection named no one.
 func (r *Report) Healthy() bool {
 	for _, n := range r.Nodes {
 		if n.Status != Healthy {
+			return false
+		}
+	}
+	for _, rl := range r.Rails {
+		if rl.Status != Healthy && rl.Status != Untested {
 			return false
 		}
 	}
@@ -265,8 +276,37 @@ func (f *fleet) report() (*Report, error) {
 	if len(f.confirmed) > 0 {
 		f.rep.Rounds += f.opt.Repeat
 	}
-	sort.SliceStable(f.rep.Suspects, func(i, j int) bool { return f.rep.Suspects[i].Host < f.rep.Suspects[j].Host })
+	slices.SortStableFunc(f.rep.Suspects, func(a, b Suspect) int { return naturalCompare(a.Host, b.Host) })
 	return f.rep, f.ctx.Err()
+}
+
+// naturalCompare orders host names as people number them: node-42 before node-100.
+func naturalCompare(a, b string) int {
+	for a != "" && b != "" {
+		da, db := digits(a), digits(b)
+		if da > 0 && db > 0 {
+			na, nb := strings.TrimLeft(a[:da], "0"), strings.TrimLeft(b[:db], "0")
+			if c := cmp.Or(cmp.Compare(len(na), len(nb)), strings.Compare(na, nb)); c != 0 {
+				return c
+			}
+			a, b = a[da:], b[db:]
+			continue
+		}
+		if a[0] != b[0] {
+			return cmp.Compare(a[0], b[0])
+		}
+		a, b = a[1:], b[1:]
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+// digits is the length of s's leading run of decimal digits.
+func digits(s string) int {
+	i := 0
+	for i < len(s) && '0' <= s[i] && s[i] <= '9' {
+		i++
+	}
+	return i
 }
 
 // CrossTest runs, in other processes, an all-reduce of bytes over GPU rail of each of nodes (one
@@ -440,14 +480,18 @@ func (f *fleet) nodeRound() {
 				node.AllToAll = fig
 			}
 			if o.failed() && node.Status != Failed {
-				node.Status, node.Why = Failed, f.failure(n, c, o, fails, runs)
+				node.Status, node.Why = Failed, f.failure(n, c.Name, o, fails, runs)
 			}
 			if o.hang != nil {
 				break // a hung GPU stays hung: the node's other tests would only hang too
 			}
 		}
 		if node.Status == Healthy {
-			node.P2P, f.slow[n] = f.p2pNode(gpus, shape)
+			var o outcome
+			node.P2P, f.slow[n], o = f.p2pNode(gpus, shape)
+			if o.failed() {
+				node.Status, node.Why = Failed, f.failure(n, "p2p", o, 1, 1)
+			}
 		}
 		if f.opt.Diag != nil && len(f.nodes) == 1 {
 			f.diagNode(&node)
@@ -533,18 +577,26 @@ func gpuName(t *gpu.Topology, g int) string {
 	return x.Name
 }
 
-// failure names what failed on node n, and records the suspect: the GPU that hung or whose
-// output was wrong, or the node when the error names none.
-func (f *fleet) failure(n int, c *coll.Collective, o outcome, fails, runs int) string {
+// failure names what failed on node n in test what, and records the suspect: the GPU that hung
+// or whose output was wrong (its rank, its index on the node; or a copy's device), or the node
+// when the error names none.
+func (f *fleet) failure(n int, what string, o outcome, fails, runs int) string {
 	var ranks []int
 	var why string
 	switch {
+	case o.hang != nil && o.hang.Devices:
+		for _, d := range o.hang.Ranks {
+			if i := slices.Index(f.nodes[n], d); i >= 0 {
+				ranks = append(ranks, i)
+			}
+		}
+		why = fmt.Sprintf("%s hung: %v", what, o.hang)
 	case o.hang != nil:
-		ranks, why = o.hang.Ranks, fmt.Sprintf("%s hung: %v", c.Name, o.hang)
+		ranks, why = o.hang.Ranks, fmt.Sprintf("%s hung: %v", what, o.hang)
 	case len(o.wrong) > 0:
-		ranks, why = o.wrong, fmt.Sprintf("%s delivered wrong data", c.Name)
+		ranks, why = o.wrong, fmt.Sprintf("%s delivered wrong data", what)
 	default:
-		why = fmt.Sprintf("%s failed in %d of %d runs: %v", c.Name, fails, runs, o.err)
+		why = fmt.Sprintf("%s failed in %d of %d runs: %v", what, fails, runs, o.err)
 	}
 	if len(ranks) == 0 {
 		f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "node", Host: f.hosts[n], Status: Failed, Why: why})
@@ -580,56 +632,107 @@ func (f *fleet) suspectNode(n int, why string) {
 
 // p2pNode measures a node's unidirectional P2P copies and sets them beside the fault-free
 // machine's (measured once per node shape): the slowest pair's figure, and the ordered pairs
-// under the floor. Nil, nil where the backends cannot copy.
-func (f *fleet) p2pNode(gpus []int, shape string) (*Figure, [][2]int) {
+// under the floor; or, when the copies hang or fail, why (a hang names device ordinals). Pairs
+// under the floor are measured again, up to Repeat times in all, and stay under it only if every
+// measurement is: one noisy sample names no one. Nothing where the backends cannot copy.
+func (f *fleet) p2pNode(gpus []int, shape string) (*Figure, [][2]int, outcome) {
 	b, okB := f.b.(p2p.Backend)
 	t, okT := f.twin.(p2p.Backend)
 	if !okB || !okT || len(gpus) < 2 {
-		return nil, nil
+		return nil, nil, outcome{}
 	}
 	opt := p2p.Options{Size: min(64<<20, f.opt.Bytes), Repeat: 1, Samples: 1, Devices: gpus, Timeout: f.opt.Timeout}
-	uni := func(r *p2p.Result, err error) *p2p.Matrix {
-		if err != nil {
-			return nil
-		}
-		return r.Matrix("uni_enabled")
-	}
 	want, ok := f.p2pWant[shape]
 	if !ok {
-		want = uni(p2p.Run(f.ctx, t, p2p.Options{Size: opt.Size, Repeat: 1, Samples: 1, Devices: f.nodes[0]}))
+		if r, err := p2p.Run(f.ctx, t, p2p.Options{Size: opt.Size, Repeat: 1, Samples: 1, Devices: f.nodes[0]}); err == nil {
+			want = r.Matrix("uni_enabled")
+		}
 		f.p2pWant[shape] = want
 	}
-	f.rep.Tests++
-	got := uni(p2p.Run(f.ctx, b, opt))
-	if got == nil || want == nil {
-		return nil, nil
+	// best holds each ordered pair's best measurement so far.
+	var best *p2p.Matrix
+	var pairs []p2p.Pair // to measure: every pair, then those still under the floor
+	for range f.opt.Repeat {
+		f.rep.Tests++
+		opt.Pairs = pairs
+		r, err := p2p.Run(f.ctx, b, opt)
+		if err != nil {
+			var o outcome
+			if !errors.As(err, &o.hang) {
+				o.err = err
+			}
+			return &Figure{Error: err.Error()}, nil, o
+		}
+		got := r.Matrix("uni_enabled")
+		if got == nil || want == nil {
+			return nil, nil, outcome{}
+		}
+		if best == nil {
+			best = got
+		} else {
+			for i := range best.Cells {
+				for j, c := range got.Cells[i] {
+					if a, m := best.Cells[i][j].Value, c.Value; m != nil && (a == nil || *m > *a) {
+						best.Cells[i][j].Value = m
+					}
+				}
+			}
+		}
+		pairs = nil
+		for _, p := range slowPairs(best, want, gpus, f.opt.Floor) {
+			if q := (p2p.Pair{A: min(p[0], p[1]), B: max(p[0], p[1])}); !slices.Contains(pairs, q) {
+				pairs = append(pairs, q)
+			}
+		}
+		if len(pairs) == 0 {
+			break
+		}
 	}
-	var slow [][2]int
 	var worst *Figure
 	for i := range gpus {
 		for j := range gpus {
-			a, w := got.Cells[i][j].Value, want.Cells[i][j].Value
+			a, w := best.Cells[i][j].Value, want.Cells[i][j].Value
 			if i == j || a == nil || w == nil || *w <= 0 {
 				continue
 			}
 			if r := *a / *w; worst == nil || r < worst.Ratio {
 				worst = &Figure{BusBW: *a, Expected: *w, Ratio: r}
 			}
-			if *a < f.opt.Floor**w {
+		}
+	}
+	return worst, slowPairs(best, want, gpus, f.opt.Floor), outcome{}
+}
+
+// slowPairs lists the ordered pairs of gpus whose copies in got are under floor × want's.
+func slowPairs(got, want *p2p.Matrix, gpus []int, floor float64) [][2]int {
+	var slow [][2]int
+	for i := range gpus {
+		for j := range gpus {
+			a, w := got.Cells[i][j].Value, want.Cells[i][j].Value
+			if i != j && a != nil && w != nil && *w > 0 && *a < floor**w {
 				slow = append(slow, [2]int{gpus[i], gpus[j]})
 			}
 		}
 	}
-	return worst, slow
+	return slow
 }
 
-// railRound tests each rail (GPU k of every node, through its NIC alone) across the nodes still
-// good, and bisects a rail that falls short to the node whose NIC it is.
+// railRound tests each rail (GPU k of every node, through its NIC alone) across the nodes good
+// after their own tests, and hunts down what makes a rail fall short: a GPU that hangs, the NIC
+// a bisection ends at. Every such node is tested on every rail, since a NIC that falls short on
+// one rail says nothing of the node's NICs on the others; a node that failed since (a GPU that
+// hung, an error, a process that left: what failed may be shared by its rails) is not, and the
+// rail lists it as untested.
 func (f *fleet) railRound() error {
 	f.rep.Rounds++
+	base := f.good()
 	for k := range f.nodes[0] {
 		nic := f.topo.NICOf(f.nodes[0][k])
 		if nic == "" {
+			continue
+		}
+		if f.topo.OneDomain() { // one NVLink domain: its NICs carry nothing between its GPUs
+			f.rep.Rails = append(f.rep.Rails, Rail{Rail: k, NIC: nic, Status: Untested})
 			continue
 		}
 		env := map[string]string{"NCCL_IB_HCA": "=" + nic}
@@ -637,57 +740,39 @@ func (f *fleet) railRound() error {
 		if err != nil {
 			return err
 		}
-		ords := func(nodes []int) []int {
-			var out []int
-			for _, n := range nodes {
-				if k < len(f.nodes[n]) {
-					out = append(out, f.nodes[n][k])
-				}
-			}
-			return out
-		}
-		run := func(nodes []int) outcome { return f.crossRun(k, nodes) }
 		var b gpu.Backend
 		if f.cross == nil {
 			if b, err = f.opt.Open(env, false); err != nil {
 				twin.Close()
 				return err
 			}
-			run = func(nodes []int) outcome { return f.run(b, coll.AllReduce, ords(nodes), f.crossBytes(), false) }
 		}
-		rail := Rail{Rail: k, NIC: nic, Status: Healthy}
-		test := func(nodes []int) (bool, *Figure) {
-			o := run(nodes)
-			fig := figure(o, f.expect(fmt.Sprintf("rail %d %v", k, nodes), twin, coll.AllReduce, ords(nodes), f.crossBytes()))
-			return !o.failed() && fig.Ratio >= f.opt.Floor, fig
-		}
-		good := f.good()
-		if len(good) >= 2 {
-			lost := len(f.gone)
-			ok, fig := test(good)
-			rail.Figure = fig
-			if !ok {
-				rail.Status = Degraded
-				named := 0
-				for _, n := range f.bisect(good, test) {
-					if f.gone[n] { // its process left the run: reported as such, not as its NIC
-						continue
-					}
-					named++
-					k := k
-					f.bad[n] = true
-					f.markNode(n, Degraded, fmt.Sprintf("NIC %s (rail %d) falls short of what its rail should do", nic, k))
-					f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "nic", Host: f.hosts[n], NIC: nic, Rail: &k, Status: Degraded,
-						Why: fmt.Sprintf("rail %d's all-reduce through %s is below %.0f%% of expected with this node, and at it without", k, nic, 100*f.opt.Floor)})
-				}
-				// A process that left during the rail's tests failed them: the rail is judged
-				// again without it.
-				if again := f.good(); named == 0 && len(f.gone) > lost && len(again) >= 2 {
-					if ok, fig := test(again); ok {
-						rail.Status, rail.Figure = Healthy, fig
-					}
-				}
+		var set []int
+		for _, n := range base {
+			if f.rep.Nodes[n].Status != Failed {
+				set = append(set, n)
 			}
+		}
+		rail := Rail{Rail: k, NIC: nic, Status: Untested}
+		for n, host := range f.hosts {
+			if !slices.Contains(set, n) {
+				rail.Untested = append(rail.Untested, host)
+			}
+		}
+		what := fmt.Sprintf("rail %d's all-reduce through %s", k, nic)
+		first, found := f.hunt(set, f.crossTest(k, b, twin, what))
+		if first != nil {
+			rail.Status, rail.Figure = first.status(), first.fig
+		}
+		for _, x := range found {
+			st, why := x.judge(what, f.opt.Floor)
+			how := "falls short of what its rail should do"
+			if st == Failed {
+				how = "fails its rail's test"
+			}
+			f.bad[x.node] = true
+			f.markNode(x.node, st, fmt.Sprintf("NIC %s (rail %d) %s", nic, k, how))
+			f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "nic", Host: f.hosts[x.node], NIC: nic, Rail: &k, Status: st, Why: why})
 		}
 		f.rep.Rails = append(f.rep.Rails, rail)
 		if b != nil {
@@ -696,6 +781,72 @@ func (f *fleet) railRound() error {
 		twin.Close()
 	}
 	return nil
+}
+
+// verdict is one test across nodes.
+type verdict struct {
+	ok  bool
+	fig *Figure
+	// drop lists the nodes to leave out and test again without: a GPU of theirs hung (and is
+	// named), or their process left the run.
+	drop []int
+	left bool // processes left the run during the test: it says nothing of the hardware
+}
+
+func (v *verdict) status() Status {
+	switch {
+	case v.ok:
+		return Healthy
+	case v.fig.Error != "":
+		return Failed
+	}
+	return Degraded
+}
+
+// crossTest is a test across nodes: an all-reduce over GPU rail of each node (-1: every GPU of
+// each) on b (across the processes when the run has them), set beside the same on twin. A hang
+// that names the ranks that did not finish names their GPUs at once, and drops their nodes: the
+// caller tests again without them, instead of waiting out the timeout at every step of a
+// bisection, and one process and a launcher's run give the same verdict.
+func (f *fleet) crossTest(rail int, b, twin gpu.Backend, what string) func([]int) verdict {
+	return func(nodes []int) verdict {
+		var ords []int
+		var owner [][2]int // per rank: its node, and its GPU's index on the node
+		for _, n := range nodes {
+			for l, g := range f.nodes[n] {
+				if rail < 0 || l == rail {
+					ords, owner = append(ords, g), append(owner, [2]int{n, l})
+				}
+			}
+		}
+		var o outcome
+		if f.cross != nil {
+			o = f.crossRun(rail, nodes)
+		} else {
+			o = f.run(b, coll.AllReduce, ords, f.crossBytes(), false)
+		}
+		v := verdict{fig: figure(o, f.expect(fmt.Sprint(what, nodes), twin, coll.AllReduce, ords, f.crossBytes()))}
+		v.ok = !o.failed() && v.fig.Ratio >= f.opt.Floor
+		for _, n := range nodes {
+			if f.gone[n] {
+				v.drop, v.left = append(v.drop, n), true
+			}
+		}
+		if o.hang != nil {
+			why := fmt.Sprintf("%s hung: %v", what, o.hang)
+			for _, r := range o.hang.Ranks {
+				if r < 0 || r >= len(owner) || slices.Contains(v.drop, owner[r][0]) {
+					continue
+				}
+				n, l := owner[r][0], owner[r][1]
+				v.drop = append(v.drop, n)
+				f.bad[n] = true
+				f.markNode(n, Failed, why)
+				f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "gpu", Host: f.hosts[n], GPU: &l, Status: Failed, Why: why})
+			}
+		}
+		return v
+	}
 }
 
 // crossRun runs a rail's all-reduce across the processes of nodes. A node whose process has left
@@ -732,41 +883,28 @@ func (f *fleet) crossRun(rail int, nodes []int) outcome {
 	return o
 }
 
-// groupRound tests the good nodes together in groups of opt.Group (all their GPUs), and bisects
-// a group that falls short.
+// groupRound tests the good nodes together in groups of opt.Group (all their GPUs), and hunts
+// down what makes a group fall short.
 func (f *fleet) groupRound() {
 	f.rep.Rounds++
-	test := func(nodes []int) (bool, *Figure) {
-		var ords []int
-		for _, n := range nodes {
-			ords = append(ords, f.nodes[n]...)
-		}
-		var o outcome
-		if f.cross != nil {
-			o = f.crossRun(-1, nodes)
-		} else {
-			o = f.run(f.b, coll.AllReduce, ords, f.crossBytes(), false)
-		}
-		fig := figure(o, f.expect(fmt.Sprint("group ", nodes), f.twin, coll.AllReduce, ords, f.crossBytes()))
-		return !o.failed() && fig.Ratio >= f.opt.Floor, fig
-	}
+	what := "an all-reduce across nodes"
+	test := f.crossTest(-1, f.b, f.twin, what)
 	good := f.good()
 	for start := 0; start < len(good); start += f.opt.Group {
 		group := good[start:min(start+f.opt.Group, len(good))]
 		if len(group) < 2 {
 			break
 		}
-		if ok, _ := test(group); ok {
-			continue
-		}
-		for _, n := range f.bisect(group, test) {
-			if f.gone[n] {
-				continue
+		_, found := f.hunt(group, test)
+		for _, x := range found {
+			st, why := x.judge(what, f.opt.Floor)
+			how := "falls short of what the nodes should do together"
+			if st == Failed {
+				how = "fails an all-reduce across nodes"
 			}
-			f.bad[n] = true
-			f.markNode(n, Degraded, "falls short of what the nodes should do together")
-			f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "node", Host: f.hosts[n], Status: Degraded,
-				Why: fmt.Sprintf("an all-reduce across nodes is below %.0f%% of expected with this node, and at it without", 100*f.opt.Floor)})
+			f.bad[x.node] = true
+			f.markNode(x.node, st, how)
+			f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "node", Host: f.hosts[x.node], Status: st, Why: why})
 		}
 	}
 }
@@ -782,118 +920,248 @@ func (f *fleet) good() []int {
 	return out
 }
 
+// markNode gives node n status s for why: a healthy node takes it, a degraded one found failed
+// now takes the failure, and a node found bad for another reason as well lists both.
 func (f *fleet) markNode(n int, s Status, why string) {
 	node := &f.rep.Nodes[n]
-	if node.Status == Healthy {
+	switch {
+	case node.Status == Healthy || node.Status == Degraded && s == Failed:
 		node.Status, node.Why = s, why
+	case node.Status == s && !strings.Contains(node.Why, why):
+		node.Why += "; " + why
 	}
 }
 
-// bisect finds the nodes of set that make test fail: each half is tested beside as many nodes
-// cleared of suspicion as it has (padded), so that a half of one node is still a test across
-// nodes; a half that fails is split again. A node found is confirmed beside cleared nodes Repeat
-// times before it is named (confirm).
-func (f *fleet) bisect(set []int, test func([]int) (bool, *Figure)) []int {
-	b := &bisection{f: f, set: set, cleared: map[int]bool{}, test: test}
-	var walk func(part []int, depth int)
-	walk = func(part []int, depth int) {
-		f.depth = max(f.depth, depth)
-		if len(part) == 1 {
-			if b.confirm(part[0]) {
-				b.found = append(b.found, part[0])
-			}
-			return
+// hunt tests set and finds what makes it fail: the nodes a test drops (a GPU that hung, named
+// already, or a process that left) are left out and the rest tested again; what falls short or
+// fails otherwise is bisected. It returns the test that stands for the whole set (the first, or
+// the first after processes left during it; nil when fewer than two nodes were left to test),
+// and the nodes the bisections found.
+func (f *fleet) hunt(set []int, test func([]int) verdict) (first *verdict, found []finding) {
+	for len(set) >= 2 {
+		v := test(set)
+		if first == nil && !v.left {
+			first = &v
 		}
-		for _, half := range [][]int{part[:len(part)/2], part[len(part)/2:]} {
-			if !b.try(b.padded(half, part)) {
-				walk(half, depth+1)
-			}
+		if len(v.drop) > 0 {
+			set = without(set, v.drop)
+			continue
+		}
+		if v.ok {
+			break
+		}
+		b := f.bisect(set, test)
+		found = append(found, b.found...)
+		if len(b.drop) == 0 {
+			break
+		}
+		set = without(set, b.drop)
+		for _, x := range b.found {
+			set = without(set, []int{x.node})
 		}
 	}
-	walk(set, 1)
-	return b.found
+	return first, found
 }
 
-// bisection is one bisection's state: the nodes a passed test cleared, and those found.
+func without(set, drop []int) []int {
+	return slices.DeleteFunc(slices.Clone(set), func(n int) bool { return slices.Contains(drop, n) })
+}
+
+// finding is a node a bisection names: its confirmations all failed, the last with fig.
+type finding struct {
+	node       int
+	fig        *Figure
+	errs, runs int
+	pair       bool // one of two nodes, the only two tested, which no test can tell apart
+}
+
+// judge says what a finding in test what is: failed when a run of it failed (an error, a hang),
+// degraded when it fell short every time.
+func (x finding) judge(what string, floor float64) (Status, string) {
+	with := "with this node, and at it without"
+	if x.pair {
+		with = "across this node and one other, the only two tested, which no test can tell apart"
+	}
+	if x.errs > 0 {
+		if !x.pair {
+			with = "with this node, and passed without it"
+		}
+		return Failed, fmt.Sprintf("%s failed in %d of %d runs %s: %s", what, x.errs, x.runs, with, x.fig.Error)
+	}
+	return Degraded, fmt.Sprintf("%s is below %.0f%% of expected %s", what, 100*floor, with)
+}
+
+// bisect finds the nodes of set, whose test failed, that make it fail. Each half is tested
+// beside as many nodes cleared of suspicion as it has, where there are any (good nodes outside
+// the set, nodes of the set a passed test cleared), and never beside a node not cleared: a test
+// that fails then says the half holds a bad node, however many the set holds. A half that fails
+// is split again; a half of one node waits, and is confirmed beside cleared nodes Repeat times,
+// named only if it fails every time. Where no test has passed yet, pairs of the set's nodes are
+// tried to clear some first. k bad nodes among n take O(k log n) tests.
+func (f *fleet) bisect(set []int, test func([]int) verdict) *bisection {
+	b := &bisection{f: f, set: set, inSet: map[int]bool{}, test: test, cleared: map[int]bool{}, failed: map[[2]int]bool{}}
+	for _, n := range set {
+		b.inSet[n] = true
+	}
+	if len(set) == 2 {
+		b.failed[pair(set)] = true // the set's own test
+	}
+	b.walk(set, 1)
+	b.resolve()
+	return b
+}
+
+// bisection is one bisection's state.
 type bisection struct {
 	f       *fleet
 	set     []int
-	cleared map[int]bool
-	found   []int
-	test    func([]int) (bool, *Figure)
+	inSet   map[int]bool
+	test    func([]int) verdict
+	cleared map[int]bool    // nodes a passed test cleared
+	failed  map[[2]int]bool // pairs of nodes that failed a test of their own
+	pending []int           // nodes the halving left alone, to confirm
+	found   []finding
+	drop    []int // a test dropped these: the bisection stops, and the caller tests again without them
 }
 
-// try runs test on nodes; a pass clears every one of them.
-func (b *bisection) try(nodes []int) bool {
-	ok, _ := b.test(nodes)
-	if ok {
+func (b *bisection) walk(part []int, depth int) {
+	b.f.depth = max(b.f.depth, depth)
+	for _, half := range [][]int{part[:len(part)/2], part[len(part)/2:]} {
+		switch {
+		case len(b.drop) > 0:
+			return
+		case len(half) == 1:
+			b.pending = append(b.pending, half[0])
+		case !b.try(b.padded(half)).ok:
+			b.walk(half, depth+1)
+		}
+	}
+}
+
+// resolve confirms each node the halving left alone beside cleared nodes. Where no test has
+// passed yet, pairs of those nodes are tried first, to clear some; a set of two, which nothing
+// can tell apart, has both named if their test keeps failing. A node with no cleared node to be
+// tested beside is not named: the tests cannot tell it from the others.
+func (b *bisection) resolve() {
+	if len(b.drop) > 0 {
+		return
+	}
+	if len(b.trusted()) == 0 {
+		if len(b.set) == 2 {
+			if x, ok := b.confirm(b.set); ok {
+				x.pair = true
+				for _, n := range b.set {
+					x.node = n
+					b.found = append(b.found, x)
+				}
+			}
+			return
+		}
+		b.clearSome()
+	}
+	for _, n := range b.pending {
+		if len(b.drop) > 0 {
+			return
+		}
+		if partners := b.padded([]int{n}); !b.cleared[n] && len(partners) > 1 {
+			if x, ok := b.confirm(partners); ok {
+				x.node = n
+				b.found = append(b.found, x)
+			}
+		}
+	}
+}
+
+// clearSome looks for two nodes that pass together when no test has passed yet: pairs of the
+// nodes left alone not already failed together, neighbours first, then farther apart, at most
+// twice as many tests as there are such nodes. A rail whose every NIC is slow (its switch) clears
+// no one, and names no one.
+func (b *bisection) clearSome() {
+	p := b.pending
+	budget := 2 * len(p)
+	for d := 1; d < len(p); d++ {
+		for i := 0; i+d < len(p); i++ {
+			if budget == 0 || len(b.drop) > 0 {
+				return
+			}
+			if nodes := []int{p[i], p[i+d]}; !b.failed[pair(nodes)] {
+				budget--
+				if b.try(nodes).ok {
+					return
+				}
+			}
+		}
+	}
+}
+
+// confirm tests nodes Repeat times, stopping at a pass (which clears them): it reports the
+// runs, and ok when every one failed.
+func (b *bisection) confirm(nodes []int) (finding, bool) {
+	x := finding{node: nodes[0]}
+	for range b.f.opt.Repeat {
+		v := b.try(nodes)
+		if v.ok || len(b.drop) > 0 {
+			return x, false
+		}
+		x.runs++
+		x.fig = v.fig
+		if v.fig.Error != "" {
+			x.errs++
+		}
+	}
+	b.f.confirmed[nodes[0]] = true
+	return x, true
+}
+
+// try runs the test on nodes: a pass clears every one of them; a failure of two nodes alone is
+// remembered; a test that drops nodes stops the bisection.
+func (b *bisection) try(nodes []int) verdict {
+	v := b.test(nodes)
+	switch {
+	case len(v.drop) > 0:
+		b.drop = v.drop
+	case v.ok:
 		for _, n := range nodes {
 			b.cleared[n] = true
 		}
+	case len(nodes) == 2:
+		b.failed[pair(nodes)] = true
 	}
-	return ok
+	return v
 }
 
-// padded is part beside as many other nodes (at least one), the least suspect first: good nodes
-// outside the set, nodes a passed test cleared, the set's nodes outside avoid (the part that
-// failed: part's sibling is as suspect as part) and not found, and lacking those, the set's
-// other nodes.
-func (b *bisection) padded(part, avoid []int) []int {
-	out := slices.Clone(part)
-	want := len(part) + max(len(part), 1)
-	add := func(ok func(n int) bool, from []int) {
-		for _, n := range from {
-			if len(out) < want && ok(n) && !slices.Contains(out, n) {
-				out = append(out, n)
-			}
+// trusted lists the nodes a test may be padded with, the least suspect first: good nodes outside
+// the set, then the set's nodes a passed test cleared.
+func (b *bisection) trusted() []int {
+	var out []int
+	for _, n := range b.f.good() {
+		if !b.inSet[n] {
+			out = append(out, n)
 		}
 	}
-	add(func(n int) bool { return !slices.Contains(b.set, n) }, b.f.good())
-	add(func(n int) bool { return b.cleared[n] }, b.set)
-	add(func(n int) bool { return !slices.Contains(avoid, n) && !slices.Contains(b.found, n) }, b.set)
-	add(func(n int) bool { return !slices.Contains(b.found, n) }, b.set)
-	add(func(int) bool { return true }, b.set)
+	for _, n := range b.set {
+		if b.cleared[n] {
+			out = append(out, n)
+		}
+	}
 	return out
 }
 
-// confirm tests node n beside cleared nodes Repeat times: a suspect only if it fails every time.
-// Where no node is cleared yet, the set's other nodes are tested together first, to clear them;
-// if that fails too, n is not named (the test cannot tell n from the others), unless the set is
-// two nodes, which nothing can tell apart: both are named.
-func (b *bisection) confirm(n int) bool {
-	partners := b.padded([]int{n}, nil)
-	if !b.trusted(partners[1:]) && len(b.set) > 2 {
-		var others []int
-		for _, m := range b.set {
-			if m != n && !slices.Contains(b.found, m) {
-				others = append(others, m)
-			}
+// padded is part beside as many trusted nodes as it has, or as there are.
+func (b *bisection) padded(part []int) []int {
+	out := slices.Clone(part)
+	for _, n := range b.trusted() {
+		if len(out) == 2*len(part) {
+			break
 		}
-		if len(others) >= 2 {
-			b.try(others)
-		}
-		if partners = b.padded([]int{n}, nil); !b.trusted(partners[1:]) {
-			return false
+		if !slices.Contains(part, n) {
+			out = append(out, n)
 		}
 	}
-	for range b.f.opt.Repeat {
-		if b.try(partners) {
-			return false
-		}
-	}
-	b.f.confirmed[n] = true
-	return true
+	return out
 }
 
-// trusted reports whether any of nodes is cleared or a good node outside the set.
-func (b *bisection) trusted(nodes []int) bool {
-	for _, m := range nodes {
-		if b.cleared[m] || !slices.Contains(b.set, m) {
-			return true
-		}
-	}
-	return false
-}
+func pair(nodes []int) [2]int { return [2]int{min(nodes[0], nodes[1]), max(nodes[0], nodes[1])} }
 
 // outlierBelow is the robust outlier bound of the ratios: median - 5 × 1.4826 × MAD (the MAD
 // scaled to a normal distribution's standard deviation), and no higher than 0.9 × the median, so

@@ -3,6 +3,9 @@ package fleet
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -113,5 +116,123 @@ func TestInterrupted(t *testing.T) {
 			t.Errorf("stopped at %q: interrupted %v, %d nodes (%d healthy), %d rails, suspects %+v; want %d healthy nodes and nothing else",
 				tc.at, rep.Interrupted, len(rep.Nodes), healthy, len(rep.Rails), rep.Suspects, tc.nodes)
 		}
+	}
+}
+
+// openSim opens nodes simulated DGX H100 of perNode GPUs each, carrying no data (a slow NIC is
+// found by time alone), with faults on the cluster and none on the machine it is set beside.
+func openSim(nodes, perNode int, faults ...sim.Fault) func(map[string]string, bool) (gpu.Backend, error) {
+	return func(env map[string]string, expected bool) (gpu.Backend, error) {
+		topo, err := sim.LoadTopology("dgx-h100")
+		if err == nil {
+			topo, err = topo.WithNodes(nodes)
+		}
+		if err == nil {
+			topo, err = topo.WithGPUsPerNode(perNode)
+		}
+		if err != nil {
+			return nil, err
+		}
+		o := sim.Options{Env: env}
+		if !expected {
+			o.Faults = faults
+		}
+		return sim.New(topo, o)
+	}
+}
+
+// Several slow NICs on one rail are each found and named as NICs, and no healthy one, however
+// many there are and wherever they sit: seeded random cases over several fleet sizes, with as
+// many good nodes as bad ones at least (fewer leave no two nodes that pass together, and no test
+// can tell the bad from the good).
+func TestSlowNICsOnOneRail(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	cases := [][]int{{16, 1, 2}, {16, 0, 9}, {256, 0, 1}, {256, 1, 2}, {9, 0, 3, 5, 8}, {4, 0, 3}, {3, 2}}
+	for len(cases) < 40 {
+		n := 3 + rng.IntN(31)
+		k := 1 + rng.IntN(min(4, (n-1)/2))
+		c := append([]int{n}, rng.Perm(n)[:k]...)
+		slices.Sort(c[1:])
+		cases = append(cases, c)
+	}
+	for _, c := range cases {
+		n, bad := c[0], c[1:]
+		var faults []sim.Fault
+		for _, b := range bad {
+			faults = append(faults, sim.Fault{Kind: "slow-nic", A: fmt.Sprintf("dgx-h100-%d/mlx5_0", b), Factor: 0.3 + 0.15*rng.Float64()})
+		}
+		rep, err := Run(context.Background(), Options{Open: openSim(n, 1, faults...), Floor: 0.75, Repeat: 3, Group: 16, Bytes: 64 << 20, Timeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int
+		for _, s := range rep.Suspects {
+			var h int
+			if _, err := fmt.Sscanf(s.Host, "dgx-h100-%d", &h); err != nil || s.Kind != "nic" || s.NIC != "mlx5_0" || s.Status != Degraded {
+				t.Errorf("%d nodes, slow NICs on %v: suspect %+v", n, bad, s)
+			}
+			got = append(got, h)
+		}
+		if !slices.Equal(got, bad) || rep.Healthy() {
+			t.Errorf("%d nodes, slow NICs on %v: named %v (%d tests), healthy %v", n, bad, got, rep.Tests, rep.Healthy())
+		}
+	}
+}
+
+// A rail that falls short is not healthy even when its bisection names no one: every NIC of the
+// rail slow (its switch, say) leaves no two nodes that pass together.
+func TestRailShortNamingNoOne(t *testing.T) {
+	var faults []sim.Fault
+	for n := range 4 {
+		faults = append(faults, sim.Fault{Kind: "slow-nic", A: fmt.Sprintf("dgx-h100-%d/mlx5_0", n), Factor: 0.4})
+	}
+	rep, err := Run(context.Background(), Options{Open: openSim(4, 1, faults...), Floor: 0.75, Repeat: 3, Group: 16, Bytes: 64 << 20, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Suspects) != 0 || len(rep.Rails) != 1 || rep.Rails[0].Status != Degraded || rep.Healthy() {
+		t.Errorf("rails %+v, suspects %+v, healthy %v; want rail 0 degraded, no one named, not healthy", rep.Rails, rep.Suspects, rep.Healthy())
+	}
+}
+
+// A GPU that hangs in a test across nodes is named from the rank that did not finish, at the first
+// hang, and the rail is tested again without its node: one timeout, not one per step of a
+// bisection.
+func TestHangOnARail(t *testing.T) {
+	rep, err := Run(context.Background(), Options{Open: openSim(8, 1, sim.Fault{Kind: "hang", Device: 5}), Floor: 0.75, Repeat: 3, Group: 16, Bytes: 1 << 20, Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Suspects) != 1 || rep.Suspects[0].Kind != "gpu" || rep.Suspects[0].Host != "dgx-h100-5" || rep.Suspects[0].Status != Failed ||
+		!strings.Contains(rep.Suspects[0].Why, "hung: rank 5 did not finish") {
+		t.Errorf("suspects %+v; want GPU 0 of dgx-h100-5 failed, hung", rep.Suspects)
+	}
+	if r := rep.Rails[0]; r.Status != Failed || r.Figure.Error == "" || rep.Nodes[5].Status != Failed {
+		t.Errorf("rail %+v, node %+v; want the rail and the node failed", r, rep.Nodes[5])
+	}
+	// The rail's first test hangs, the one without node 5 passes, and so does the group.
+	if rep.Tests != 3 {
+		t.Errorf("%d tests; want 3", rep.Tests)
+	}
+}
+
+// A GPU that hangs in the P2P copies of its node fails the node, and is named.
+func TestHangInP2P(t *testing.T) {
+	rep, err := Run(context.Background(), Options{Open: openSim(1, 4, sim.Fault{Kind: "hang", Device: 2, After: 40}), Floor: 0.75, Repeat: 1, Group: 2, Bytes: 1 << 20, Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := rep.Nodes[0]
+	if n.Status != Failed || n.P2P == nil || n.P2P.Error == "" || len(rep.Suspects) != 1 || rep.Suspects[0].GPU == nil || *rep.Suspects[0].GPU != 2 ||
+		!strings.HasPrefix(rep.Suspects[0].Why, "p2p hung: ") {
+		t.Errorf("node %+v, suspects %+v; want the node failed and GPU 2 named for the p2p hang", n, rep.Suspects)
+	}
+}
+
+func TestNaturalCompare(t *testing.T) {
+	hosts := []string{"dgx-100", "dgx-42", "dgx-7", "a", "dgx-042b", "dgx-42a"}
+	slices.SortFunc(hosts, naturalCompare)
+	if want := []string{"a", "dgx-7", "dgx-42", "dgx-42a", "dgx-042b", "dgx-100"}; !slices.Equal(hosts, want) {
+		t.Errorf("%q, want %q", hosts, want)
 	}
 }
