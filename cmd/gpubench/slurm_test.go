@@ -33,32 +33,42 @@ func TestSlurm(t *testing.T) {
 	t.Run("fleet", func(t *testing.T) { testSlurmFleet(t, bin) })
 }
 
-// srun -n 2 gpubench fleet: one process per simulated node through Slurm's launcher; each tests
-// its own node (GPU 1 of the second corrupts its data and is named), rank 0 tests every rail
-// across the two processes and reports, and every task exits 3 as the verdict says.
+// srun -n 3 gpubench fleet: one process per simulated node through Slurm's launcher (three tasks
+// on the one host's two CPUs: --overcommit); each tests its own node (GPU 1 of the second
+// corrupts its data and is named), rank 0 tests every rail across the two good nodes' processes,
+// leaving the failed node out, and reports, and every task exits 3 as the verdict says.
 func testSlurmFleet(t *testing.T, bin string) {
 	var stdout, stderr string
 	var err error
 	for try := 1; ; try++ {
-		stdout, stderr, err = slurmJob(t, t.TempDir(), slurmEnv(), "srun", "--ntasks=2", bin,
-			"fleet", "--backend", "sim", "--nodes", "2", "--size", "4MiB", "--sim-fault", "corrupt=9", "--output", "json")
+		stdout, stderr, err = slurmJob(t, t.TempDir(), slurmEnv(), "srun", "--ntasks=3", "--overcommit", bin,
+			"fleet", "--backend", "sim", "--nodes", "3", "--size", "4MiB", "--sim-fault", "corrupt=9", "--output", "json")
 		if !strings.Contains(stderr, "for the rendezvous: it is in use") || try == 3 {
 			break
 		}
 	}
 	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != exitCheck || strings.Count(stderr, "gpubench: fleet: 1 suspect: GPU 1 of dgx-h100-1 FAILED") != 2 {
-		t.Fatalf("srun fleet: %v (want exit 3 from both tasks)\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	if !errors.As(err, &exit) || exit.ExitCode() != exitCheck || strings.Count(stderr, "gpubench: fleet: 1 suspect: GPU 1 of dgx-h100-1 FAILED") != 3 {
+		t.Fatalf("srun fleet: %v (want exit 3 from every task)\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 	}
 	var rep struct {
 		Nodes []struct{ Host, Status string }
-		Rails []struct{ Status string }
+		Rails []struct {
+			Status   string
+			Untested []string
+		}
 	}
-	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || len(rep.Nodes) != 2 || rep.Nodes[1].Status != "failed" || rep.Nodes[0].Status != "healthy" {
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || len(rep.Nodes) != 3 || rep.Nodes[1].Status != "failed" ||
+		rep.Nodes[0].Status != "healthy" || rep.Nodes[2].Status != "healthy" {
 		t.Fatalf("%v: %s", err, stdout)
 	}
-	if len(rep.Rails) != 8 || strings.Count(stdout, `"status": "healthy"`) != 9 {
-		t.Errorf("want 8 rails tested across the two tasks, all healthy: %s", stdout)
+	for i, r := range rep.Rails {
+		if r.Status != "healthy" || len(r.Untested) != 1 || r.Untested[0] != "dgx-h100-1" {
+			t.Errorf("rail %d: %+v; want healthy across the good nodes, dgx-h100-1 not tested", i, r)
+		}
+	}
+	if len(rep.Rails) != 8 {
+		t.Errorf("%d rails; want 8", len(rep.Rails))
 	}
 }
 

@@ -120,3 +120,14 @@ func TestCompareAtThreshold(t *testing.T) {
 		}
 	}
 }
+
+// Small bandwidths keep three significant digits in compare's table, where two decimals would
+// print 0.00 for an 8 B call and the change beside it would read as nothing.
+func TestNumSmall(t *testing.T) {
+	bus := func(p *Placement) float64 { return p.BusBW }
+	for v, want := range map[float64]string{0: "0.00", 0.0007: "0.000700", 7e-5: "0.0000700", 0.0252: "0.0252", 0.5: "0.500", 0.996: "1.00", 74.27: "74.27"} {
+		if got := num(&Placement{BusBW: v}, bus); got != want {
+			t.Errorf("%v: %q; want %q", v, got, want)
+		}
+	}
+}

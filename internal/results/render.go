@@ -50,6 +50,9 @@ func num(p *Placement, v func(*Placement) float64) string {
 	if p == nil {
 		return "-"
 	}
+	if x := v(p); x > 0 && x < 0.995 { // three digits where two decimals would leave one or none
+		return fmt.Sprintf("%.*f", min(2-int(math.Floor(math.Log10(x))), 9), x)
+	}
 	return fmt.Sprintf("%.2f", v(p))
 }
 
