@@ -764,16 +764,8 @@ func (f *fleet) railRound() error {
 		if first != nil {
 			rail.Status, rail.Figure = first.status(), first.fig
 		}
-		for _, x := range found {
-			st, why := x.judge(what, f.opt.Floor)
-			how := "falls short of what its rail should do"
-			if st == Failed {
-				how = "fails its rail's test"
-			}
-			f.bad[x.node] = true
-			f.markNode(x.node, st, fmt.Sprintf("NIC %s (rail %d) %s", nic, k, how))
-			f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "nic", Host: f.hosts[x.node], NIC: nic, Rail: &k, Status: st, Why: why})
-		}
+		f.name(found, what, Suspect{Kind: "nic", NIC: nic, Rail: &k}, fmt.Sprintf("NIC %s (rail %d) ", nic, k),
+			"falls short of what its rail should do", "fails its rail's test")
 		f.rep.Rails = append(f.rep.Rails, rail)
 		if b != nil {
 			b.Close()
@@ -896,16 +888,23 @@ func (f *fleet) groupRound() {
 			break
 		}
 		_, found := f.hunt(group, test)
-		for _, x := range found {
-			st, why := x.judge(what, f.opt.Floor)
-			how := "falls short of what the nodes should do together"
-			if st == Failed {
-				how = "fails an all-reduce across nodes"
-			}
-			f.bad[x.node] = true
-			f.markNode(x.node, st, how)
-			f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "node", Host: f.hosts[x.node], Status: st, Why: why})
+		f.name(found, what, Suspect{Kind: "node"}, "", "falls short of what the nodes should do together", "fails an all-reduce across nodes")
+	}
+}
+
+// name records what a hunt in test what found: each node marked bad, why (prefix, then short or
+// failed as the finding fell short or failed), and a suspect like s on that node.
+func (f *fleet) name(found []finding, what string, s Suspect, prefix, short, failed string) {
+	for _, x := range found {
+		st, why := x.judge(what, f.opt.Floor)
+		how := short
+		if st == Failed {
+			how = failed
 		}
+		f.bad[x.node] = true
+		f.markNode(x.node, st, prefix+how)
+		s.Host, s.Status, s.Why = f.hosts[x.node], st, why
+		f.rep.Suspects = append(f.rep.Suspects, s)
 	}
 }
 
