@@ -44,6 +44,9 @@ func FuzzRead(f *testing.F) {
 				}
 				seen[k] = true
 				for _, p := range []Placement{r.OutOfPlace, r.InPlace} {
+					if !valid(p.AlgBW) || !valid(p.BusBW) || !valid(p.TimeUS) {
+						t.Fatalf("accepted figures %+v", p)
+					}
 					if pi := p.PerIter; pi != nil && (pi.N < 1 || pi.P50US > pi.P95US || len(pi.TimesUS) > pi.N) {
 						t.Fatalf("accepted per_iter %+v", pi)
 					}

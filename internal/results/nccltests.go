@@ -434,9 +434,8 @@ func (l *ntLayout) row(f []string) (Row, error) {
 // or none (0.00) where the time keeps three or more.
 func (r *Row) bandwidthsFromTime(c *coll.Collective, ranks int) {
 	for _, p := range []*Placement{&r.OutOfPlace, &r.InPlace} {
-		if p.TimeUS > 0 {
-			p.AlgBW = float64(r.Size) / (p.TimeUS * 1e3)
-			p.BusBW = p.AlgBW * c.Factor(ranks)
+		if alg := float64(r.Size) / (p.TimeUS * 1e3); p.TimeUS > 0 && valid(alg) && valid(alg*c.Factor(ranks)) {
+			p.AlgBW, p.BusBW = alg, alg*c.Factor(ranks) // else the printed ones, which were read within bounds
 		}
 	}
 }

@@ -361,4 +361,12 @@ func TestReadNCCLTestsBandwidthFromTime(t *testing.T) {
 	if alg := 512 / 35.5e3; math.Abs(p.AlgBW-alg) > 1e-12 || math.Abs(p.BusBW-alg*1.75) > 1e-12 {
 		t.Errorf("algbw %v busbw %v; want %v and %v", p.AlgBW, p.BusBW, alg, alg*1.75)
 	}
+	// A size and time whose bandwidth no run reaches keep the printed figures, read within bounds.
+	huge := "4611686018427387904  1152921504606846976  float  sum  -1  0.01  0.01  0.03  0  0.01  0.01  0.03  0\n"
+	if f, err = Read("x.log", []byte("#  Rank  7 Group  0 Pid 1 on h device  7 [0000:db:00] G\n"+ntHeader+huge)); err != nil {
+		t.Fatal(err)
+	}
+	if p := f.Coll.Results[0].OutOfPlace; p.AlgBW != 0.01 || p.BusBW != 0.03 {
+		t.Errorf("huge: %+v; want the printed 0.01 and 0.03", p)
+	}
 }
