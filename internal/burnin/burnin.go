@@ -343,12 +343,12 @@ func (r *runner) collResult(c *coll.Collective, res coll.Result) {
 		for _, p := range []coll.Placement{op, ip} {
 			for rank, w := range p.WrongByRank {
 				if w > 0 && rank < len(devs) {
-					r.v.set(strconv.Itoa(devs[rank].Ordinal), CheckData, Fail, "", "%s at %d bytes: %d wrong elements in GPU %d's output (pass %d, %v in)",
-						c.Name, res.Size, w, devs[rank].Ordinal, r.pass, round(t))
+					r.v.set(strconv.Itoa(devs[rank].Ordinal), CheckData, Fail, "", "%s at %d bytes: %d wrong %s in GPU %d's output (pass %d, %v in)",
+						c.Name, res.Size, w, elements(w), devs[rank].Ordinal, r.pass, round(t))
 				}
 			}
 		}
-		r.v.set("all", CheckData, Fail, "", "%s at %d bytes: %d wrong elements (pass %d, %v in)", c.Name, res.Size, wrong, r.pass, round(t))
+		r.v.set("all", CheckData, Fail, "", "%s at %d bytes: %d wrong %s (pass %d, %v in)", c.Name, res.Size, wrong, elements(wrong), r.pass, round(t))
 		r.failed(CheckData, 1)
 	}
 	key := c.Name + "/" + strconv.FormatInt(res.Size, 10)
@@ -766,4 +766,12 @@ func intList(v []int) string {
 		s[i] = strconv.Itoa(x)
 	}
 	return strings.Join(s, ",")
+}
+
+// elements is "element" or "elements" for n of them.
+func elements[N int | int64](n N) string {
+	if n == 1 {
+		return "element"
+	}
+	return "elements"
 }

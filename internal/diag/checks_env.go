@@ -113,7 +113,7 @@ func checkVisibleDevices(f *Facts) Result {
 		}
 		why := "no NVML to compare it with the GPUs"
 		if f.sim {
-			why = "on the simulator"
+			why = "not compared with the GPUs on the simulator"
 		}
 		return skip(finding+"; "+why, "")
 	}

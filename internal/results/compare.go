@@ -61,7 +61,7 @@ func Compare(old, new *File, threshold float64) (*Comparison, error) {
 		cmp.Notes = append(cmp.Notes, fmt.Sprintf("OLD is %s and NEW is %s: no row can match", oc.Collective, nc.Collective))
 	}
 	if oc.Config.Ranks != nc.Config.Ranks {
-		cmp.Notes = append(cmp.Notes, fmt.Sprintf("OLD ran on %d ranks and NEW on %d", oc.Config.Ranks, nc.Config.Ranks))
+		cmp.Notes = append(cmp.Notes, fmt.Sprintf("OLD ran on %d rank%s and NEW on %d", oc.Config.Ranks, plural(oc.Config.Ranks), nc.Config.Ranks))
 	}
 	if oc.Backend != nc.Backend || oc.Topology != nc.Topology {
 		cmp.Notes = append(cmp.Notes, fmt.Sprintf("OLD ran on %s and NEW on %s", where(oc), where(nc)))

@@ -28,7 +28,7 @@ func WriteCompare(w io.Writer, format string, cmps []*Comparison) error {
 
 func describe(f *File) string {
 	c := f.Coll
-	s := fmt.Sprintf("%s, %s, %d ranks", c.Collective, where(c), c.Config.Ranks)
+	s := fmt.Sprintf("%s, %s, %d rank%s", c.Collective, where(c), c.Config.Ranks, plural(c.Config.Ranks))
 	if !f.Complete {
 		s += ", did not finish"
 	}

@@ -235,7 +235,7 @@ func calibration(dLat, k float64, ss []sample) (gpu.AlgoCalibration, bool) {
 			dLat = -s.lat
 		}
 	}
-	return gpu.AlgoCalibration{LatencyUS: math.Round(dLat*1000) / 1000, Bandwidth: round3(k)}, true
+	return gpu.AlgoCalibration{LatencyUS: math.Round(dLat*1000)/1000 + 0, Bandwidth: round3(k)}, true // + 0: no -0
 }
 
 // fitLocalCopy sets the local copy's efficiency from measured local copies: their bandwidth,
