@@ -247,7 +247,7 @@ func (m *model) explained(c Candidate, bytes int64, factor float64) ExplainedCan
 	if c.blockBound {
 		why = append(why, "block copy")
 	}
-	if a := algoIndex(c.Algo); (a == algoRing || a == algoTree || a == algoPAT) && !c.blockBound && m.commChannels() < m.searchCommChannels() {
+	if c.fewerCh {
 		why = append(why, "channels")
 	}
 	if a := algoIndex(c.Algo); a >= 0 && m.graphs[a].linksInter > 0 && c.SimUS > c.TimeUS {

@@ -317,6 +317,9 @@ func TestChannelVariablesLeaveThePick(t *testing.T) {
 		t.Errorf("Ring on 4 channels: %.1f µs (NCCL %.1f), block bound %v; Ring on the search's: %.1f (%.1f)", ring4.SimUS, ring4.TimeUS, ring4.blockBound, ring.SimUS, ring.TimeUS)
 	}
 	tree, tree4 := call(map[string]string{"NCCL_ALGO": "Tree"}), call(map[string]string{"NCCL_ALGO": "Tree", "NCCL_MAX_NCHANNELS": "4"})
+	if ring4.fewerCh || !tree4.fewerCh { // what explain says: "channels" for the tree alone
+		t.Errorf("fewer channels: Ring %v, Tree %v; want false, true", ring4.fewerCh, tree4.fewerCh)
+	}
 	if bw, bw4 := tree.SimUS-tree.SimLatencyUS, tree4.SimUS-tree4.SimLatencyUS; math.Abs(bw4/bw-6) > 1e-9 {
 		t.Errorf("Tree on 4 channels: bandwidth time %.1f µs, %.3f times the search's 24; want 6", bw4, bw4/bw)
 	}

@@ -105,6 +105,8 @@ type Candidate struct {
 	// blockBound: the simulated call runs at what its channels copy (ringBlockGBs), below what
 	// the links carry.
 	blockBound bool
+	// fewerCh: the simulated call runs on fewer channels than NCCL's figures count (fewerChannels).
+	fewerCh bool
 }
 
 // Decision is what the tuner decides for one collective and size, and why: every candidate it
@@ -162,7 +164,7 @@ func (m *model) candidate(c collKind, a, p int, nBytes int64) (Candidate, bool) 
 	}
 	return Candidate{Algo: algoNames[a], Proto: protoNames[p], Channels: m.runChannels(a, p, nBytes),
 		LatencyUS: lat, AlgGBs: bw, TimeUS: lat + bwUS, SimLatencyUS: simLat, SimUS: simLat + simBwUS, FillUS: fillUS,
-		blockBound: blockBound}, true
+		blockBound: blockBound, fewerCh: m.fewerChannels(c, a, p)}, true
 }
 
 // ringBlockGBs is the most a Simple ring of nBytes moves in the simulated call, as algorithm
@@ -438,11 +440,8 @@ func (m *model) bandwidthOf(c collKind, a, p int, searchCap bool) float64 {
 			bus *= .85
 		}
 	}
-	if !searchCap && (a == algoRing || a == algoTree || a == algoPAT) && m.ringBlockGBs(c, a, p, math.MaxInt64) == 0 {
-		// The call runs on the communicator's channels, which NCCL_MAX_NCHANNELS can make fewer
-		// than the search's, each carrying its share; more than the search's carry no more than
-		// the links. (A Simple ring over NVLink is held to its blocks instead: ringBlockGBs.)
-		bus *= math.Min(1, float64(m.commChannels())/float64(m.searchCommChannels()))
+	if !searchCap && m.fewerChannels(c, a, p) {
+		bus *= float64(m.commChannels()) / float64(m.searchCommChannels())
 	}
 	// Bus bandwidth to algorithm bandwidth.
 	if a != algoRing && (c == collAllGather || c == collReduceScatter) {
@@ -452,6 +451,15 @@ func (m *model) bandwidthOf(c collKind, a, p int, searchCap bool) float64 {
 		return bus * float64(m.n) / float64(m.nsteps(c))
 	}
 	return bus * 0.5
+}
+
+// fewerChannels says whether a Ring, Tree or PAT call runs on fewer channels than NCCL's search
+// found (NCCL_MAX_NCHANNELS: the communicator's, connect.cc), each carrying its share of the
+// search's bandwidth; more than the search's carry no more than the links. A Simple ring over
+// NVLink is held to its blocks instead (ringBlockGBs).
+func (m *model) fewerChannels(c collKind, a, p int) bool {
+	return (a == algoRing || a == algoTree || a == algoPAT) && m.commChannels() < m.searchCommChannels() &&
+		m.ringBlockGBs(c, a, p, math.MaxInt64) == 0
 }
 
 func (m *model) llMax() float64 {
