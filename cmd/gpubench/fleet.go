@@ -280,6 +280,9 @@ func writeFleet(w io.Writer, format string, rep *fleet.Report) error {
 				fmt.Fprintf(w, "- diag on %s: %s\n", n.Host, strings.Join(n.Diag, "; "))
 			}
 		}
+		if rep.Healthy() {
+			fmt.Fprintf(w, "- %s\n", healthyLine(rep))
+		}
 		for _, s := range rep.Summary() {
 			fmt.Fprintf(w, "- %s\n", s)
 		}
@@ -302,7 +305,7 @@ func writeFleet(w io.Writer, format string, rep *fleet.Report) error {
 			}
 		}
 		if rep.Healthy() {
-			_, err := fmt.Fprintln(w, "# every node, GPU and NIC healthy")
+			_, err := fmt.Fprintf(w, "# %s\n", healthyLine(rep))
 			return err
 		}
 		for _, s := range rep.Summary() {
@@ -313,10 +316,28 @@ func writeFleet(w io.Writer, format string, rep *fleet.Report) error {
 	return fmt.Errorf("unknown --output %q for fleet: use table, json or markdown", format)
 }
 
+// healthyLine says what a healthy report found healthy: its NICs only if a rail tested them.
+func healthyLine(rep *fleet.Report) string {
+	why := "no rail" // a machine of GPUs without NICs
+	if len(rep.Nodes) == 1 {
+		why = "one node"
+	}
+	for _, r := range rep.Rails {
+		if r.Status != fleet.Untested {
+			return "every node, GPU and NIC healthy"
+		}
+		why = cmp.Or(r.Why, "untested")
+	}
+	return fmt.Sprintf("every node and GPU healthy; NICs not tested (%s)", why)
+}
+
 // railLine says how a rail's test went: its verdict, its figure or error, and the nodes it did
 // not test.
 func railLine(r fleet.Rail) string {
 	s := fmt.Sprintf("rail %d (%s): %s", r.Rail, r.NIC, r.Status)
+	if r.Why != "" {
+		s += " (" + r.Why + ")"
+	}
 	switch f := r.Figure; {
 	case f != nil && f.Error != "":
 		s += ": " + f.Error

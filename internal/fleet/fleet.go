@@ -92,8 +92,12 @@ type Rail struct {
 	NIC    string  `json:"nic"`
 	Status Status  `json:"status"`
 	Figure *Figure `json:"allreduce"`
-	// Untested names the nodes whose NIC on this rail was not tested: nodes already failed or
-	// degraded by their own tests, whose process left, or that hung on another rail.
+	// Why says why an untested rail was not tested: one NVLink domain, or fewer than two nodes.
+	Why string `json:"why,omitempty"`
+	// Untested names the nodes whose NIC on this rail was not tested: nodes failed or degraded by
+	// their own tests; failed on an earlier rail (a GPU that hung, an error a bisection ended at);
+	// whose process left, or whose GPU hung, before or during this rail's tests; and the one node
+	// left when fewer than two remained to test the rail across.
 	Untested []string `json:"untested,omitempty"`
 }
 
@@ -460,19 +464,7 @@ func (f *fleet) nodeRound() {
 				break // nothing moves between one GPU and itself: its rail round tests its NIC
 			}
 			o := f.run(f.b, c, gpus, f.opt.Bytes, true)
-			runs, fails := 1, 0
-			if o.failed() {
-				fails++
-				for range f.opt.Repeat - 1 {
-					if o.hang != nil {
-						break // a hung GPU stays hung
-					}
-					runs++
-					if again := f.run(f.b, c, gpus, f.opt.Bytes, true); again.failed() {
-						fails++
-					}
-				}
-			}
+			fails, runs := f.retry(o, func() outcome { return f.run(f.b, c, gpus, f.opt.Bytes, true) })
 			fig := figure(o, f.expect(shape+c.Name, f.twin, c, f.nodes[0], f.opt.Bytes))
 			if c == coll.AllReduce {
 				node.AllReduce = fig
@@ -490,7 +482,8 @@ func (f *fleet) nodeRound() {
 			var o outcome
 			node.P2P, f.slow[n], o = f.p2pNode(gpus, shape)
 			if o.failed() {
-				node.Status, node.Why = Failed, f.failure(n, "p2p", o, 1, 1)
+				fails, runs := f.retry(o, func() outcome { _, _, again := f.p2pNode(gpus, shape); return again })
+				node.Status, node.Why = Failed, f.failure(n, "p2p", o, fails, runs)
 			}
 		}
 		if f.opt.Diag != nil && len(f.nodes) == 1 {
@@ -518,6 +511,23 @@ func (f *fleet) nodeRound() {
 			f.suspectNode(n, node.Why)
 		}
 	}
+}
+
+// retry runs a failed test again, up to Repeat times in all, and counts its failures, so that
+// the verdict says how often it fails; a hang is not run again: a hung GPU stays hung, and each
+// wait costs the timeout.
+func (f *fleet) retry(first outcome, run func() outcome) (fails, runs int) {
+	if !first.failed() {
+		return 0, 1
+	}
+	fails, runs = 1, 1
+	for first.hang == nil && runs < f.opt.Repeat {
+		runs++
+		if run().failed() {
+			fails++
+		}
+	}
+	return fails, runs
 }
 
 // judgeNodes marks degraded the healthy nodes whose collectives are below the floor of what is
@@ -732,7 +742,7 @@ func (f *fleet) railRound() error {
 			continue
 		}
 		if f.topo.OneDomain() { // one NVLink domain: its NICs carry nothing between its GPUs
-			f.rep.Rails = append(f.rep.Rails, Rail{Rail: k, NIC: nic, Status: Untested})
+			f.rep.Rails = append(f.rep.Rails, Rail{Rail: k, NIC: nic, Status: Untested, Why: "one NVLink domain"})
 			continue
 		}
 		env := map[string]string{"NCCL_IB_HCA": "=" + nic}
@@ -753,24 +763,27 @@ func (f *fleet) railRound() error {
 				set = append(set, n)
 			}
 		}
-		rail := Rail{Rail: k, NIC: nic, Status: Untested}
-		for n, host := range f.hosts {
-			if !slices.Contains(set, n) {
-				rail.Untested = append(rail.Untested, host)
-			}
-		}
+		rail := Rail{Rail: k, NIC: nic, Status: Untested, Why: "fewer than two nodes to test it across"}
 		what := fmt.Sprintf("rail %d's all-reduce through %s", k, nic)
-		first, found := f.hunt(set, f.crossTest(k, b, twin, what))
-		if first != nil {
-			rail.Status, rail.Figure = first.status(), first.fig
-		}
-		f.name(found, what, Suspect{Kind: "nic", NIC: nic, Rail: &k}, fmt.Sprintf("NIC %s (rail %d) ", nic, k),
-			"falls short of what its rail should do", "fails its rail's test")
-		f.rep.Rails = append(f.rep.Rails, rail)
+		test, done := f.crossTest(k, env, b, twin, what)
+		first, found, untested := f.hunt(set, test)
+		done()
 		if b != nil {
 			b.Close()
 		}
 		twin.Close()
+		if first != nil {
+			rail.Status, rail.Figure, rail.Why = first.status(), first.fig, ""
+		}
+		// Untested only now: the hunt leaves out the nodes whose GPU hung or whose process left.
+		for n, host := range f.hosts {
+			if !slices.Contains(set, n) || slices.Contains(untested, n) {
+				rail.Untested = append(rail.Untested, host)
+			}
+		}
+		f.name(found, what, Suspect{Kind: "nic", NIC: nic, Rail: &k}, fmt.Sprintf("NIC %s (rail %d) ", nic, k),
+			"falls short of what its rail should do", "fails its rail's test")
+		f.rep.Rails = append(f.rep.Rails, rail)
 	}
 	return nil
 }
@@ -783,6 +796,9 @@ type verdict struct {
 	// named), or their process left the run.
 	drop []int
 	left bool // processes left the run during the test: it says nothing of the hardware
+	// hung: the test hung on more than half of its nodes, too many to name at once (a hung GPU
+	// holds up every rank that waits on it); a bisection finds the node.
+	hung bool
 }
 
 func (v *verdict) status() Status {
@@ -797,11 +813,23 @@ func (v *verdict) status() Status {
 
 // crossTest is a test across nodes: an all-reduce over GPU rail of each node (-1: every GPU of
 // each) on b (across the processes when the run has them), set beside the same on twin. A hang
-// that names the ranks that did not finish names their GPUs at once, and drops their nodes: the
-// caller tests again without them, instead of waiting out the timeout at every step of a
-// bisection, and one process and a launcher's run give the same verdict.
-func (f *fleet) crossTest(rail int, b, twin gpu.Backend, what string) func([]int) verdict {
-	return func(nodes []int) verdict {
+// whose ranks that did not finish are at most half of the test's nodes names their GPUs at once,
+// and drops their nodes: the caller tests again without them, instead of waiting out the timeout
+// at every step of a bisection, and one process and a launcher's run give the same verdict. A
+// hang on more nodes is only a failed test: one hung GPU stalls every rank of its communicator
+// (on NCCL, and on the simulator once another call follows), so those ranks say nothing of
+// which GPU it was, and a bisection finds it. A hung kernel holds its GPUs, so after a hang the
+// cluster is opened again with env, as each test of a launcher's run opens its own; done closes
+// what was opened so (b is the caller's to close).
+func (f *fleet) crossTest(rail int, env map[string]string, b, twin gpu.Backend, what string) (test func([]int) verdict, done func()) {
+	own := b
+	done = func() {
+		if b != own && b != nil {
+			b.Close()
+		}
+	}
+	var reopen error // why the cluster could not be opened again after a hang
+	test = func(nodes []int) verdict {
 		var ords []int
 		var owner [][2]int // per rank: its node, and its GPU's index on the node
 		for _, n := range nodes {
@@ -812,10 +840,19 @@ func (f *fleet) crossTest(rail int, b, twin gpu.Backend, what string) func([]int
 			}
 		}
 		var o outcome
-		if f.cross != nil {
+		switch {
+		case f.cross != nil:
 			o = f.crossRun(rail, nodes)
-		} else {
-			o = f.run(b, coll.AllReduce, ords, f.crossBytes(), false)
+		case b == nil:
+			f.rep.Tests++
+			o.err = reopen
+		default:
+			if o = f.run(b, coll.AllReduce, ords, f.crossBytes(), false); o.hang != nil {
+				done() // real GPUs open as the same backend: it stays open
+				if b, reopen = f.opt.Open(env, false); reopen != nil {
+					b = nil
+				}
+			}
 		}
 		v := verdict{fig: figure(o, f.expect(fmt.Sprint(what, nodes), twin, coll.AllReduce, ords, f.crossBytes()))}
 		v.ok = !o.failed() && v.fig.Ratio >= f.opt.Floor
@@ -824,21 +861,31 @@ func (f *fleet) crossTest(rail int, b, twin gpu.Backend, what string) func([]int
 				v.drop, v.left = append(v.drop, n), true
 			}
 		}
-		if o.hang != nil {
-			why := fmt.Sprintf("%s hung: %v", what, o.hang)
-			for _, r := range o.hang.Ranks {
-				if r < 0 || r >= len(owner) || slices.Contains(v.drop, owner[r][0]) {
-					continue
-				}
-				n, l := owner[r][0], owner[r][1]
-				v.drop = append(v.drop, n)
-				f.bad[n] = true
-				f.markNode(n, Failed, why)
+		if o.hang == nil {
+			return v
+		}
+		hung := map[int][]int{} // per node, its GPUs that did not finish
+		for _, r := range o.hang.Ranks {
+			if r >= 0 && r < len(owner) && !slices.Contains(v.drop, owner[r][0]) {
+				hung[owner[r][0]] = append(hung[owner[r][0]], owner[r][1])
+			}
+		}
+		if len(hung) == 0 || 2*len(hung) > len(nodes) {
+			v.hung = true
+			return v
+		}
+		why := fmt.Sprintf("%s hung: %v", what, o.hang)
+		for _, n := range slices.Sorted(maps.Keys(hung)) {
+			v.drop = append(v.drop, n)
+			f.bad[n] = true
+			f.markNode(n, Failed, why)
+			for _, l := range hung[n] {
 				f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "gpu", Host: f.hosts[n], GPU: &l, Status: Failed, Why: why})
 			}
 		}
 		return v
 	}
+	return test, done
 }
 
 // crossRun runs a rail's all-reduce across the processes of nodes. A node whose process has left
@@ -880,31 +927,40 @@ func (f *fleet) crossRun(rail int, nodes []int) outcome {
 func (f *fleet) groupRound() {
 	f.rep.Rounds++
 	what := "an all-reduce across nodes"
-	test := f.crossTest(-1, f.b, f.twin, what)
+	test, done := f.crossTest(-1, nil, f.b, f.twin, what)
+	defer done()
 	good := f.good()
 	for start := 0; start < len(good); start += f.opt.Group {
 		group := good[start:min(start+f.opt.Group, len(good))]
 		if len(group) < 2 {
 			break
 		}
-		_, found := f.hunt(group, test)
+		_, found, _ := f.hunt(group, test)
 		f.name(found, what, Suspect{Kind: "node"}, "", "falls short of what the nodes should do together", "fails an all-reduce across nodes")
 	}
 }
 
 // name records what a hunt in test what found: each node marked bad, why (prefix, then short or
-// failed as the finding fell short or failed), and a suspect like s on that node.
+// failed as the finding fell short or failed), and a suspect like s on that node. A finding that
+// hung is named as a hang whose rank is named at once: on a rail, the node's GPU of that rail.
 func (f *fleet) name(found []finding, what string, s Suspect, prefix, short, failed string) {
 	for _, x := range found {
 		st, why := x.judge(what, f.opt.Floor)
-		how := short
-		if st == Failed {
-			how = failed
+		named, mark := s, prefix+short
+		switch {
+		case x.hung:
+			mark = why
+			if s.Rail != nil {
+				g := *s.Rail
+				named = Suspect{Kind: "gpu", GPU: &g}
+			}
+		case st == Failed:
+			mark = prefix + failed
 		}
 		f.bad[x.node] = true
-		f.markNode(x.node, st, prefix+how)
-		s.Host, s.Status, s.Why = f.hosts[x.node], st, why
-		f.rep.Suspects = append(f.rep.Suspects, s)
+		f.markNode(x.node, st, mark)
+		named.Host, named.Status, named.Why = f.hosts[x.node], st, why
+		f.rep.Suspects = append(f.rep.Suspects, named)
 	}
 }
 
@@ -933,44 +989,66 @@ func (f *fleet) markNode(n int, s Status, why string) {
 
 // hunt tests set and finds what makes it fail: the nodes a test drops (a GPU that hung, named
 // already, or a process that left) are left out and the rest tested again; what falls short or
-// fails otherwise is bisected. It returns the test that stands for the whole set (the first, or
-// the first after processes left during it; nil when fewer than two nodes were left to test),
-// and the nodes the bisections found.
-func (f *fleet) hunt(set []int, test func([]int) verdict) (first *verdict, found []finding) {
+// fails otherwise is bisected, and a node the bisection finds hung is left out in the same way.
+// A set in which the bisection finds no one has its test run again, up to Repeat times in all
+// (one noisy test is no verdict), unless it hung. It returns the test that stands for the set
+// (the first that dropped no node, unless it hung on a node found and left out after it, or a
+// run again that passed; nil when fewer than two nodes were left to test), the nodes the
+// bisections found, and the nodes left untested: dropped, found hung, or left alone.
+func (f *fleet) hunt(set []int, test func([]int) verdict) (first *verdict, found []finding, untested []int) {
+	runs := 0 // of the set's test since a bisection that found no one in it
 	for len(set) >= 2 {
 		v := test(set)
-		if first == nil && !v.left {
-			first = &v
-		}
 		if len(v.drop) > 0 {
-			set = without(set, v.drop)
+			set, untested, runs = without(set, v.drop), append(untested, v.drop...), 0
 			continue
+		}
+		if first == nil || first.hung || v.ok && runs > 0 {
+			first = &v
 		}
 		if v.ok {
 			break
 		}
-		b := f.bisect(set, test)
-		found = append(found, b.found...)
-		if len(b.drop) == 0 {
+		if runs > 0 && !v.hung { // run again, and fell short again
+			if runs++; runs < f.opt.Repeat {
+				continue
+			}
 			break
 		}
-		set = without(set, b.drop)
+		b := f.bisect(set, test)
+		found = append(found, b.found...)
 		for _, x := range b.found {
-			set = without(set, []int{x.node})
+			f.bad[x.node] = true // not to pad a later test of this hunt
 		}
+		if len(b.drop) > 0 {
+			set, untested, runs = without(set, b.drop), append(untested, b.drop...), 0
+			for _, x := range b.found {
+				set = without(set, []int{x.node})
+			}
+			continue
+		}
+		if len(b.found) > 0 || v.hung {
+			break
+		}
+		runs = 1
 	}
-	return first, found
+	if len(set) == 1 {
+		untested = append(untested, set...)
+	}
+	return first, found, untested
 }
 
 func without(set, drop []int) []int {
 	return slices.DeleteFunc(slices.Clone(set), func(n int) bool { return slices.Contains(drop, n) })
 }
 
-// finding is a node a bisection names: its confirmations all failed, the last with fig.
+// finding is a node a bisection names: its confirmations all failed, errs of them with an
+// error, the first err; a hang is not run again.
 type finding struct {
 	node       int
-	fig        *Figure
+	err        string
 	errs, runs int
+	hung       bool
 	pair       bool // one of two nodes, the only two tested, which no test can tell apart
 }
 
@@ -981,13 +1059,19 @@ func (x finding) judge(what string, floor float64) (Status, string) {
 	if x.pair {
 		with = "across this node and one other, the only two tested, which no test can tell apart"
 	}
-	if x.errs > 0 {
-		if !x.pair {
-			with = "with this node, and passed without it"
-		}
-		return Failed, fmt.Sprintf("%s failed in %d of %d runs %s: %s", what, x.errs, x.runs, with, x.fig.Error)
+	if x.errs == 0 {
+		return Degraded, fmt.Sprintf("%s is below %.0f%% of expected %s", what, 100*floor, with)
 	}
-	return Degraded, fmt.Sprintf("%s is below %.0f%% of expected %s", what, 100*floor, with)
+	if !x.pair {
+		with = "with this node, and passed without it"
+	}
+	switch {
+	case x.hung:
+		return Failed, fmt.Sprintf("%s hung %s: %s", what, with, x.err)
+	case x.errs < x.runs:
+		return Failed, fmt.Sprintf("%s failed in %d of %d runs and fell short in the others %s: %s", what, x.errs, x.runs, with, x.err)
+	}
+	return Failed, fmt.Sprintf("%s failed in %d of %d runs %s: %s", what, x.errs, x.runs, with, x.err)
 }
 
 // bisect finds the nodes of set, whose test failed, that make it fail. Each half is tested
@@ -1066,6 +1150,9 @@ func (b *bisection) resolve() {
 			if x, ok := b.confirm(partners); ok {
 				x.node = n
 				b.found = append(b.found, x)
+				if x.hung { // beside cleared nodes, the hang is n's: the set is tested again without it
+					b.drop = []int{n}
+				}
 			}
 		}
 	}
@@ -1093,8 +1180,8 @@ func (b *bisection) clearSome() {
 	}
 }
 
-// confirm tests nodes Repeat times, stopping at a pass (which clears them): it reports the
-// runs, and ok when every one failed.
+// confirm tests nodes Repeat times, stopping at a pass (which clears them) or a hang (a hung GPU
+// stays hung, and each wait costs the timeout): it reports the runs, and ok when every one failed.
 func (b *bisection) confirm(nodes []int) (finding, bool) {
 	x := finding{node: nodes[0]}
 	for range b.f.opt.Repeat {
@@ -1103,9 +1190,12 @@ func (b *bisection) confirm(nodes []int) (finding, bool) {
 			return x, false
 		}
 		x.runs++
-		x.fig = v.fig
 		if v.fig.Error != "" {
 			x.errs++
+			x.err = cmp.Or(x.err, v.fig.Error)
+		}
+		if x.hung = v.hung; x.hung {
+			break
 		}
 	}
 	b.f.confirmed[nodes[0]] = true

@@ -207,12 +207,124 @@ func TestHangOnARail(t *testing.T) {
 		!strings.Contains(rep.Suspects[0].Why, "hung: rank 5 did not finish") {
 		t.Errorf("suspects %+v; want GPU 0 of dgx-h100-5 failed, hung", rep.Suspects)
 	}
-	if r := rep.Rails[0]; r.Status != Failed || r.Figure.Error == "" || rep.Nodes[5].Status != Failed {
-		t.Errorf("rail %+v, node %+v; want the rail and the node failed", r, rep.Nodes[5])
+	// The rail's first test hangs, the one without node 5 passes and stands for the rail (the hang
+	// is the GPU's, named), and the group passes.
+	if r := rep.Rails[0]; r.Status != Healthy || !slices.Equal(r.Untested, []string{"dgx-h100-5"}) || rep.Nodes[5].Status != Failed {
+		t.Errorf("rail %+v, node %+v; want the rail healthy, not tested on the node, and the node failed", r, rep.Nodes[5])
 	}
-	// The rail's first test hangs, the one without node 5 passes, and so does the group.
 	if rep.Tests != 3 {
 		t.Errorf("%d tests; want 3", rep.Tests)
+	}
+}
+
+// A GPU that hangs after its first call stalls every rank of the test (the next call waits on
+// it): they are too many to name, and a bisection finds the one node whose test hangs beside
+// nodes that passed; its GPU alone is named, and the rail passes without it.
+func TestWideHangOnARail(t *testing.T) {
+	rep, err := Run(context.Background(), Options{Open: openSim(8, 1, sim.Fault{Kind: "hang", Device: 5, After: 1}), Floor: 0.75, Repeat: 3, Group: 16, Bytes: 1 << 20, Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Suspects) != 1 || rep.Suspects[0].Kind != "gpu" || rep.Suspects[0].Host != "dgx-h100-5" || rep.Suspects[0].Status != Failed ||
+		!strings.Contains(rep.Suspects[0].Why, "hung with this node, and passed without it") {
+		t.Errorf("suspects %+v; want GPU 0 of dgx-h100-5 alone, failed, hung", rep.Suspects)
+	}
+	if r := rep.Rails[0]; r.Status != Healthy || !slices.Equal(r.Untested, []string{"dgx-h100-5"}) {
+		t.Errorf("rail %+v; want healthy without dgx-h100-5", r)
+	}
+}
+
+// A rail's untested nodes include the node whose GPU hung during its tests, and the one node
+// left when fewer than two remain, whose rail is then untested, and says why.
+func TestRailUntestedAfterHang(t *testing.T) {
+	rep, err := Run(context.Background(), Options{Open: openSim(2, 1, sim.Fault{Kind: "hang", Device: 1}), Floor: 0.75, Repeat: 3, Group: 16, Bytes: 1 << 20, Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Rails[0]
+	if r.Status != Untested || r.Why == "" || !slices.Equal(r.Untested, []string{"dgx-h100-0", "dgx-h100-1"}) || len(rep.Suspects) != 1 {
+		t.Errorf("rail %+v, suspects %+v; want the rail untested on both nodes, GPU 0 of dgx-h100-1 named", r, rep.Suspects)
+	}
+}
+
+// A NIC whose rail's test failed in one run and fell short in the others is named with the error
+// of the run that failed, and says so.
+func TestFailedThenShort(t *testing.T) {
+	rep, err := Run(context.Background(), Options{Open: openSim(8, 4,
+		sim.Fault{Kind: "flaky-link", A: "dgx-h100-3/mlx5_2", B: "dgx-h100-3/pcie1", Every: 20},
+		sim.Fault{Kind: "slow-nic", A: "dgx-h100-3/mlx5_2", Factor: 0.4}), Floor: 0.75, Repeat: 3, Group: 16, Bytes: 64 << 20, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Suspects) != 1 || !strings.Contains(rep.Suspects[0].Why, " failed in 1 of 3 runs and fell short in the others ") ||
+		!strings.Contains(rep.Suspects[0].Why, "dropped it") {
+		t.Errorf("suspects %+v; want the NIC, failed in 1 of 3 runs and short in the others, with the error", rep.Suspects)
+	}
+}
+
+// One test of the whole set that falls short, and in which the bisection finds no one, is run
+// again before it stands: a rerun that passes leaves the set healthy; one that falls short every
+// time leaves it degraded, after Repeat runs in all.
+func TestHuntRunsAgain(t *testing.T) {
+	topo, err := sim.LoadTopology("dgx-h100")
+	if err == nil {
+		topo, err = topo.WithNodes(4)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		short int // whole-set tests that fall short before one passes
+		want  Status
+		runs  int
+	}{{1, Healthy, 2}, {5, Degraded, 3}} {
+		f := newFleet(context.Background(), Options{Floor: 0.75, Repeat: 3, Group: 16}, nil, nil, topo)
+		runs := 0
+		first, found, untested := f.hunt([]int{0, 1, 2, 3}, func(nodes []int) verdict {
+			if !slices.Equal(nodes, []int{0, 1, 2, 3}) { // every part passes: no one to find
+				return verdict{ok: true, fig: &Figure{Ratio: 1}}
+			}
+			if runs++; runs <= tc.short {
+				return verdict{fig: &Figure{Ratio: 0.5}}
+			}
+			return verdict{ok: true, fig: &Figure{Ratio: 1}}
+		})
+		if first == nil || first.status() != tc.want || runs != tc.runs || len(found) != 0 || len(untested) != 0 {
+			t.Errorf("%d short: verdict %+v after %d runs, found %v, untested %v; want %s after %d", tc.short, first, runs, found, untested, tc.want, tc.runs)
+		}
+	}
+}
+
+// failingCopies is a simulated node whose first fail P2P copies fail.
+type failingCopies struct {
+	*sim.Backend
+	fail int
+}
+
+func (b *failingCopies) TimedCopies(ctx context.Context, copies []gpu.Copy) ([]time.Duration, error) {
+	if b.fail > 0 {
+		b.fail--
+		return nil, errors.New("copy engine error")
+	}
+	return b.Backend.TimedCopies(ctx, copies)
+}
+
+// P2P copies that fail are run again, up to Repeat times in all, as a failed collective is, so
+// that the verdict says how often they fail.
+func TestP2PFailureRunsAgain(t *testing.T) {
+	open := func(env map[string]string, expected bool) (gpu.Backend, error) {
+		b, err := openSim(1, 4)(env, expected)
+		if err != nil || expected {
+			return b, err
+		}
+		return &failingCopies{Backend: b.(*sim.Backend), fail: 1}, nil
+	}
+	rep, err := Run(context.Background(), Options{Open: open, Floor: 0.75, Repeat: 3, Group: 2, Bytes: 1 << 20, Timeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rep.Nodes[0]; n.Status != Failed || !strings.HasPrefix(n.Why, "p2p failed in 1 of 3 runs: ") {
+		t.Errorf("node %+v; want failed in 1 of 3 runs", n)
 	}
 }
 
