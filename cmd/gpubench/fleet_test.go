@@ -117,6 +117,16 @@ func TestFleetHealthy(t *testing.T) {
 	}
 }
 
+// Three GPUs a node: an all-to-all of 64 MiB runs 67108848 bytes (a count every rank divides),
+// which is the size judged; it was taken as not measured, 0% of an expected 0, and every node
+// degraded.
+func TestFleetThreeGPUsANode(t *testing.T) {
+	out, errOut, code := gpubench(t, "fleet", "--backend", "sim", "--nodes", "2", "--gpus-per-node", "3", "--size", "64MiB")
+	if code != 0 || strings.Count(out, "healthy           100%        100%        100%") != 2 {
+		t.Errorf("exit %d, stderr %q\n%s", code, errOut, out)
+	}
+}
+
 // One GPU a node (--gpus-per-node 1) tests the network alone: a node has no collective of its own
 // to run, so none is judged, and the rail round still finds a slow NIC.
 func TestFleetOneGPUANode(t *testing.T) {
