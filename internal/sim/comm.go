@@ -66,7 +66,7 @@ var collKinds = map[string]collKind{"allreduce": collAllReduce, "allgather": col
 // Explain says what the tuner runs for a collective of bytes (gpu.Explainer); all-to-all and
 // send/recv are NCCL's point-to-point operations, which its tuner does not choose: their
 // channels are those one operation to a peer is split over.
-func (c *comm) Explain(coll string, bytes int64) (algo, proto string, channels int) {
+func (c *comm) Explain(coll string, bytes int64, op gpu.RedOp) (algo, proto string, channels int) {
 	kind, ok := collKinds[coll]
 	if !ok {
 		if coll == "alltoall" {
@@ -74,7 +74,7 @@ func (c *comm) Explain(coll string, bytes int64) (algo, proto string, channels i
 		}
 		return "P2P", "Simple", c.m.p2pOpChannels(bytes)
 	}
-	ch := c.m.decide(kind, bytes).Chosen()
+	ch := c.m.decideOp(kind, bytes, op).Chosen()
 	return ch.Algo, ch.Proto, ch.Channels
 }
 
@@ -245,11 +245,11 @@ func (c *comm) exec(us float64, dt gpu.DType, data bool, out []gpu.Buffer, move 
 // collUS is a collective's device time: the model's, except that with one rank in place NCCL
 // has nothing to move and queues no work (seen on an H200, docs/validation.md: 0.7-1 µs at 8 B
 // and at 1 GiB, against 5-500 µs out of place).
-func (c *comm) collUS(kind collKind, n int64, send, recv []gpu.Buffer) float64 {
+func (c *comm) collUS(kind collKind, n int64, op gpu.RedOp, send, recv []gpu.Buffer) float64 {
 	if len(c.devs) == 1 && sameStart(send[0], recv[0]) {
 		return 0
 	}
-	return c.m.collTime(kind, n).us
+	return c.m.decideOp(kind, n, op).Chosen().SimUS
 }
 
 // sameStart reports whether two buffers start at the same byte of the same allocation.
@@ -277,7 +277,7 @@ func (c *comm) AllReduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op 
 	if err := c.args("allreduce", all("send", send, n), all("recv", recv, n)); err != nil {
 		return err
 	}
-	return c.run(n, c.collUS(collAllReduce, n, send, recv), dt, hasData(send, recv), recv, func() {
+	return c.run(n, c.collUS(collAllReduce, n, op, send, recv), dt, hasData(send, recv), recv, func() {
 		allReduceData(send, recv, n, dt, op)
 	})
 }
@@ -288,7 +288,7 @@ func (c *comm) AllGather(send, recv []gpu.Buffer, sendCount int64, dt gpu.DType)
 	if err := c.args("allgather", all("send", send, n), all("recv", recv, n*ranks)); err != nil {
 		return err
 	}
-	return c.run(n, c.collUS(collAllGather, n*ranks, send, recv), dt, hasData(send, recv), recv, func() {
+	return c.run(n, c.collUS(collAllGather, n*ranks, gpu.Sum, send, recv), dt, hasData(send, recv), recv, func() {
 		allGatherData(send, recv, n)
 	})
 }
@@ -299,7 +299,7 @@ func (c *comm) ReduceScatter(send, recv []gpu.Buffer, recvCount int64, dt gpu.DT
 	if err := c.args("reducescatter", all("send", send, n*ranks), all("recv", recv, n)); err != nil {
 		return err
 	}
-	return c.run(n, c.collUS(collReduceScatter, n*ranks, send, recv), dt, hasData(send, recv), recv, func() {
+	return c.run(n, c.collUS(collReduceScatter, n*ranks, op, send, recv), dt, hasData(send, recv), recv, func() {
 		reduceScatterData(send, recv, n, dt, op)
 	})
 }
@@ -312,7 +312,7 @@ func (c *comm) Broadcast(send, recv []gpu.Buffer, count int64, dt gpu.DType, roo
 	if err := c.args("broadcast", bufSet{"send", send, n, root}, all("recv", recv, n)); err != nil {
 		return err
 	}
-	return c.run(n, c.collUS(collBroadcast, n, send, recv), dt, hasData([]gpu.Buffer{send[root]}, recv), recv, func() {
+	return c.run(n, c.collUS(collBroadcast, n, gpu.Sum, send, recv), dt, hasData([]gpu.Buffer{send[root]}, recv), recv, func() {
 		broadcastData(send, recv, n, root)
 	})
 }
@@ -325,7 +325,7 @@ func (c *comm) Reduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op gpu
 	if err := c.args("reduce", all("send", send, n), bufSet{"recv", recv, n, root}); err != nil {
 		return err
 	}
-	return c.run(n, c.collUS(collReduce, n, send, recv), dt, hasData(send, []gpu.Buffer{recv[root]}), recv, func() {
+	return c.run(n, c.collUS(collReduce, n, op, send, recv), dt, hasData(send, []gpu.Buffer{recv[root]}), recv, func() {
 		reduceData(send, recv, n, dt, op, root)
 	})
 }

@@ -350,3 +350,23 @@ func TestTreePatternOneGPUANode(t *testing.T) {
 		t.Errorf("one GPU a node: Tree at %.3f of a balanced tree's; want .85", r)
 	}
 }
+
+// NCCL runs an average as PreMulSum or SumPostDiv, which its PAT reduce-scatter does not serve
+// (enqueue.cc): on one GPU a node PAT wins a 1 MiB reduce-scatter of a sum, and an average runs
+// Ring, the call's time and its row's algorithm alike.
+func TestPATNotForAverage(t *testing.T) {
+	t.Parallel()
+	tp, err := topoOf(t, "dgx-h100", 8).WithGPUsPerNode(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newModel(tp, ranks(8), nil)
+	sum, avg := m.decideOp(collReduceScatter, 1<<20, gpu.Sum).Chosen(), m.decideOp(collReduceScatter, 1<<20, gpu.Avg).Chosen()
+	if sum.Algo != "PAT" || avg.Algo == "PAT" || !(avg.SimUS > sum.SimUS) {
+		t.Errorf("sum %s %.1f µs, avg %s %.1f µs; want PAT, then another, slower", sum.Algo, sum.SimUS, avg.Algo, avg.SimUS)
+	}
+	c := &comm{m: m, devs: ranks(8)}
+	if algo, _, _ := c.Explain("reducescatter", 1<<20, gpu.Avg); algo != avg.Algo {
+		t.Errorf("the row names %s; the call runs %s", algo, avg.Algo)
+	}
+}

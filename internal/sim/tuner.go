@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gpubench/gpubench/internal/gpu"
 )
 
 // NCCL's algorithms and protocols, in its order (src/include/device.h, src/init.cc).
@@ -550,7 +552,11 @@ func (m *model) latency(c collKind, a, p int, netExtra, plugin float64) float64 
 
 // decide is NCCL's choice for collective c of nBytes (the whole buffer for AllGather and
 // ReduceScatter, one rank's buffer otherwise; ncclFuncMaxSendRecvCount), with every candidate.
-func (m *model) decide(c collKind, nBytes int64) Decision {
+func (m *model) decide(c collKind, nBytes int64) Decision { return m.decideOp(c, nBytes, gpu.Sum) }
+
+// decideOp is decide for a reduction op: NCCL runs an average as PreMulSum or SumPostDiv, which
+// its PAT reduce-scatter does not serve (enqueue.cc, updateCollCostTable).
+func (m *model) decideOp(c collKind, nBytes int64, op gpu.RedOp) Decision {
 	d := Decision{Coll: collNames[c], Bytes: nBytes, Ranks: m.n, Nodes: m.nodes, RingLimit: m.limit}
 	switch {
 	case nBytes == 0: // NCCL returns at once
@@ -562,6 +568,9 @@ func (m *model) decide(c collKind, nBytes int64) Decision {
 		return d
 	}
 	for a := range numAlgos {
+		if a == algoPAT && c == collReduceScatter && op == gpu.Avg {
+			continue
+		}
 		for p := range numProtos {
 			if cand, ok := m.candidate(c, a, p, nBytes); ok {
 				d.Candidates = append(d.Candidates, cand)
