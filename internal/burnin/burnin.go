@@ -429,32 +429,14 @@ func (r *runner) copyData(res *p2p.Result) {
 			r.v.set(strconv.Itoa(d.Ordinal), CheckData, Pass, "0 wrong", "every checked result on the GPU matched")
 		}
 	}
-	type copyPair struct {
-		src, dst int
-		what     string
-	}
-	var pairs []copyPair
-	for _, m := range res.Matrices {
-		for i, row := range m.Cells {
-			for j, c := range row {
-				if !c.Bad {
-					continue
-				}
-				a, d := res.Devices[i].Ordinal, res.Devices[j].Ordinal
-				pairs = append(pairs, copyPair{a, d, fmt.Sprintf("%s %d->%d", m.Key, a, d)})
-				if strings.HasPrefix(m.Key, "bi") {
-					pairs = append(pairs, copyPair{d, a, fmt.Sprintf("%s %d->%d", m.Key, d, a)})
-				}
-			}
-		}
-	}
+	pairs := res.BadCopies()
 	// A GPU that every wrong copy went through is the one at fault (copies from a GPU that
 	// corrupts its data are wrong wherever they land); otherwise each copy's destination is named.
 	seen := map[int]int{}
 	for _, p := range pairs {
-		seen[p.src]++
-		if p.dst != p.src {
-			seen[p.dst]++
+		seen[p.Src]++
+		if p.Dst != p.Src {
+			seen[p.Dst]++
 		}
 	}
 	var common []int
@@ -465,11 +447,11 @@ func (r *runner) copyData(res *p2p.Result) {
 	}
 	bad := map[int][]string{}
 	for _, p := range pairs {
-		blame := p.dst
+		blame := p.Dst
 		if len(common) == 1 {
 			blame = common[0]
 		}
-		bad[blame] = append(bad[blame], p.what)
+		bad[blame] = append(bad[blame], fmt.Sprintf("%s %d->%d", p.Key, p.Src, p.Dst))
 	}
 	for i, h := range res.Host {
 		for _, c := range []p2p.Cell{h.H2D, h.D2H, h.Bidir, h.Local} {

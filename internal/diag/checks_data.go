@@ -263,18 +263,10 @@ func wrongCopies(res *p2p.Result) Result {
 		}
 		common = slices.DeleteFunc(common, func(g int) bool { return !slices.Contains(gpus, g) })
 	}
-	for _, m := range res.Matrices {
-		for i, row := range m.Cells {
-			for j, c := range row {
-				if !c.Bad {
-					continue
-				}
-				a, b := res.Devices[i].Ordinal, res.Devices[j].Ordinal
-				touch(a, b)
-				if p := fmt.Sprintf("%d->%d", a, b); strings.HasPrefix(m.Key, "uni_") && !slices.Contains(pairs, p) {
-					pairs = append(pairs, p)
-				}
-			}
+	for _, c := range res.BadCopies() {
+		touch(c.Src, c.Dst)
+		if p := fmt.Sprintf("%d->%d", c.Src, c.Dst); strings.HasPrefix(c.Key, "uni_") && !slices.Contains(pairs, p) {
+			pairs = append(pairs, p)
 		}
 	}
 	for i, h := range res.Host {

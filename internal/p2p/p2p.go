@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpubench/gpubench/internal/gpu"
@@ -95,6 +96,34 @@ func (r *Result) Matrix(key string) *Matrix {
 		}
 	}
 	return nil
+}
+
+// BadCopy is a copy between two GPUs whose data did not match: its matrix's key and the source
+// and destination ordinals.
+type BadCopy struct {
+	Key      string
+	Src, Dst int
+}
+
+// BadCopies lists the copies between GPUs whose data did not match, matrix by matrix; a
+// bidirectional cell is both of its copies.
+func (r *Result) BadCopies() []BadCopy {
+	var out []BadCopy
+	for _, m := range r.Matrices {
+		for i, row := range m.Cells {
+			for j, c := range row {
+				if !c.Bad {
+					continue
+				}
+				a, d := r.Devices[i].Ordinal, r.Devices[j].Ordinal
+				out = append(out, BadCopy{m.Key, a, d})
+				if strings.HasPrefix(m.Key, "bi") {
+					out = append(out, BadCopy{m.Key, d, a})
+				}
+			}
+		}
+	}
+	return out
 }
 
 // ErrTooBig is returned when the buffers would not fit in a device's free memory.

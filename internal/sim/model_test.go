@@ -28,16 +28,22 @@ func modelOf(t *testing.T, topo string, nodes, n int) *model {
 	return newModel(topoOf(t, topo, nodes), ranks(n), nil)
 }
 
+// oneGPUANode is the model of GPU 0 of each of nodes DGX H100 (--gpus-per-node 1).
+func oneGPUANode(t *testing.T, nodes int) *model {
+	t.Helper()
+	tp, err := topoOf(t, "dgx-h100", nodes).WithGPUsPerNode(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newModel(tp, ranks(nodes), nil)
+}
+
 // One GPU on each of two DGX H100 reaches two NICs over its PCIe switch, and its PCIe link
 // carries no more than one: the rings leave by its own NIC alone (gpu.BestRingFlows), one ring
 // at 48 GB/s, as NCCL keeps one channel at full speed over two at half.
 func TestOneGPUANodeRings(t *testing.T) {
 	t.Parallel()
-	tp, err := topoOf(t, "dgx-h100", 2).WithGPUsPerNode(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m := newModel(tp, ranks(2), nil); m.rings != 1 || math.Abs(m.ringBus-48) > 0.05 {
+	if m := oneGPUANode(t, 2); m.rings != 1 || math.Abs(m.ringBus-48) > 0.05 {
 		t.Errorf("one GPU a node: %d rings at %.2f GB/s busbw; want 1 at 48", m.rings, m.ringBus)
 	}
 }
@@ -339,11 +345,7 @@ func TestSameChannelsOnPCIe(t *testing.T) {
 // .85 (tuning.cc, maxTreePattern).
 func TestTreePatternOneGPUANode(t *testing.T) {
 	t.Parallel()
-	tp, err := topoOf(t, "dgx-h100", 4).WithGPUsPerNode(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := newModel(tp, ranks(4), nil)
+	m := oneGPUANode(t, 4)
 	one := m.bandwidth(collAllReduce, algoTree, protoSimple)
 	m.minLocal = 2
 	if r := one / m.bandwidth(collAllReduce, algoTree, protoSimple); math.Abs(r-.85) > 1e-9 {
@@ -356,11 +358,7 @@ func TestTreePatternOneGPUANode(t *testing.T) {
 // Ring, the call's time and its row's algorithm alike.
 func TestPATNotForAverage(t *testing.T) {
 	t.Parallel()
-	tp, err := topoOf(t, "dgx-h100", 8).WithGPUsPerNode(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := newModel(tp, ranks(8), nil)
+	m := oneGPUANode(t, 8)
 	sum, avg := m.decideOp(collReduceScatter, 1<<20, gpu.Sum).Chosen(), m.decideOp(collReduceScatter, 1<<20, gpu.Avg).Chosen()
 	if sum.Algo != "PAT" || avg.Algo == "PAT" || !(avg.SimUS > sum.SimUS) {
 		t.Errorf("sum %s %.1f µs, avg %s %.1f µs; want PAT, then another, slower", sum.Algo, sum.SimUS, avg.Algo, avg.SimUS)
