@@ -171,7 +171,7 @@ func Run(opt Options) *Report {
 			f.opt.Nominal = f.Devs.Topo.Topology // the real machine as gpubench topo records it
 		}
 	}
-	r := &Report{Host: f.fs.hostname(), Backend: "real", Quick: opt.Quick}
+	r := &Report{Host: f.fs.hostname(), Backend: "cuda", Quick: opt.Quick}
 	if f.sim {
 		r.Backend = "sim (" + opt.Sim + ")"
 	}
