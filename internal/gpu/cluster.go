@@ -264,12 +264,38 @@ func (t *Topology) buildFabric() {
 	}
 	if len(f.leaves) > 1 {
 		f.spine = t.addVertex("fabric")
-		hop := net.SwitchLatencyUS * float64(2*(tiers-1)) // up and down the tiers above the leaf
+		hop := net.SwitchLatencyUS * float64(tiers-1) // the tiers above a leaf; a way between leaves takes two uplinks
 		for _, leaf := range f.leaves {
 			f.uplink[leaf] = len(t.edges)
 			t.addEdge(leaf, f.spine, LinkNet, nicsOnLeaf[leaf]/over, hop)
 		}
 	}
+}
+
+// LeafSpan is the number of leaf switches the GPUs' traffic between nodes enters, on the rail of
+// the first GPU that has a NIC (the nodes' groups under a leaf, as a ring on one rail meets them),
+// and crossUS, what a message between two of those leaves takes over one under a single leaf: the
+// 2(tiers - 1) switches above the leaves.
+func (t *Topology) LeafSpan(gpus []int) (leaves int, crossUS float64) {
+	f := &t.fabric
+	if f.spine < 0 {
+		return 1, 0
+	}
+	rail, seen := -1, map[int]bool{}
+	for _, g := range gpus {
+		v := t.nic[g]
+		if v < 0 {
+			continue
+		}
+		if rail < 0 {
+			rail = f.railOf[v]
+		}
+		if f.railOf[v] == rail {
+			seen[f.leafOf[v]] = true
+		}
+	}
+	_, _, tiers, _ := t.Network.settings()
+	return len(seen), t.Network.SwitchLatencyUS * float64(2*(tiers-1))
 }
 
 // kindLatencyUS is each fabric kind's default latency_us: the latency of one NIC's link through

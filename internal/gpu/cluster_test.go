@@ -129,6 +129,34 @@ func TestRailFabric(t *testing.T) {
 	}
 }
 
+// A message between leaves crosses the 2(tiers - 1) switches above them, each switch_latency_us,
+// once: a three-tier fabric's two uplinks carry two switches each. LeafSpan counts the leaves the
+// GPUs' traffic enters on one rail, and gives that crossing.
+func TestSwitchLatency(t *testing.T) {
+	topo := cluster(t, `, "network": {"kind": "infiniband", "layout": "rail", "nodes_per_leaf": 2, "tiers": 3, "switch_latency_us": 0.5},
+		"nodes": [{"hostname": "n{i}", "template": "box", "count": 6}]`)
+	same, other := topo.Route(0, 4), topo.Route(0, 8) // n0/g0 -> n1/g0 (one leaf) and -> n2/g0
+	if d := other.LatencyUS - same.LatencyUS; math.Abs(d-2) > 1e-9 {
+		t.Errorf("between leaves %v µs, under one %v: %v more; want 4 switches of 0.5 = 2", other.LatencyUS, same.LatencyUS, d)
+	}
+	for _, c := range []struct {
+		gpus   []int
+		leaves int
+	}{
+		{[]int{0, 4}, 1}, {[]int{0, 1, 2, 3, 4, 5, 6, 7}, 1}, {[]int{0, 8}, 2}, {[]int{0, 4, 8, 12, 16, 20}, 3},
+		{[]int{1, 8, 17}, 2}, // the first GPU's rail (n1's NIC) alone: n0 and n4, under two leaves
+	} {
+		leaves, cross := topo.LeafSpan(c.gpus)
+		if leaves != c.leaves || cross != 2 {
+			t.Errorf("GPUs %v: %d leaves, %v µs between them; want %d and 2", c.gpus, leaves, cross, c.leaves)
+		}
+	}
+	one := cluster(t, `, "network": {"kind": "infiniband", "switch_latency_us": 0.5}, "nodes": [{"hostname": "n{i}", "template": "box", "count": 3}]`)
+	if leaves, cross := one.LeafSpan([]int{0, 4, 8}); leaves != 1 || cross != 0 {
+		t.Errorf("one switch: %d leaves, %v µs; want 1 and 0", leaves, cross)
+	}
+}
+
 // Nodes of one NVLink domain reach each other over NVLink through one shared NVSwitch.
 func TestNVLinkDomainAcrossHosts(t *testing.T) {
 	topo := cluster(t, `, "nvlink_domain_nodes": 2, "network": {"kind": "infiniband"}, "nodes": [{"hostname": "t{i}", "template": "box", "count": 4}]`)

@@ -232,7 +232,7 @@ func busFactor(coll string, n int) float64 {
 // explained is a tuner candidate with its two terms and its bus bandwidth.
 func (m *model) explained(c Candidate, bytes int64, factor float64) ExplainedCandidate {
 	why := []string{}
-	if c.SimLatencyUS != c.LatencyUS && m.netExtraUS > 0 {
+	if c.SimLatencyUS != c.LatencyUS && (m.netExtraUS > 0 || m.crossUS > 0 && m.leaves > 1) {
 		why = append(why, "fabric latency")
 	}
 	if c.SimLatencyUS != c.LatencyUS && m.pluginLatUS > 0 {

@@ -99,6 +99,11 @@ type model struct {
 	// pluginLatUS is the latency the net plugin reports, which NCCL's estimate adds to every
 	// step between nodes and the simulated call does not pay (gpu.Network.PluginLatency).
 	pluginLatUS float64
+	// leaves is how many leaf switches the communicator's traffic between nodes enters, and
+	// crossUS what a message between two of them takes over one under a single leaf
+	// (gpu.Topology.LeafSpan); NCCL's tables know neither (fabricUS).
+	leaves  int
+	crossUS float64
 	// maxLocal and minLocal are the most and fewest ranks of any NVLink domain (NCCL's
 	// maxLocalRanks, minLocalRanks: its node is the domain). maxLocal bounds where NVLS and
 	// CollNet serve; a domain of one rank makes NCCL's tree search take its simple TREE pattern.
@@ -188,6 +193,7 @@ func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
 	m.collnet = t.Network != nil && t.Network.SHARP && m.env.collnet && m.nodes > 1 && m.heads > 0
 	if t.Network != nil && m.nodes > 1 {
 		m.netExtraUS, m.pluginLatUS = t.Network.ExtraLatencyUS(), t.Network.PluginLatency()
+		m.leaves, m.crossUS = t.LeafSpan(devs)
 	}
 	if m.n > 1 {
 		flows, rings := t.BestRingFlows(devs, m.env.hca, func(f []gpu.Flow) float64 { us, _ := m.linkLoad(f); return us })

@@ -368,3 +368,54 @@ func TestPATNotForAverage(t *testing.T) {
 		t.Errorf("the row names %s; the call runs %s", algo, avg.Algo)
 	}
 }
+
+// The switches above a fabric's leaves add to a call what its messages between leaves cross,
+// which NCCL's tables leave out: on 64 DGX H100 under two leaves of 32 with 0.5 µs a switch (1 µs
+// between leaves), a ring's lap 2 µs (two leaves), a tree's way up and down one level above the
+// leaves 2 µs, CollNet's (NCCL_COLLNET_ENABLE=1) and NVLS's way to the switches' reduction 1 µs; under one leaf, nothing. NCCL's own
+// estimate, and so its pick, stays as it was.
+func TestSwitchLatencyInCollectives(t *testing.T) {
+	t.Parallel()
+	at := func(nodes int, switchUS float64) *model {
+		tp, err := LoadTopology("dgx-h100-superpod")
+		if err != nil {
+			t.Fatal(err)
+		}
+		tp.Network.SwitchLatencyUS = switchUS
+		if tp, err = tp.WithNodes(nodes); err != nil {
+			t.Fatal(err)
+		}
+		return newModel(tp, ranks(8*nodes), map[string]string{"NCCL_COLLNET_ENABLE": "1"})
+	}
+	for _, c := range []struct {
+		nodes int
+		coll  collKind
+		more  map[string]float64 // by algorithm
+	}{
+		{64, collAllReduce, map[string]float64{"Ring": 4, "Tree": 2, "NVLSTree": 2, "CollNetDirect": 1, "CollNetChain": 1, "NVLS": 1}},
+		{64, collAllGather, map[string]float64{"Ring": 2, "CollNetDirect": 1, "NVLS": 1}},
+		{64, collBroadcast, map[string]float64{"Ring": 1}},
+		{32, collAllReduce, map[string]float64{"Ring": 0, "Tree": 0, "NVLSTree": 0, "CollNetDirect": 0, "CollNetChain": 0, "NVLS": 0}},
+	} {
+		slow, base := at(c.nodes, 0.5).decide(c.coll, 8), at(c.nodes, 0).decide(c.coll, 8)
+		if len(slow.Candidates) != len(base.Candidates) || slow.Chosen().Algo != base.Chosen().Algo {
+			t.Fatalf("%d nodes, %s: the switches changed NCCL's candidates or pick", c.nodes, collNames[c.coll])
+		}
+		seen := map[string]bool{}
+		for i, s := range slow.Candidates {
+			b := base.Candidates[i]
+			want, ok := c.more[s.Algo]
+			if !ok {
+				t.Errorf("%d nodes, %s: unexpected candidate %s", c.nodes, collNames[c.coll], s.Algo)
+				continue
+			}
+			seen[s.Algo] = true
+			if d := s.SimLatencyUS - b.SimLatencyUS; math.Abs(d-want) > 1e-9 || s.LatencyUS != b.LatencyUS {
+				t.Errorf("%d nodes, %s %s/%s: %v µs more (NCCL's %v, was %v); want %v", c.nodes, collNames[c.coll], s.Algo, s.Proto, d, s.LatencyUS, b.LatencyUS, want)
+			}
+		}
+		if len(seen) != len(c.more) {
+			t.Errorf("%d nodes, %s: candidates %v; want %v", c.nodes, collNames[c.coll], seen, c.more)
+		}
+	}
+}

@@ -131,7 +131,7 @@ func (d Decision) Chosen() Candidate { return d.Candidates[0] }
 func (m *model) candidate(c collKind, a, p int, nBytes int64) (Candidate, bool) {
 	// bw is NCCL's estimate, simBw what the links carry (bandwidthOf).
 	bw, simBw := m.bandwidth(c, a, p), m.bandwidthOf(c, a, p, false)
-	lat, simLat := m.latency(c, a, p, 0, m.pluginLatUS), m.latency(c, a, p, m.netExtraUS, 0)
+	lat, simLat := m.latency(c, a, p, 0, m.pluginLatUS), m.latency(c, a, p, m.netExtraUS, 0)+m.fabricUS(c, a)
 	if bw <= 0 || !m.env.enabled(c, a, p) || !m.algoOK(c, a) || !m.protoOK(c, a, p) {
 		return Candidate{}, false
 	}
@@ -548,6 +548,34 @@ func (m *model) latency(c collKind, a, p int, netExtra, plugin float64) float64 
 		}
 	}
 	return lat
+}
+
+// fabricUS is what the switches above the fabric's leaves add to a call of algorithm a, which
+// NCCL's latency tables, measured under one switch, leave out: crossUS for each of the call's
+// messages on its way that goes from one leaf to another. A ring meets the nodes in order, so one
+// lap crosses between leaves once a leaf (a chain, broadcast's and reduce's, once fewer); a tree's
+// levels above one leaf's nodes, log2 of the leaves, are crossed on the way up and again down
+// (PAT's steps once); CollNet and NVLS reach the switches' reduction once.
+func (m *model) fabricUS(c collKind, a int) float64 {
+	if m.leaves < 2 || m.crossUS == 0 {
+		return 0
+	}
+	leaves := float64(m.leaves)
+	switch a {
+	case algoRing:
+		switch c {
+		case collBroadcast, collReduce:
+			return (leaves - 1) * m.crossUS
+		case collAllReduce:
+			return 2 * leaves * m.crossUS
+		}
+		return leaves * m.crossUS
+	case algoTree, algoNVLSTree:
+		return 2 * float64(log2i(m.leaves)) * m.crossUS
+	case algoPAT:
+		return float64(log2i(m.leaves)) * m.crossUS
+	}
+	return m.crossUS
 }
 
 // decide is NCCL's choice for collective c of nBytes (the whole buffer for AllGather and
