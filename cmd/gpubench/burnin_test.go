@@ -51,6 +51,7 @@ func TestBurninFaults(t *testing.T) {
 		{"healthy", "", 0, nil},
 		{"corrupt", "corrupt=2", 3, []string{"2/data", "all/data"}},
 		{"xid", "xid=3@15s:48", 3, []string{"3/xid"}},
+		{"xid at the start", "xid=4", 3, []string{"4/xid"}}, // XID 79 before the first step
 		{"slow link", "slow-link=gpu1,nvswitch,0.25@15s", 3, []string{"all/bandwidth", "all/p2p_bandwidth", "1-0/p2p_bandwidth", "0-1/p2p_bandwidth"}},
 	}
 	for _, tc := range tests {
@@ -209,7 +210,7 @@ func TestBurninUsageErrors(t *testing.T) {
 		{"--p2p-size", "100G", "--collectives", "none"},
 		{"--sim-fault", "xid=99@1s"}, {"--sim-fault", "slow-link=gpu0,nowhere,0.5@1s"},
 		{"--baseline", "0s"}, {"--min-busbw", "Inf"}, {"--max-nvlink-errors", "-1"}, {"--hold", "5s"},
-		{"--collectives", "allreduce,allreduce"},
+		{"--collectives", "allreduce,allreduce"}, {"-T", "9300000000"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			out, errOut, code := gpubench(t, append([]string{"burnin", "--backend", "sim", "--duration", "1s"}, args...)...)

@@ -110,15 +110,20 @@ type runner struct {
 	inputs   coll.Inputs        // the collectives' crafted inputs, made in the first pass
 	collBase map[string]float64 // coll/size -> best busbw in the baseline window
 	p2pBase  map[[2]int]float64
-	// telemetry at the start
+	// interruptedOp is set when an interruption stopped a collective or copies while they ran.
+	interruptedOp bool
+	// first is the telemetry at the start; xidsSeen counts the sampler's XIDs judged so far
+	// (every one: the sampler is the burn-in's, so each XID it saw came during the burn-in).
 	first    *metrics.Snapshot
 	xidsSeen int
+	// slowSeen counts, per GPU, the sampler's samples with a hardware slowdown judged so far.
+	slowSeen map[int]int
 }
 
 // Run runs the burn-in on b. It returns a report also when it stops early, with the reason in
 // Report.Err and as the error.
 func Run(ctx context.Context, b gpu.Backend, opt Options) (*Report, error) {
-	r := &runner{b: b, opt: opt, collBase: map[string]float64{}, p2pBase: map[[2]int]float64{}, devs: b.Devices()}
+	r := &runner{b: b, opt: opt, collBase: map[string]float64{}, p2pBase: map[[2]int]float64{}, devs: b.Devices(), slowSeen: map[int]int{}}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	defer r.cancel()
 	r.v = newVerdicts(func(c Check) {
@@ -148,7 +153,9 @@ func Run(ctx context.Context, b gpu.Backend, opt Options) (*Report, error) {
 	}
 	var hang *gpu.HangError
 	switch {
-	case errors.As(err, &hang) && errors.Is(err, context.Canceled):
+	case errors.Is(err, context.Canceled) && (errors.As(err, &hang) || r.interruptedOp):
+		// coll.Run ends with the context's cause, not the wait it cut short: an interrupted
+		// collective did not finish, in time or not.
 		r.v.set("all", CheckHang, Skip, "", "interrupted while waiting for the GPUs: no hang was confirmed")
 	case errors.As(err, &hang): // a wait that timed out
 		r.hung(hang)
@@ -308,6 +315,7 @@ func (r *runner) collective(c *coll.Collective) error {
 	opt.OnResult = func(res coll.Result) { r.collResult(c, res) }
 	_, err := coll.Run(r.ctx, r.b, opt)
 	if err != nil {
+		r.interruptedOp = errors.Is(err, context.Canceled)
 		return fmt.Errorf("%s: %w", c.Name, err)
 	}
 	return r.step()
@@ -406,12 +414,14 @@ func (r *runner) copies() error {
 		return r.step()
 	}
 	if err != nil {
+		r.interruptedOp = errors.Is(err, context.Canceled)
 		return fmt.Errorf("p2p: %w", err)
 	}
 	if res.Unverified > 0 && res.Verified+res.Mismatched == 0 {
 		// The simulator's data cap left the large copies timing-only: check data with small ones.
 		small, err := p2p.Run(r.ctx, pb, p2p.Options{Size: smallCopy, Repeat: 1, Samples: 1, Verify: true, Timeout: r.opt.Timeout})
 		if err != nil && !errors.Is(err, p2p.ErrTooBig) {
+			r.interruptedOp = errors.Is(err, context.Canceled)
 			return fmt.Errorf("p2p: %w", err)
 		}
 		if small != nil {
@@ -607,7 +617,6 @@ func (r *runner) observe() {
 	}
 	if r.first == nil {
 		r.first = &snap
-		r.xidsSeen = len(snap.XIDs)
 	}
 	ignored := map[int]bool{}
 	for _, x := range r.opt.IgnoredXIDs {
@@ -633,11 +642,18 @@ func (r *runner) observe() {
 		baseClock[d.Index] = d.BaseSMClockHz
 	}
 	for _, g := range snap.Sample.GPUs {
-		r.judgeGPU(g, base[g.Index], baseClock[g.Index])
+		// A hardware slowdown in a sample the sampler's timer took since the last look counts too.
+		slowed := g
+		if n := snap.Slowdowns[g.Index]; n > r.slowSeen[g.Index] {
+			slowed, r.slowSeen[g.Index] = snap.Slowed[g.Index], n
+		}
+		r.judgeGPU(g, base[g.Index], slowed, baseClock[g.Index])
 	}
 }
 
-func (r *runner) judgeGPU(g, first telemetry.GPU, baseClock float64) {
+// judgeGPU judges GPU g's latest sample against the first; slowed is the latest sample since the
+// last look that had a hardware slowdown (else g).
+func (r *runner) judgeGPU(g, first, slowed telemetry.GPU, baseClock float64) {
 	s := strconv.Itoa(g.Index)
 	r.v.set(s, CheckXID, Pass, "", "no new XID (ignoring %s)", intList(r.opt.IgnoredXIDs))
 	known := telemetry.Known
@@ -706,14 +722,14 @@ func (r *runner) judgeGPU(g, first telemetry.GPU, baseClock float64) {
 	// Hardware slowdown.
 	if !g.ReasonsKnown {
 		r.v.set(s, CheckThrottle, Skip, "", "clock-event reasons are not reported")
-	} else if hw := g.ClockReasons & telemetry.ReasonsHardwareSlowing; hw != 0 {
+	} else if hw := slowed.ClockReasons & telemetry.ReasonsHardwareSlowing; hw != 0 {
 		var names []string
 		for _, rn := range telemetry.ReasonNames {
 			if hw&rn.Bit != 0 {
 				names = append(names, rn.Name)
 			}
 		}
-		r.v.set(s, CheckThrottle, Fail, "no hardware slowdown", "%s active at %v (%.0f C, %.0f W)", strings.Join(names, ", "), at, g.TemperatureCelsius, g.PowerWatts)
+		r.v.set(s, CheckThrottle, Fail, "no hardware slowdown", "%s active by %v (%.0f C, %.0f W)", strings.Join(names, ", "), at, slowed.TemperatureCelsius, slowed.PowerWatts)
 	} else {
 		r.v.set(s, CheckThrottle, Pass, "no hardware slowdown", "no hardware thermal or power slowdown")
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/metrics"
+	"github.com/gpubench/gpubench/internal/metrics/telemetry"
 	"github.com/gpubench/gpubench/internal/sim"
 )
 
@@ -117,5 +119,73 @@ func TestDataSkippedPastTheCap(t *testing.T) {
 	}
 	if c := verdictOf(rep, "all", CheckData); c.Verdict != Skip || !strings.Contains(c.Reason, "past the simulator's --sim-data-cap") {
 		t.Errorf("data check %s (%s); want skipped, naming --sim-data-cap", c.Verdict, c.Reason)
+	}
+}
+
+// Ctrl-C while the GPUs hang (GPU 3 never finishes the first collective, and the timeout is far
+// off) stops the burn-in; the hang check says no hang was confirmed, not that every operation
+// finished in time: the collective it cut short did not finish.
+func TestRunInterruptedInAHang(t *testing.T) {
+	topo, err := sim.LoadTopology("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sim.New(topo, sim.Options{DataCap: sim.DefaultDataCap, Faults: []sim.Fault{{Kind: "hang", Device: 3}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	time.AfterFunc(200*time.Millisecond, cancel)
+	rep, err := Run(ctx, b, options(t, "allreduce"))
+	if !errors.Is(err, context.Canceled) || rep.Verdict != Interrupted {
+		t.Fatalf("err %v, verdict %s; want canceled and interrupted", err, rep.Verdict)
+	}
+	if c := verdictOf(rep, "all", CheckHang); c.Verdict != Skip || !strings.Contains(c.Reason, "no hang was confirmed") {
+		t.Errorf("hang check %s (%s); want skip: no hang was confirmed", c.Verdict, c.Reason)
+	}
+}
+
+// slowingSource is one GPU's telemetry whose second sample, alone, has the hardware thermal
+// slowdown active.
+type slowingSource struct{ n int }
+
+func (s *slowingSource) Inventory() telemetry.Inventory {
+	return telemetry.Inventory{Devices: []telemetry.Device{{Index: 0, UUID: "GPU-0"}}}
+}
+
+func (s *slowingSource) Sample() telemetry.Sample {
+	s.n++
+	g := telemetry.NewGPU(0)
+	g.ReasonsKnown, g.TemperatureCelsius = true, 70
+	if s.n == 2 {
+		g.ClockReasons, g.TemperatureCelsius = telemetry.ReasonHWThermal, 91
+	}
+	return telemetry.Sample{GPUs: []telemetry.GPU{g}}
+}
+
+func (s *slowingSource) Close() error { return nil }
+
+// On real GPUs the sampler's timer samples between the burn-in's steps, which read only its latest
+// sample: a hardware slowdown in a sample in between fails the throttle check all the same
+// ("active in any sample"), with that sample's figures.
+func TestThrottleSeenBetweenSteps(t *testing.T) {
+	sampler := metrics.NewSampler(&slowingSource{}, time.Second)
+	sampler.Refresh() // as gpubench burnin does before the run: no slowdown
+	opt := options(t, "allreduce")
+	opt.Duration, opt.Sampler = time.Millisecond, sampler
+	opt.Record = func(r Record) error {
+		if r.Record == "result" && sampler.Latest().Samples == 1 { // the timer's samples, during a step
+			sampler.Refresh() // slowed down
+			sampler.Refresh() // clear again
+		}
+		return nil
+	}
+	rep, err := Run(context.Background(), simBackend(t), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := verdictOf(rep, "0", CheckThrottle); c.Verdict != Fail || !strings.Contains(c.Reason, "hw_thermal_slowdown active") || !strings.Contains(c.Reason, "91 C") {
+		t.Errorf("throttle check %s (%s); want fail, naming the slowdown and its sample's 91 C", c.Verdict, c.Reason)
 	}
 }

@@ -32,6 +32,11 @@ type Snapshot struct {
 	XIDCounts map[[2]int]float64
 	// XIDs are every event seen since the start, in order.
 	XIDs []telemetry.XID
+	// Slowdowns counts, per GPU, the samples since the start in which a hardware slowdown held
+	// the clocks down, and Slowed is the latest of them: a reader that looks only now and then
+	// (the burn-in, between steps) still sees every one.
+	Slowdowns map[int]int
+	Slowed    map[int]telemetry.GPU
 	// Samples counts the polls so far.
 	Samples int
 }
@@ -105,7 +110,18 @@ func (s *Sampler) Refresh() Snapshot {
 		counts[[2]int{x.GPU, x.Code}]++
 		xids = append(xids[:len(xids):len(xids)], x)
 	}
-	s.snap = Snapshot{Inventory: s.snap.Inventory, Sample: sample, At: at, XIDCounts: counts, XIDs: xids, Samples: s.snap.Samples + 1}
+	slowdowns, slowed := maps.Clone(s.snap.Slowdowns), maps.Clone(s.snap.Slowed)
+	if slowdowns == nil {
+		slowdowns, slowed = map[int]int{}, map[int]telemetry.GPU{}
+	}
+	for _, g := range sample.GPUs {
+		if g.ReasonsKnown && g.ClockReasons&telemetry.ReasonsHardwareSlowing != 0 {
+			slowdowns[g.Index]++
+			slowed[g.Index] = g
+		}
+	}
+	s.snap = Snapshot{Inventory: s.snap.Inventory, Sample: sample, At: at, XIDCounts: counts, XIDs: xids,
+		Slowdowns: slowdowns, Slowed: slowed, Samples: s.snap.Samples + 1}
 	return s.snap
 }
 
