@@ -184,6 +184,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"allreduce", "-b", "64M", "-e", "8M"}, "larger than the largest"},
 		{[]string{"allreduce", "--sizes", "8:16", "-b", "8"}, "not both"},
 		{[]string{"allreduce", "-T", "-1"}, "invalid -T -1"},
+		{[]string{"allreduce", "-T", "9300000000"}, "invalid -T 9300000000: use 1 to 9223372036 seconds"},
 		{[]string{"allreduce", "--output", "xml"}, "unknown --output"},
 		{[]string{"allreduce", "--backend", "gpu"}, "unknown --backend"},
 		{[]string{"allreduce", "-G", "-1"}, "invalid -G -1"},
