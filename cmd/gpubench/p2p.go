@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/gpubench/gpubench/internal/coll"
 	"github.com/gpubench/gpubench/internal/cuda"
+	"github.com/gpubench/gpubench/internal/gpu"
 	"github.com/gpubench/gpubench/internal/input"
 	"github.com/gpubench/gpubench/internal/p2p"
 	"github.com/gpubench/gpubench/internal/report"
@@ -75,8 +77,13 @@ func (f *p2pFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 		return usageErr("invalid --samples %d: take at least 1 sample", f.samples)
 	case f.repeat < 1:
 		return usageErr("invalid --repeat %d: copy at least once per sample", f.repeat)
-	case f.timeout < 1:
-		return usageErr("invalid --timeout %d: give at least 1 second", f.timeout)
+	case f.timeout < 1 || int64(f.timeout) > int64(math.MaxInt64/time.Second): // past that, the limit would wrap round
+		return usageErr("invalid --timeout %d: give 1 to %d seconds", f.timeout, math.MaxInt64/time.Second)
+	}
+	for _, s := range g.faults {
+		if x, err := sim.ParseFault(s); err == nil && p2pBlind[x.Kind] != "" {
+			return usageErr("--sim-fault %s: %s: give hang, corrupt, slow-link or slow-node", input.Safe(s), p2pBlind[x.Kind])
+		}
 	}
 	if f.sweep != "" {
 		w, err := coll.ParseSizes(f.sweep)
@@ -116,8 +123,12 @@ func (f *p2pFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 			opt.Devices = slices.Compact(opt.Devices)
 		}
 	}
-	if k := len(opt.Devices); k > p2p.MaxDevices || opt.Devices == nil && n > p2p.MaxDevices {
-		return usageErr("p2p measures every pair of %d GPUs, and takes at most %d: choose some with --devices or --pairs", max(k, n), p2p.MaxDevices)
+	k := len(opt.Devices)
+	if opt.Devices == nil {
+		k = n
+	}
+	if k > p2p.MaxDevices {
+		return usageErr("p2p measures every pair of %d GPUs, and takes at most %d: choose some with --devices or --pairs", k, p2p.MaxDevices)
 	}
 	if opt.Sweep != nil && len(opt.Pairs) != 1 {
 		return usageErr("--sweep measures one pair: give exactly one with --pairs, e.g. --pairs 0-1")
@@ -130,9 +141,10 @@ func (f *p2pFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	}
 	start := e.now()
 	res, err := p2p.Run(cmd.Context(), b, opt)
-	var stopped error // interrupted: what was measured is reported, then the exit says so
+	var stopped error // interrupted or hung: what was measured is reported, then the exit says so
+	var hang *gpu.HangError
 	switch {
-	case errors.Is(err, context.Canceled) && res != nil && res.Access != nil:
+	case (errors.Is(err, context.Canceled) || errors.As(err, &hang)) && res != nil && res.Access != nil:
 		stopped = err
 	case errors.Is(err, p2p.ErrTooBig) && slices.ContainsFunc(opt.Sweep, func(s int64) bool { return s > opt.Size }):
 		return usageErr("invalid --sweep %s: %v; end the sweep lower", input.Safe(f.sweep), err)
@@ -154,13 +166,22 @@ func (f *p2pFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 		return runtimeErr(fmt.Errorf("writing results: %w", err))
 	}
 	if stopped != nil {
-		fmt.Fprintln(e.stderr, "gpubench: p2p: stopped early: the matrices and rows above are those measured before the signal")
+		if errors.Is(stopped, context.Canceled) { // a hang's own message says which devices did not finish
+			fmt.Fprintln(e.stderr, "gpubench: p2p: stopped early: the matrices and rows above are those measured before the signal")
+		}
 		return runtimeErr(stopped)
 	}
 	if res.Mismatched > 0 {
 		return &exitError{code: exitCheck, err: fmt.Errorf("p2p: %d copies delivered wrong data (cells marked !)", res.Mismatched)}
 	}
 	return nil
+}
+
+// p2pBlind says why p2p's copies cannot show a fault of each of these kinds.
+var p2pBlind = map[string]string{
+	"xid":        "p2p reads no XID events (burnin does)",
+	"flaky-link": "the simulator fails NCCL's calls across a flaky link, not copies",
+	"slow-nic":   "p2p's copies cross no NIC",
 }
 
 // describer is a real backend that can say which driver and libraries it runs on.

@@ -69,6 +69,11 @@ func TestP2PBadInput(t *testing.T) {
 		{[]string{"--sweep", "1K:1M"}, "exactly one with --pairs"},
 		{[]string{"--sweep", "1M:1K", "--pairs", "0-1"}, "invalid --sweep"},
 		{[]string{"--output", "xml"}, "unknown --output"},
+		{[]string{"--nodes", "10", "--devices", "0-73"}, "p2p measures every pair of 74 GPUs, and takes at most 72"}, // the 74 asked for, not the machine's 80
+		{[]string{"--timeout", "18446744074"}, "invalid --timeout 18446744074: give 1 to 9223372036 seconds"},        // would wrap round to 0.29 s
+		{[]string{"--sim-fault", "xid=1"}, "p2p reads no XID events"},
+		{[]string{"--sim-fault", "flaky-link=gpu0,nvswitch,3"}, "not copies"},
+		{[]string{"--topology", "dgx-h100x2", "--sim-fault", "slow-nic=dgx-h100-0/mlx5_0,0.5"}, "p2p's copies cross no NIC"},
 	} {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
 			out, errOut, code := gpubench(t, append([]string{"p2p", "--backend", "sim"}, c.args...)...)
@@ -76,5 +81,22 @@ func TestP2PBadInput(t *testing.T) {
 				t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 naming %q", code, out, errOut, c.want)
 			}
 		})
+	}
+}
+
+// A hang ends the run as Ctrl-C does: what was measured before it is printed, in every form, and
+// the exit names the device that did not finish.
+func TestP2PHangPrintsWhatWasMeasured(t *testing.T) {
+	out, errOut, code := gpubench(t, "p2p", "--backend", "sim", "--sim-fault", "hang=1", "-T", "1", "--size", "1M", "--devices", "0-1")
+	if code != 5 || errOut != "gpubench: hang: device 1 did not finish: context deadline exceeded\n" ||
+		!strings.Contains(out, "Device=0 CAN Access Peer Device=1\n") || !strings.Contains(out, "Data check:") {
+		t.Errorf("exit %d, stderr %q, stdout %q; want 5, device 1 named, and the access measured before the hang", code, errOut, out)
+	}
+	out, _, code = gpubench(t, "p2p", "--backend", "sim", "--sim-fault", "hang=1", "-T", "1", "--size", "1M", "--devices", "0-1", "--output", "json")
+	var doc struct {
+		Access [][]*struct{ Access bool } `json:"access"`
+	}
+	if code != 5 || json.Unmarshal([]byte(out), &doc) != nil || len(doc.Access) != 2 || !doc.Access[0][1].Access {
+		t.Errorf("json: exit %d, stdout %q; want 5 and a document with the access matrix", code, out)
 	}
 }

@@ -254,3 +254,35 @@ func TestREADMEPresets(t *testing.T) {
 		}
 	}
 }
+
+// docs/topology.md lists every preset under "Built-in presets", as the README promises, and its
+// field table and validation list name every format the reader takes.
+func TestTopologyDocPresetsAndFormats(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/topology.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(doc)
+	_, presets, ok := strings.Cut(s, "## Built-in presets\n")
+	if !ok {
+		t.Fatal("docs/topology.md has no Built-in presets section")
+	}
+	for _, p := range sim.Presets() {
+		if !strings.Contains(presets, "\n- `"+p+"`: ") {
+			t.Errorf("docs/topology.md's Built-in presets does not describe %s", p)
+		}
+	}
+	for _, c := range []struct{ start, end string }{{"| `format` | string, required |", "\n"}, {"- `format` is ", "; `name` is set"}} {
+		at := strings.Index(s, c.start)
+		end := strings.Index(s[max(at, 0):], c.end)
+		if at < 0 || end < 0 {
+			t.Errorf("docs/topology.md: no text from %q to %q", c.start, c.end)
+			continue
+		}
+		for _, f := range []string{gpu.TopologyFormat, gpu.TopologyFormat2} {
+			if !strings.Contains(s[at:at+end], f) {
+				t.Errorf("docs/topology.md: %q... does not name %s", c.start, f)
+			}
+		}
+	}
+}

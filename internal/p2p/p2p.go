@@ -473,11 +473,16 @@ func (r *runner) sweep() error {
 	}
 	for _, size := range r.opt.Sweep {
 		r.progress(fmt.Sprintf("sweep of pair %s at %d B", p, size))
+		row := SweepRow{Size: size, P2P: r.enabled(i, j) && r.enabled(j, i)}
+		if why := r.naReason(i, j, false, false); why != "" { // GPUs of two hosts: no copy joins them
+			row.Uni, row.Bidir = Cell{NA: why}, Cell{NA: why}
+			r.res.Sweep = append(r.res.Sweep, row)
+			continue
+		}
 		if err := r.alloc(size); err != nil {
 			return err
 		}
 		a, c := p.A, p.B
-		row := SweepRow{Size: size, P2P: r.enabled(i, j) && r.enabled(j, i)}
 		var err error
 		if row.Uni, err = r.bandwidth([]gpu.Copy{{Src: r.src[a], Dst: r.dst[c], Issuer: a}}, 1); err != nil {
 			return err

@@ -259,3 +259,24 @@ func TestHostsAndStop(t *testing.T) {
 		t.Errorf("a stopped run: %v; want context.Canceled", err)
 	}
 }
+
+// A sweep of a pair on two hosts has no figures either, as the pair's matrix cells have none: no
+// copy joins the two GPUs.
+func TestSweepAcrossHosts(t *testing.T) {
+	t.Parallel()
+	b := simBackend(t, "dgx-h100x2", sim.Options{})
+	res, err := p2p.Run(context.Background(), b, p2p.Options{Size: 1 << 20, Repeat: 1, Samples: 1, Pairs: []p2p.Pair{{0, 8}}, Sweep: []int64{4 << 10, 1 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Sweep) != 2 {
+		t.Fatalf("sweep %+v; want 2 sizes", res.Sweep)
+	}
+	for _, row := range res.Sweep {
+		for _, c := range []p2p.Cell{row.Uni, row.Bidir} {
+			if c.Value != nil || !strings.HasPrefix(c.NA, "different hosts") {
+				t.Errorf("sweep of GPU 0 and GPU 8 of the other host at %d B: %+v; want N/A, different hosts", row.Size, c)
+			}
+		}
+	}
+}
