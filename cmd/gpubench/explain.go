@@ -260,6 +260,8 @@ func linkText(kind string) string {
 		return "GPU memory (one rank copies locally)"
 	case "channels":
 		return "NCCL's point-to-point channels (each at what NCCL plans one to carry: half an NVLink inside a domain, 14 GB/s across)"
+	case "messages":
+		return "the host posting each message to and from other nodes, one after another (the network's per-message cost, message_us)"
 	}
 	return "the NICs and the network (" + kind + ")"
 }

@@ -17,8 +17,8 @@ func (t *Topology) expand() error {
 	if !v2 && (t.Templates != nil || t.NVLinkDomainNodes != 0) {
 		return fmt.Errorf("templates and nvlink_domain_nodes need format %q", TopologyFormat2)
 	}
-	if n := t.Network; n != nil && !v2 && (n.Layout != "" || n.NodesPerLeaf != 0 || n.Tiers != 0 || n.Oversubscription != 0 || n.SwitchLatencyUS != 0 || n.SHARP || n.PluginLatencyUS != nil) {
-		return fmt.Errorf("network layout, nodes_per_leaf, tiers, oversubscription, switch_latency_us, sharp and plugin_latency_us need format %q", TopologyFormat2)
+	if n := t.Network; n != nil && !v2 && (n.Layout != "" || n.NodesPerLeaf != 0 || n.Tiers != 0 || n.Oversubscription != 0 || n.SwitchLatencyUS != 0 || n.SHARP || n.PluginLatencyUS != nil || n.MessageUS != nil) {
+		return fmt.Errorf("network layout, nodes_per_leaf, tiers, oversubscription, switch_latency_us, sharp, plugin_latency_us and message_us need format %q", TopologyFormat2)
 	}
 	total := 0
 	for i, n := range t.Nodes {
@@ -199,6 +199,8 @@ func (n *Network) check() error {
 		return fmt.Errorf("network switch_latency_us %v is out of range", n.SwitchLatencyUS)
 	case n.PluginLatencyUS != nil && !(*n.PluginLatencyUS >= 0 && *n.PluginLatencyUS <= 1e3):
 		return fmt.Errorf("network plugin_latency_us %v; give the µs NCCL's net plugin reports, 0 to 1000", *n.PluginLatencyUS)
+	case n.MessageUS != nil && !(*n.MessageUS >= 0 && *n.MessageUS <= 1e3):
+		return fmt.Errorf("network message_us %v; give the µs a host spends on each message it posts to the fabric, 0 to 1000", *n.MessageUS)
 	}
 	return nil
 }
@@ -328,6 +330,21 @@ func (n *Network) PluginLatency() float64 {
 		return *n.PluginLatencyUS
 	}
 	return kindPluginLatencyUS[n.Kind]
+}
+
+// kindMessageUS is what each message costs on a fabric kind beyond NCCL's own post overhead:
+// AWS's plugin for EFA counts 3 µs for libfabric and NCCL's proxy handling each completion
+// (aws-ofi-nccl, include/nccl_ofi_param.h, TUNER_NET_COMP_OVERHEAD).
+var kindMessageUS = map[string]float64{"efa": 3}
+
+// MessageCost is message_us when set, else NCCL's own overhead for posting a message to the
+// network, postUS (src/graph/tuning.cc, getNetOverhead: 1 µs, 2 on AMD x86 hosts), plus the
+// fabric kind's own (kindMessageUS).
+func (n *Network) MessageCost(postUS float64) float64 {
+	if n.MessageUS != nil {
+		return *n.MessageUS
+	}
+	return postUS + kindMessageUS[n.Kind]
 }
 
 // ExtraLatencyUS is how much longer than on InfiniBand a message takes from NIC to NIC on this

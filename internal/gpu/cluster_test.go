@@ -298,11 +298,33 @@ func TestVersion2Errors(t *testing.T) {
 		{`{"format": "gpubench-topology/2", "name": "c", "network": {"kind": "infiniband", "layout": "torus"}, "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a{i}", "template": "box", "count": 2}]}`, `network layout "torus"`},
 		{`{"format": "gpubench-topology/2", "name": "c", "network": {"kind": "infiniband", "oversubscription": 0.5}, "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a{i}", "template": "box", "count": 2}]}`, "oversubscription 0.5"},
 		{`{"format": "gpubench-topology/2", "name": "c", "network": {"kind": "efa", "plugin_latency_us": -1}, "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a{i}", "template": "box", "count": 2}]}`, "network plugin_latency_us -1; give the µs NCCL's net plugin reports, 0 to 1000"},
-		{`{"format": "gpubench-topology/1", "name": "c", "network": {"kind": "infiniband", "plugin_latency_us": 5}, "nodes": []}`, "plugin_latency_us need format"},
+		{`{"format": "gpubench-topology/1", "name": "c", "network": {"kind": "infiniband", "plugin_latency_us": 5}, "nodes": []}`, "plugin_latency_us and message_us need format"},
+		{`{"format": "gpubench-topology/1", "name": "c", "network": {"kind": "infiniband", "message_us": 5}, "nodes": []}`, "plugin_latency_us and message_us need format"},
+		{`{"format": "gpubench-topology/2", "name": "c", "network": {"kind": "roce", "message_us": 1001}, "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a{i}", "template": "box", "count": 2}]}`, "network message_us 1001; give the µs a host spends on each message it posts to the fabric, 0 to 1000"},
 		{`{"format": "gpubench-topology/2", "name": "c", "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a", "template": "box", "count": 100000}]}`, "gpubench takes at most 16384 GPUs"},
 	} {
 		if _, err := gpu.ParseTopology([]byte(c.doc)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v; want %q", err, c.want)
+		}
+	}
+}
+
+// What a message to the fabric costs its host: NCCL's own post overhead (1 µs, 2 on AMD hosts),
+// with AWS's 3 µs a completion on EFA, and the file's figure, 0 included, where it gives one.
+func TestMessageCost(t *testing.T) {
+	zero, seven := 0.0, 7.0
+	for _, c := range []struct {
+		net        gpu.Network
+		post, want float64
+	}{
+		{gpu.Network{Kind: "infiniband"}, 1, 1},
+		{gpu.Network{Kind: "roce"}, 2, 2},
+		{gpu.Network{Kind: "efa"}, 1, 4},
+		{gpu.Network{Kind: "efa", MessageUS: &zero}, 1, 0},
+		{gpu.Network{Kind: "ethernet", MessageUS: &seven}, 2, 7},
+	} {
+		if got := c.net.MessageCost(c.post); got != c.want {
+			t.Errorf("%s, message_us %v, post overhead %v: %v µs; want %v", c.net.Kind, c.net.MessageUS, c.post, got, c.want)
 		}
 	}
 }

@@ -122,6 +122,10 @@ type Network struct {
 	// estimate, twice for Simple: it steers NCCL's pick, not the wire. nil: the kind's default
 	// (PluginLatency).
 	PluginLatencyUS *float64 `json:"plugin_latency_us,omitempty"`
+	// MessageUS is what each message to or from the fabric costs the host that posts it (NCCL's
+	// proxy thread posting a send or a receive and handling its completion), µs. nil: the
+	// default (MessageCost).
+	MessageUS *float64 `json:"message_us,omitempty"`
 }
 
 // Node is one machine.

@@ -43,7 +43,7 @@ type remoteData struct {
 }
 
 // p2pCost is the time of a point-to-point call, computed once per key from flows().
-func (c *comm) p2pCost(key string, n int64, peers int, flows func() ([]gpu.Flow, error)) (float64, error) {
+func (c *comm) p2pCost(key string, n int64, peers, remoteOps int, flows func() ([]gpu.Flow, error)) (float64, error) {
 	if us, ok := c.p2pUS[key]; ok {
 		return us, nil
 	}
@@ -54,7 +54,7 @@ func (c *comm) p2pCost(key string, n int64, peers int, flows func() ([]gpu.Flow,
 	if err != nil {
 		return 0, err
 	}
-	us := c.m.p2pTime(fs, n, peers)
+	us := c.m.p2pTime(fs, n, peers, remoteOps)
 	c.p2pUS[key] = us
 	return us, nil
 }
@@ -336,7 +336,7 @@ func (c *comm) AllToAll(send, recv []gpu.Buffer, count int64, dt gpu.DType) erro
 	if err := c.args("alltoall", all("send", send, n*int64(ranks)), all("recv", recv, n*int64(ranks))); err != nil {
 		return err
 	}
-	us, err := c.p2pCost(fmt.Sprintf("alltoall %d", n), n, ranks-1, func() ([]gpu.Flow, error) {
+	us, err := c.p2pCost(fmt.Sprintf("alltoall %d", n), n, ranks-1, c.m.allToAllRemoteOps(), func() ([]gpu.Flow, error) {
 		// Summed by link, in time and memory that grow with the GPUs rather than the pairs,
 		// once per communicator.
 		if c.a2a == nil {
@@ -399,7 +399,7 @@ func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 		byRank[p.from]++
 		peers = max(peers, byRank[p.from])
 	}
-	us, _ := c.p2pCost(fmt.Sprintf("sendrecv %d %v", n, pairs), n, peers, func() ([]gpu.Flow, error) {
+	us, _ := c.p2pCost(fmt.Sprintf("sendrecv %d %v", n, pairs), n, peers, c.m.remoteOps(pairs), func() ([]gpu.Flow, error) {
 		var flows []gpu.Flow
 		lanes := c.m.topo.LaneCount(c.devs)
 		for _, p := range pairs {

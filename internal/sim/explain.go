@@ -92,7 +92,8 @@ type ExplainedCandidate struct {
 	// leaves out: NVLS all-reduce on one NVLink domain (docs/model.md, "NVLS's pipeline").
 	FillUS float64 `json:"fill_us"`
 	// SimWhy says why SimTimeUS differs from TimeUS, each reason that applies: "fabric latency"
-	// (a network slower than the InfiniBand of NCCL's tables), "plugin latency" (NCCL's estimate
+	// (a network slower than the InfiniBand of NCCL's tables, switches above its leaves, a
+	// per-message cost other than NCCL's own), "plugin latency" (NCCL's estimate
 	// holds the latency its net plugin reports, the wire does not), "nvls links" (NVLS on one
 	// NVLink domain, held to its links rather than NCCL's channel figure), "search speed" (channels
 	// that NCCL's search gave a speed of its table below what the links carry), "block copy" (a
@@ -232,7 +233,7 @@ func busFactor(coll string, n int) float64 {
 // explained is a tuner candidate with its two terms and its bus bandwidth.
 func (m *model) explained(c Candidate, bytes int64, factor float64) ExplainedCandidate {
 	why := []string{}
-	if c.SimLatencyUS != c.LatencyUS && (m.netExtraUS > 0 || m.crossUS > 0 && m.leaves > 1) {
+	if c.SimLatencyUS != c.LatencyUS && (m.netExtraUS > 0 || m.crossUS > 0 && m.leaves > 1 || m.nodes > 1 && m.msgUS != m.netOverhead()) {
 		why = append(why, "fabric latency")
 	}
 	if c.SimLatencyUS != c.LatencyUS && m.pluginLatUS > 0 {
@@ -385,6 +386,7 @@ func (m *model) explainP2P(x *Explanation, coll string, bytes int64) error {
 	n := m.n
 	per, peers := bytes, 1 // send/recv: every rank sends its buffer to the next
 	var flows []gpu.Flow
+	var remote int
 	switch coll {
 	case "alltoall":
 		per, peers = rankShare(bytes, n), n-1
@@ -398,15 +400,19 @@ func (m *model) explainP2P(x *Explanation, coll string, bytes int64) error {
 		for i := range flows {
 			flows[i].Bytes = float64(per)
 		}
+		remote = m.allToAllRemoteOps()
 	default:
 		lanes := m.topo.LaneCount(m.devs)
+		var pairs []pair
 		for i := range n {
 			if j := (i + 1) % n; j != i {
 				flows = append(flows, m.topo.RouteFlows(m.devs[i], m.devs[j], float64(per), lanes)...)
+				pairs = append(pairs, pair{i, j})
 			}
 		}
+		remote = m.remoteOps(pairs)
 	}
-	total := m.p2pTime(flows, per, peers)
+	total := m.p2pTime(flows, per, peers, remote)
 	bw, link := m.linkLoad(flows)
 	if n == 1 {
 		c := m.decide(collBroadcast, per).Chosen() // a local copy, as the simulated call
@@ -414,6 +420,9 @@ func (m *model) explainP2P(x *Explanation, coll string, bytes int64) error {
 	}
 	if ch := m.p2pChannelUS(per, peers); n > 1 && ch > bw {
 		bw, link = ch, "channels" // one operation's channels carry less than the links
+	}
+	if post := m.p2pPostUS(per, remote); n > 1 && post > bw {
+		bw, link = post, "messages" // the host posts the messages slower than the links carry them
 	}
 	lat := math.Round((total-bw)*1e6) / 1e6 // to the picosecond: the sum's rounding is noise
 	c := ExplainedCandidate{Algo: "P2P", Proto: "Simple", Channels: m.p2pOpChannels(per), TimeUS: total, LatencyUS: lat, BandwidthUS: bw, SimTimeUS: total, SimWhy: []string{}}

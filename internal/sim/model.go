@@ -104,6 +104,10 @@ type model struct {
 	// (gpu.Topology.LeafSpan); NCCL's tables know neither (fabricUS).
 	leaves  int
 	crossUS float64
+	// msgUS is what each message to or from the network costs the host that posts it: the
+	// fabric's (gpu.Network.MessageCost), in the simulated call where NCCL's estimate takes its
+	// own post overhead (netOverhead).
+	msgUS float64
 	// maxLocal and minLocal are the most and fewest ranks of any NVLink domain (NCCL's
 	// maxLocalRanks, minLocalRanks: its node is the domain). maxLocal bounds where NVLS and
 	// CollNet serve; a domain of one rank makes NCCL's tree search take its simple TREE pattern.
@@ -194,6 +198,7 @@ func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
 	if t.Network != nil && m.nodes > 1 {
 		m.netExtraUS, m.pluginLatUS = t.Network.ExtraLatencyUS(), t.Network.PluginLatency()
 		m.leaves, m.crossUS = t.LeafSpan(devs)
+		m.msgUS = t.Network.MessageCost(m.netOverhead())
 	}
 	if m.n > 1 {
 		flows, rings := t.BestRingFlows(devs, m.env.hca, func(f []gpu.Flow) float64 { us, _ := m.linkLoad(f); return us })
@@ -427,8 +432,10 @@ func (m *model) efficiency(kind gpu.LinkKind) float64 {
 // p2pTime predicts point-to-point transfers (send/recv, all-to-all) of bytes to each of a rank's
 // peers (the most any rank sends to) running together: NCCL's Ring/Simple base latency plus the
 // longest path's link latencies, then the flows sharing the links, or the operations' channels
-// (p2p.go) when they carry less. One rank copies locally at memory speed.
-func (m *model) p2pTime(flows []gpu.Flow, bytes int64, peers int) float64 {
+// (p2p.go) when they carry less, or the host's posting of the messages of the remoteOps
+// operations (sends and receives) a rank has with other domains when it takes longer. One rank
+// copies locally at memory speed.
+func (m *model) p2pTime(flows []gpu.Flow, bytes int64, peers, remoteOps int) float64 {
 	if bytes == 0 {
 		return 0
 	}
@@ -440,7 +447,7 @@ func (m *model) p2pTime(flows []gpu.Flow, bytes int64, peers int) float64 {
 		lat = math.Max(lat, f.Path.LatencyUS)
 	}
 	us, _ := m.linkLoad(flows)
-	return baseLat[algoRing][protoSimple] + lat + math.Max(us, m.p2pChannelUS(bytes, peers))
+	return baseLat[algoRing][protoSimple] + lat + max(us, m.p2pChannelUS(bytes, peers), m.p2pPostUS(bytes, remoteOps))
 }
 
 // log2i is floor(log2(n)), 0 for n < 2.

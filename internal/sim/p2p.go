@@ -41,6 +41,37 @@ func (m *model) p2pChannelUS(bytes int64, peers int) float64 {
 	return float64(peers) * float64(bytes) / (1e3 * m.p2pChannelGBs() * float64(min(m.p2p.channels, peers*op)))
 }
 
+// p2pPostUS is what a rank's host takes to start its remoteOps operations (sends and receives)
+// with peers in other domains, one after another as NCCL's proxy thread posts them: the first
+// message of every part of an operation (one a channel), each at the network's per-message cost.
+// An operation's later messages are posted while its earlier ones move, NCCL_STEPS of them in
+// flight, so they add nothing here.
+func (m *model) p2pPostUS(bytes int64, remoteOps int) float64 {
+	if remoteOps == 0 || m.msgUS == 0 {
+		return 0
+	}
+	return float64(remoteOps*m.p2pOpChannels(bytes)) * m.msgUS
+}
+
+// remoteOps is the most operations, sends and receives, any rank has with peers in other
+// domains among the transfers pairs (ranks of the communicator).
+func (m *model) remoteOps(pairs []pair) int {
+	ops := map[int]int{}
+	most := 0
+	for _, p := range pairs {
+		if m.topo.DomainOf(m.devs[p.from]) != m.topo.DomainOf(m.devs[p.to]) {
+			ops[p.from]++
+			ops[p.to]++
+			most = max(most, ops[p.from], ops[p.to])
+		}
+	}
+	return most
+}
+
+// allToAllRemoteOps is remoteOps for an all-to-all: a rank of the smallest domain sends to and
+// receives from every rank outside it.
+func (m *model) allToAllRemoteOps() int { return 2 * (m.n - m.minLocal) }
+
 // p2pOpChannels is the channels one point-to-point operation of bytes is split over.
 func (m *model) p2pOpChannels(bytes int64) int {
 	if m.n < 2 {

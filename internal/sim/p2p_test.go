@@ -146,3 +146,60 @@ func TestAllToAllHonoursIBHCA(t *testing.T) {
 		}
 	}
 }
+
+// A rank's host posts the first message of each of its operations with other nodes one after
+// another, at the network's per-message cost (NCCL's 1 µs post overhead on InfiniBand): an
+// all-to-all of 1 MiB on 16 DGX H100 (120 peers elsewhere, 8 KiB each, one channel) takes at
+// least 240 posts, 240 µs, where its links carry it in a few; with message_us 0 the links set it
+// again. A ring across nodes is paced by the same cost on every step (NCCL's "inter-node rings
+// still have to launch nsteps * net overhead"): at 5 µs a message each step of a Ring/Simple
+// call inside the nodes takes 15 µs (x3 for Simple) where NVLink's own is 3.4; NCCL's estimate,
+// which knows only its own cost, stays.
+func TestMessageCost(t *testing.T) {
+	t.Parallel()
+	at := func(msgUS *float64) *model {
+		tp := topoOf(t, "dgx-h100", 16)
+		tp.Network.MessageUS = msgUS
+		return newModel(tp, ranks(128), nil)
+	}
+	a2a := func(m *model) float64 {
+		flows, err := m.topo.AllToAllFlows(m.devs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		per := int64(1<<20) / 128
+		for i := range flows {
+			flows[i].Bytes = float64(per)
+		}
+		return m.p2pTime(flows, per, 127, m.allToAllRemoteOps())
+	}
+	zero, five := 0.0, 5.0
+	def, none := at(nil), at(&zero)
+	if got := def.allToAllRemoteOps(); got != 240 {
+		t.Fatalf("remote operations %d; want 2 x 120", got)
+	}
+	withPosts, linksOnly := a2a(def), a2a(none)
+	if want := baseLat[algoRing][protoSimple] + 240; withPosts < want || withPosts > want+10 {
+		t.Errorf("all-to-all of 1 MiB on 128 GPUs: %.1f µs; want the 240 posts, about %.1f", withPosts, want)
+	}
+	if linksOnly > 60 {
+		t.Errorf("without a per-message cost: %.1f µs; want the links' few tens", linksOnly)
+	}
+	if x, err := Explain(def.topo, ranks(128), nil, "alltoall", 1<<20); err != nil || x.Bottleneck != "messages" {
+		t.Errorf("explain names %q (%v); want messages", x.Bottleneck, err)
+	}
+	ring := func(m *model) Candidate {
+		for _, c := range m.decide(collAllReduce, 8<<10).Candidates { // small: no ring plateau
+			if c.Algo == "Ring" && c.Proto == "Simple" {
+				return c
+			}
+		}
+		t.Fatal("no Ring/Simple candidate")
+		return Candidate{}
+	}
+	slow, base := ring(at(&five)), ring(def)
+	intraSteps := float64(2*(128-1) - 2*(16-1))
+	if d := slow.SimLatencyUS - base.SimLatencyUS; math.Abs(d-intraSteps*(15-3.4)) > 1e-6 || slow.LatencyUS != base.LatencyUS {
+		t.Errorf("Ring/Simple at 5 µs a message: %v µs more (NCCL's estimate %v, was %v); want %v steps of 15 for NVLink's 3.4", d, slow.LatencyUS, base.LatencyUS, intraSteps)
+	}
+}

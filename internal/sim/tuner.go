@@ -131,7 +131,8 @@ func (d Decision) Chosen() Candidate { return d.Candidates[0] }
 func (m *model) candidate(c collKind, a, p int, nBytes int64) (Candidate, bool) {
 	// bw is NCCL's estimate, simBw what the links carry (bandwidthOf).
 	bw, simBw := m.bandwidth(c, a, p), m.bandwidthOf(c, a, p, false)
-	lat, simLat := m.latency(c, a, p, 0, m.pluginLatUS), m.latency(c, a, p, m.netExtraUS, 0)+m.fabricUS(c, a)
+	lat := m.latency(c, a, p, 0, m.pluginLatUS, m.netOverhead())
+	simLat := m.latency(c, a, p, m.netExtraUS, 0, m.msgUS) + m.fabricUS(c, a)
 	if bw <= 0 || !m.env.enabled(c, a, p) || !m.algoOK(c, a) || !m.protoOK(c, a, p) {
 		return Candidate{}, false
 	}
@@ -477,9 +478,10 @@ func (m *model) llMax() float64 {
 
 // latency is ncclTopoTuneModel's latency in µs for (c, a, p) with the net plugin's reported
 // latency plugin (NCCL's graph latencyInter), with netExtra µs added to every step between
-// nodes: NCCL's own estimate with (0, the plugin's), the simulated call's with (the fabric's
-// extra, 0).
-func (m *model) latency(c collKind, a, p int, netExtra, plugin float64) float64 {
+// nodes and overhead the cost of posting a message to the network, which bounds every step of a
+// ring across nodes: NCCL's own estimate with (0, the plugin's, netOverhead), the simulated
+// call's with (the fabric's extra, 0, its per-message cost).
+func (m *model) latency(c collKind, a, p int, netExtra, plugin, overhead float64) float64 {
 	intraHW := m.intraHW
 	if a == algoNVLS || a == algoNVLSTree {
 		intraHW = hwNVLink
@@ -513,11 +515,7 @@ func (m *model) latency(c collKind, a, p int, netExtra, plugin float64) float64 
 		}
 		interSteps := 0
 		if m.nodes > 1 {
-			overhead := 1.0 // NCCL's net overhead per step: 1 µs on Intel, 2 on AMD, x3 for Simple
-			if m.amd {
-				overhead = 2.0
-			}
-			if p == protoSimple {
+			if p == protoSimple { // NCCL's net overhead per step, x3 for Simple
 				overhead *= 3
 			}
 			intra = math.Max(intra, overhead)
@@ -548,6 +546,15 @@ func (m *model) latency(c collKind, a, p int, netExtra, plugin float64) float64 
 		}
 	}
 	return lat
+}
+
+// netOverhead is NCCL's cost of posting one message to the network, µs (tuning.cc,
+// getNetOverhead: "Network post overhead"): 1 on Intel and other hosts, 2 on AMD x86.
+func (m *model) netOverhead() float64 {
+	if m.amd {
+		return 2
+	}
+	return 1
 }
 
 // fabricUS is what the switches above the fabric's leaves add to a call of algorithm a, which
