@@ -144,8 +144,8 @@ func p2pTable(w io.Writer, r *P2PRun) error {
 		o.Size, o.Repeat, o.Samples, check, p2p.LatencyBytes, p2p.LatencyRepeat)
 	fmt.Fprintln(w, "[P2P (Peer-to-Peer) GPU Bandwidth Latency Test]")
 	for _, d := range res.Devices {
-		dom, bus := pciParts(d.PCIBusID)
-		fmt.Fprintf(w, "Device: %d, %s, pciBusID: %x, pciDeviceID: %x, pciDomainID:%x\n", d.Ordinal, d.Name, bus, 0, dom)
+		dom, bus, dev := pciParts(d.PCIBusID)
+		fmt.Fprintf(w, "Device: %d, %s, pciBusID: %x, pciDeviceID: %x, pciDomainID:%x\n", d.Ordinal, d.Name, bus, dev, dom)
 	}
 	for i, a := range res.Devices {
 		for j, b := range res.Devices {
@@ -184,11 +184,12 @@ func p2pTable(w io.Writer, r *P2PRun) error {
 		}
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintln(w, "Peer Access Enable Status")
+	heading := "Peer Access Enable Status\n" // only above pairs that have access
 	for i, a := range res.Devices {
 		for j, b := range res.Devices {
 			if acc := res.Access[i][j]; i != j && acc.Info.Access {
-				fmt.Fprintf(w, "%6d -> %d: %s\n", a.Ordinal, b.Ordinal, acc.Enable)
+				fmt.Fprintf(w, "%s%6d -> %d: %s\n", heading, a.Ordinal, b.Ordinal, acc.Enable)
+				heading = ""
 			}
 		}
 	}
@@ -285,13 +286,17 @@ func naNotes(res *p2p.Result, m p2p.Matrix) []string {
 	return notes
 }
 
-func pciParts(id string) (domain, bus uint64) {
+func pciParts(id string) (domain, bus, dev uint64) {
 	parts := strings.Split(id, ":")
 	if len(parts) >= 2 {
 		domain, _ = strconv.ParseUint(parts[0], 16, 32)
 		bus, _ = strconv.ParseUint(parts[1], 16, 32)
 	}
-	return domain, bus
+	if len(parts) >= 3 { // DOMAIN:BUS:DEVICE.FUNCTION
+		d, _, _ := strings.Cut(parts[2], ".")
+		dev, _ = strconv.ParseUint(d, 16, 32)
+	}
+	return domain, bus, dev
 }
 
 // p2pJSON is the JSON document for a p2p run, in the schema internal/results reads.

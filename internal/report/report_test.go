@@ -85,3 +85,22 @@ func TestP2PForms(t *testing.T) {
 		t.Error("yaml: no error")
 	}
 }
+
+// A PCI bus id names its domain, bus and device as p2pBandwidthLatencyTest prints them
+// (pciDomainID, pciBusID, pciDeviceID), each in hex; a GPU behind a switch port can sit at a
+// device number other than 0.
+func TestPCIParts(t *testing.T) {
+	for _, c := range []struct {
+		id            string
+		dom, bus, dev uint64
+	}{
+		{"00000000:18:00.0", 0, 0x18, 0},
+		{"0000:10:1c.0", 0, 0x10, 0x1c},
+		{"0001:c1:02.1", 1, 0xc1, 2},
+		{"", 0, 0, 0},
+	} {
+		if dom, bus, dev := pciParts(c.id); dom != c.dom || bus != c.bus || dev != c.dev {
+			t.Errorf("%q: %x:%x:%x; want %x:%x:%x", c.id, dom, bus, dev, c.dom, c.bus, c.dev)
+		}
+	}
+}
