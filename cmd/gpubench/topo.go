@@ -81,9 +81,14 @@ func (f *topoFlags) run(cmd *cobra.Command, e *env, g *globals, discover func(to
 	if g.backend == "sim" && machineFlags {
 		return usageErr("--nvml-lib and --sysfs-root read a real machine: drop them, or drop --backend sim")
 	}
+	// --topology, --nodes and --gpus-per-node name a simulated machine: asked for, it is the one shown.
+	simFlags := cmd.Flags().Changed("topology") || cmd.Flags().Changed("nodes") || cmd.Flags().Changed("gpus-per-node")
+	if simFlags && (g.backend == "cuda" || machineFlags) {
+		return usageErr("--topology, --nodes and --gpus-per-node describe a simulated machine, and --backend cuda, --nvml-lib and --sysfs-root read this one: drop one or the other")
+	}
 
 	var r *topo.Report
-	if g.backend != "sim" {
+	if g.backend == "cuda" || g.backend == "auto" && !simFlags {
 		visible, set := os.LookupEnv("CUDA_VISIBLE_DEVICES")
 		var err error
 		r, err = discover(topo.Options{Root: f.sysfsRoot, NVMLLib: f.nvmlLib, P2P: p2pCap,
@@ -104,7 +109,7 @@ func (f *topoFlags) run(cmd *cobra.Command, e *env, g *globals, discover func(to
 		}
 		r = topo.FromTopology(t, p2pCap)
 	}
-	if g.output != "table" {
+	if g.output != "table" && g.output != "markdown" { // those two end the report with them
 		for _, w := range r.Warnings {
 			if r.TopologyErr != nil && w == r.TopologyErr.Error() {
 				continue // said once, as the error below

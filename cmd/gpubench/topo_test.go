@@ -98,12 +98,12 @@ func TestTopoSimJSONAndDot(t *testing.T) {
 
 // --backend auto without NVML: a notice on stderr, and the simulator's machine.
 func TestTopoAutoFallsBack(t *testing.T) {
-	out, errOut, code := topoRun(t, noNVML, "--topology", "pcie-l40sx4", "--p2p", "read")
-	want := "gpubench: NVML is not available: libnvidia-ml.so.1 could not be loaded; install the NVIDIA driver, or give the library's path with --nvml-lib; using the simulator (--topology pcie-l40sx4)\n"
+	out, errOut, code := topoRun(t, noNVML, "--p2p", "read")
+	want := "gpubench: NVML is not available: libnvidia-ml.so.1 could not be loaded; install the NVIDIA driver, or give the library's path with --nvml-lib; using the simulator (--topology dgx-h100)\n"
 	if code != 0 || errOut != want {
 		t.Fatalf("exit %d, stderr %q; want 0 and %q", code, errOut, want)
 	}
-	simOut, _, _ := topoRun(t, mustNotDiscover(t), "--backend", "sim", "--topology", "pcie-l40sx4", "--p2p", "read")
+	simOut, _, _ := topoRun(t, mustNotDiscover(t), "--backend", "sim", "--p2p", "read")
 	if out != simOut {
 		t.Errorf("stdout differs from --backend sim's:\n%s", out)
 	}
@@ -156,7 +156,8 @@ func TestTopoBadInput(t *testing.T) {
 	}
 }
 
-// With --output json or dot, warnings and notes go to stderr; a machine that cannot be written as
+// With --output json or dot, warnings and notes go to stderr (the table and Markdown end with
+// them); a machine that cannot be written as
 // a topology file fails json (exit 1) but not the table.
 func TestTopoWarningsAndUnwritable(t *testing.T) {
 	preset, _ := sim.LoadTopology("pcie-l40sx4")
@@ -173,6 +174,10 @@ func TestTopoWarningsAndUnwritable(t *testing.T) {
 	out, errOut, code = topoRun(t, report)
 	if code != 0 || errOut != "" || !strings.HasSuffix(out, "\nWarnings:\n  GPU 3 (0000:ca:00.0): its PCIe link is x8, below the x16 it allows: check the card's seating and slot\n") {
 		t.Errorf("table: exit %d, stderr %q, stdout ends %q", code, errOut, out[max(0, len(out)-200):])
+	}
+	out, errOut, code = topoRun(t, report, "--output", "markdown") // the report says them, once
+	if code != 0 || errOut != "" || !strings.HasSuffix(out, "\n**Warnings**\n\n- GPU 3 (0000:ca:00.0): its PCIe link is x8, below the x16 it allows: check the card's seating and slot\n") {
+		t.Errorf("markdown: exit %d, stderr %q, stdout ends %q", code, errOut, out[max(0, len(out)-200):])
 	}
 	unwritable := func(topo.Options) (*topo.Report, error) {
 		r := topo.FromTopology(preset, "")
@@ -284,5 +289,22 @@ func TestTopologyDocPresetsAndFormats(t *testing.T) {
 				t.Errorf("docs/topology.md: %q... does not name %s", c.start, f)
 			}
 		}
+	}
+}
+
+// --topology names a simulated machine: given, it is the machine shown, even where NVML would see
+// GPUs (it was silently ignored there); with --backend cuda it is refused.
+func TestTopoTopologyMeansTheSimulator(t *testing.T) {
+	read := func(topo.Options) (*topo.Report, error) {
+		t.Error("the real machine was read")
+		return nil, topo.ErrUnavailable
+	}
+	out, errOut, code := topoRun(t, read, "--topology", "dgx-a100")
+	if code != 0 || errOut != "" || !strings.HasPrefix(out, "gpubench topo: dgx-a100 (simulator)\n") {
+		t.Errorf("--topology dgx-a100: exit %d, stderr %q, stdout %.60q", code, errOut, out)
+	}
+	out, errOut, code = topoRun(t, read, "--backend", "cuda", "--topology", "dgx-a100")
+	if code != exitUsage || out != "" || !strings.Contains(errOut, "describe a simulated machine") {
+		t.Errorf("--backend cuda --topology: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
