@@ -27,13 +27,13 @@ type expectFlags struct {
 
 func (x *expectFlags) register(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&x.on, "expect", false, "set every row beside what the simulator gives for the same machine, size and settings (default on for real GPUs, where the machine is discovered as gpubench topo does, or read from --topology FILE)")
-	cmd.Flags().Float64Var(&x.floor, "expect-floor", defaultExpectFloor, "with --expect, name the rows whose measured busbw is under this fraction of the expected one")
+	cmd.Flags().Float64Var(&x.floor, "expect-floor", defaultExpectFloor, "with --expect, name what measured under this fraction of the expected figure (busbw; for p2p each bandwidth, and latency inverted)")
 }
 
 // check validates the flags; a flag set without --expect is an error, not ignored.
 func (x *expectFlags) check(cmd *cobra.Command) error {
 	if !(x.floor > 0 && x.floor <= 10) {
-		return usageErr("invalid --expect-floor %g: give a fraction of the expected busbw above 0 and at most 10 (0.75 names rows under 75%% of it)", x.floor)
+		return usageErr("invalid --expect-floor %g: give a fraction of the expected figure above 0 and at most 10 (0.75 names what measured under 75%% of it)", x.floor)
 	}
 	if cmd.Flags().Changed("expect-floor") && cmd.Flags().Changed("expect") && !x.on {
 		return usageErr("--expect-floor needs --expect: drop --expect=false, or drop --expect-floor")

@@ -103,10 +103,10 @@ func TestExpectBadFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--expect-floor", "0"}, "gpubench: invalid --expect-floor 0: give a fraction of the expected busbw above 0 and at most 10 (0.75 names rows under 75% of it)\n"},
-		{[]string{"--expect-floor", "NaN"}, "gpubench: invalid --expect-floor NaN: give a fraction of the expected busbw above 0 and at most 10 (0.75 names rows under 75% of it)\n"},
+		{[]string{"--expect-floor", "0"}, "gpubench: invalid --expect-floor 0: give a fraction of the expected figure above 0 and at most 10 (0.75 names what measured under 75% of it)\n"},
+		{[]string{"--expect-floor", "NaN"}, "gpubench: invalid --expect-floor NaN: give a fraction of the expected figure above 0 and at most 10 (0.75 names what measured under 75% of it)\n"},
 		{[]string{"--expect=false", "--expect-floor", "0.5"}, "gpubench: --expect-floor needs --expect: drop --expect=false, or drop --expect-floor\n"},
-		{[]string{"--expect-floor", "11"}, "gpubench: invalid --expect-floor 11: give a fraction of the expected busbw above 0 and at most 10 (0.75 names rows under 75% of it)\n"},
+		{[]string{"--expect-floor", "11"}, "gpubench: invalid --expect-floor 11: give a fraction of the expected figure above 0 and at most 10 (0.75 names what measured under 75% of it)\n"},
 		{[]string{"--expect-floor", "0.5"}, "gpubench: --expect-floor needs --expect (off on the simulator unless asked): add --expect, or drop --expect-floor\n"},
 	} {
 		out, errOut, code := gpubench(t, append([]string{"allreduce", "--backend", "sim", "-b", "8", "-e", "8"}, tc.args...)...)
