@@ -145,6 +145,11 @@ func Run(ctx context.Context, b gpu.Backend, opt Options) (*Report, error) {
 	}
 	r.start = b.Now()
 	rep.Start = r.start
+	if opt.Bench != nil { // the counted checks' series exist from the start, at 0, for rate() and increase()
+		for _, c := range []string{CheckHang, CheckData, CheckBandwidth, CheckP2PBandwidth, CheckXID} {
+			opt.Bench.CheckFailed(c, 0)
+		}
+	}
 	r.initChecks()
 	r.observe()
 	err := r.loop()

@@ -3,9 +3,12 @@ package burnin
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpubench/gpubench/internal/coll"
 	"github.com/gpubench/gpubench/internal/metrics"
@@ -187,5 +190,32 @@ func TestThrottleSeenBetweenSteps(t *testing.T) {
 	}
 	if c := verdictOf(rep, "0", CheckThrottle); c.Verdict != Fail || !strings.Contains(c.Reason, "hw_thermal_slowdown active") || !strings.Contains(c.Reason, "91 C") {
 		t.Errorf("throttle check %s (%s); want fail, naming the slowdown and its sample's 91 C", c.Verdict, c.Reason)
+	}
+}
+
+// The counted checks' failure series exist from the start at 0, so that a scrape before any
+// failure already has them (rate() and increase() need a first sample).
+func TestCheckFailureSeriesStartAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	opt := options(t, "allreduce")
+	opt.Duration, opt.Bench = time.Millisecond, metrics.NewBench(reg)
+	if _, err := Run(context.Background(), simBackend(t), opt); err != nil {
+		t.Fatal(err)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() == "gpubench_bench_check_failures_total" {
+			for _, m := range f.GetMetric() {
+				got[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	want := map[string]float64{"hang": 0, "data": 0, "bandwidth": 0, "p2p_bandwidth": 0, "xid": 0}
+	if !maps.Equal(got, want) {
+		t.Errorf("series %v; want %v", got, want)
 	}
 }
