@@ -30,12 +30,15 @@ func Open(path string) (nvml.Interface, error) {
 // uses; it wraps ErrUnavailable. After a failed Init nothing else in the library may be called:
 // go-nvml binds lazily, and the symbols of a library that did not load are unresolved.
 func InitError(ret nvml.Return, path string) error {
+	fix := "install the NVIDIA driver, or give the library's path with --nvml-lib"
 	if path == "" {
 		path = "libnvidia-ml.so.1"
+	} else {
+		fix = "check the path: it must be NVIDIA's NVML library (libnvidia-ml.so.1) for this machine's architecture"
 	}
 	switch ret {
 	case nvml.ERROR_LIBRARY_NOT_FOUND:
-		return fmt.Errorf("%w: %s could not be loaded; install the NVIDIA driver, or give the library's path with --nvml-lib", ErrUnavailable, path)
+		return fmt.Errorf("%w: %s could not be loaded; %s", ErrUnavailable, path, fix)
 	case nvml.ERROR_DRIVER_NOT_LOADED:
 		return fmt.Errorf("%w: the NVIDIA kernel driver is not loaded (%v); load it, and nvidia-smi should work too", ErrUnavailable, ret)
 	case nvml.ERROR_NO_PERMISSION:

@@ -17,7 +17,7 @@ func TestInitError(t *testing.T) {
 		want string
 	}{
 		{nvml.ERROR_LIBRARY_NOT_FOUND, "", "libnvidia-ml.so.1 could not be loaded; install the NVIDIA driver"},
-		{nvml.ERROR_LIBRARY_NOT_FOUND, "/x/libnvidia-ml.so", "/x/libnvidia-ml.so could not be loaded"},
+		{nvml.ERROR_LIBRARY_NOT_FOUND, "/x/libnvidia-ml.so", "/x/libnvidia-ml.so could not be loaded; check the path: it must be NVIDIA's NVML library"},
 		{nvml.ERROR_DRIVER_NOT_LOADED, "", "kernel driver is not loaded"},
 		{nvml.ERROR_NO_PERMISSION, "", "check access to /dev/nvidia*"},
 		{nvml.ERROR_UNKNOWN, "", "NVML did not start"},
