@@ -248,7 +248,9 @@ func ParseTopology(data []byte) (*Topology, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var t Topology
-	if err := dec.Decode(&t); err != nil {
+	if err := dec.Decode(&t); err == io.EOF {
+		return nil, fmt.Errorf("not a gpubench topology file: it is empty (gpubench topo --output json writes one)")
+	} else if err != nil {
 		return nil, fmt.Errorf("not a gpubench topology file: %v", err)
 	}
 	if _, err := dec.Token(); err != io.EOF {

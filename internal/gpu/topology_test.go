@@ -699,7 +699,8 @@ func TestParseTopologyRejectsMalformedJSON(t *testing.T) {
 		data []byte
 		want string
 	}{
-		{"empty", nil, "not a gpubench topology file"},
+		{"empty", nil, "not a gpubench topology file: it is empty (gpubench topo --output json writes one)"},
+		{"white space", []byte(" \n\t"), "not a gpubench topology file: it is empty"},
 		{"not JSON", []byte("format: gpubench-topology/1"), "not a gpubench topology file"},
 		{"array", []byte("[]"), "not a gpubench topology file"},
 		{"truncated", valid[:len(valid)/2], "not a gpubench topology file"},
