@@ -413,8 +413,8 @@ func p2pCSV(w io.Writer, r *P2PRun) error {
 	}
 	for _, s := range res.Sweep {
 		size := strconv.FormatInt(s.Size, 10)
-		c.Write([]string{"sweep_uni_" + size, strconv.Itoa(res.SweepPair.A), strconv.Itoa(res.SweepPair.B), num(s.Uni.Value), "GB/s", ""})
-		c.Write([]string{"sweep_bidir_" + size, strconv.Itoa(res.SweepPair.A), strconv.Itoa(res.SweepPair.B), num(s.Bidir.Value), "GB/s", ""})
+		c.Write([]string{"sweep_uni_" + size, strconv.Itoa(res.SweepPair.A), strconv.Itoa(res.SweepPair.B), num(s.Uni.Value), "GB/s", s.Uni.NA})
+		c.Write([]string{"sweep_bidir_" + size, strconv.Itoa(res.SweepPair.A), strconv.Itoa(res.SweepPair.B), num(s.Bidir.Value), "GB/s", s.Bidir.NA})
 	}
 	if x := r.Expect; x != nil { // the simulator's figures, each measure named with _expected
 		for _, m := range x.Result.Matrices {
