@@ -454,6 +454,12 @@ func p2pMarkdown(w io.Writer, r *P2PRun) error {
 			}
 			fmt.Fprintln(w)
 		}
+		if notes := naNotes(res, m); len(notes) > 0 { // why the N/A cells are N/A, as the table says
+			fmt.Fprintln(w)
+			for _, note := range notes {
+				fmt.Fprintf(w, "- %s\n", note)
+			}
+		}
 	}
 	fmt.Fprintf(w, "\n| GPU | H2D (GB/s) | D2H (GB/s) | Bidir (GB/s) | Local (GB/s) |\n|---:|---:|---:|---:|---:|\n")
 	for i, h := range res.Host {
