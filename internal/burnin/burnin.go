@@ -110,8 +110,11 @@ type runner struct {
 	inputs   coll.Inputs        // the collectives' crafted inputs, made in the first pass
 	collBase map[string]float64 // coll/size -> best busbw in the baseline window
 	p2pBase  map[[2]int]float64
-	// interruptedOp is set when an interruption stopped a collective or copies while they ran.
+	// interruptedOp is set when an interruption stopped a collective or copies while they ran;
+	// callErr is a collective's or copy's own failure (a link, NCCL or the driver), which stops
+	// the burn-in and fails the calls check.
 	interruptedOp bool
+	callErr       error
 	// first is the telemetry at the start; xidsSeen counts the sampler's XIDs judged so far
 	// (every one: the sampler is the burn-in's, so each XID it saw came during the burn-in).
 	first    *metrics.Snapshot
@@ -146,7 +149,7 @@ func Run(ctx context.Context, b gpu.Backend, opt Options) (*Report, error) {
 	r.start = b.Now()
 	rep.Start = r.start
 	if opt.Bench != nil { // the counted checks' series exist from the start, at 0, for rate() and increase()
-		for _, c := range []string{CheckHang, CheckData, CheckBandwidth, CheckP2PBandwidth, CheckXID} {
+		for _, c := range []string{CheckHang, CheckCalls, CheckData, CheckBandwidth, CheckP2PBandwidth, CheckXID} {
 			opt.Bench.CheckFailed(c, 0)
 		}
 	}
@@ -164,6 +167,10 @@ func Run(ctx context.Context, b gpu.Backend, opt Options) (*Report, error) {
 		r.v.set("all", CheckHang, Skip, "", "interrupted while waiting for the GPUs: no hang was confirmed")
 	case errors.As(err, &hang): // a wait that timed out
 		r.hung(hang)
+	case r.callErr != nil && errors.Is(err, r.callErr):
+		r.v.set("all", CheckCalls, Fail, "no error", "%v (pass %d, %v in); the burn-in stopped there", err, r.pass, round(r.elapsed()))
+		r.failed(CheckCalls, 1)
+		err = nil // judged: the verdict says it
 	}
 	if err == nil || r.writeErr == nil {
 		r.observe()
@@ -321,9 +328,19 @@ func (r *runner) collective(c *coll.Collective) error {
 	_, err := coll.Run(r.ctx, r.b, opt)
 	if err != nil {
 		r.interruptedOp = errors.Is(err, context.Canceled)
-		return fmt.Errorf("%s: %w", c.Name, err)
+		return r.callFailed(fmt.Errorf("%s: %w", c.Name, err))
 	}
 	return r.step()
+}
+
+// callFailed notes err, a collective's or copy's error, as the call's own failure unless it is
+// an interruption, a hang (the hang check's), or the burn-in's own asking (an invalid call, memory).
+func (r *runner) callFailed(err error) error {
+	var hang *gpu.HangError
+	if !errors.Is(err, context.Canceled) && !errors.As(err, &hang) && !errors.Is(err, gpu.ErrInvalid) && !errors.Is(err, gpu.ErrOutOfMemory) {
+		r.callErr = err
+	}
+	return err
 }
 
 func (r *runner) collResult(c *coll.Collective, res coll.Result) {
@@ -420,14 +437,14 @@ func (r *runner) copies() error {
 	}
 	if err != nil {
 		r.interruptedOp = errors.Is(err, context.Canceled)
-		return fmt.Errorf("p2p: %w", err)
+		return r.callFailed(fmt.Errorf("p2p: %w", err))
 	}
 	if res.Unverified > 0 && res.Verified+res.Mismatched == 0 {
 		// The simulator's data cap left the large copies timing-only: check data with small ones.
 		small, err := p2p.Run(r.ctx, pb, p2p.Options{Size: smallCopy, Repeat: 1, Samples: 1, Verify: true, Timeout: r.opt.Timeout})
 		if err != nil && !errors.Is(err, p2p.ErrTooBig) {
 			r.interruptedOp = errors.Is(err, context.Canceled)
-			return fmt.Errorf("p2p: %w", err)
+			return r.callFailed(fmt.Errorf("p2p: %w", err))
 		}
 		if small != nil {
 			r.copyData(small)
@@ -591,6 +608,9 @@ func (r *runner) finishChecks() {
 	}
 	if _, ok := r.v.get("all", CheckHang); !ok {
 		r.v.set("all", CheckHang, Pass, fmt.Sprintf("done within %v", r.opt.Timeout), "every operation finished in time")
+	}
+	if _, ok := r.v.get("all", CheckCalls); !ok {
+		r.v.set("all", CheckCalls, Pass, "no error", "every collective and copy returned without an error")
 	}
 	if _, ok := r.v.get("all", CheckBandwidth); !ok {
 		if len(r.b.Devices()) < 2 {

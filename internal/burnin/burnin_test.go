@@ -214,8 +214,32 @@ func TestCheckFailureSeriesStartAtZero(t *testing.T) {
 			}
 		}
 	}
-	want := map[string]float64{"hang": 0, "data": 0, "bandwidth": 0, "p2p_bandwidth": 0, "xid": 0}
+	want := map[string]float64{"hang": 0, "calls": 0, "data": 0, "bandwidth": 0, "p2p_bandwidth": 0, "xid": 0}
 	if !maps.Equal(got, want) {
 		t.Errorf("series %v; want %v", got, want)
+	}
+}
+
+// A call that fails on its own (here a link the simulator drops calls on, as NCCL reports a
+// network error) is a finding: the calls check fails with the error, the burn-in stops there and
+// its verdict is fail, not incomplete; a run without one passes the check.
+func TestFailedCallFailsTheCallsCheck(t *testing.T) {
+	topo, err := sim.LoadTopology("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sim.New(topo, sim.Options{DataCap: sim.DefaultDataCap, Faults: []sim.Fault{{Kind: "flaky-link", A: "gpu0", B: "nvswitch", Every: 3}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(context.Background(), b, options(t, "allreduce"))
+	c := verdictOf(rep, "all", CheckCalls)
+	if err != nil || rep.Verdict != Fail || c.Verdict != Fail || !strings.Contains(c.Reason, "a link failed during the call") || !strings.Contains(c.Reason, "stopped there") {
+		t.Errorf("err %v, verdict %s, calls %s (%s); want no error, fail, and the call's error", err, rep.Verdict, c.Verdict, c.Reason)
+	}
+	opt := options(t, "allreduce")
+	opt.Duration = time.Millisecond
+	if rep, err = Run(context.Background(), simBackend(t), opt); err != nil || verdictOf(rep, "all", CheckCalls).Verdict != Pass {
+		t.Errorf("a healthy run: err %v, calls %+v; want pass", err, verdictOf(rep, "all", CheckCalls))
 	}
 }

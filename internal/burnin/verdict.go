@@ -49,6 +49,7 @@ type Check struct {
 // Check names, in report order.
 const (
 	CheckHang         = "hang"
+	CheckCalls        = "calls"
 	CheckData         = "data"
 	CheckBandwidth    = "bandwidth"
 	CheckP2PBandwidth = "p2p_bandwidth"
@@ -60,7 +61,7 @@ const (
 	CheckClocks       = "clocks"
 )
 
-var checkOrder = []string{CheckHang, CheckData, CheckBandwidth, CheckP2PBandwidth, CheckXID, CheckECC, CheckPCIeReplay, CheckNVLink, CheckThrottle, CheckClocks}
+var checkOrder = []string{CheckHang, CheckCalls, CheckData, CheckBandwidth, CheckP2PBandwidth, CheckXID, CheckECC, CheckPCIeReplay, CheckNVLink, CheckThrottle, CheckClocks}
 
 // verdicts holds every check's verdict so far. The worst verdict a check reached stays, with the
 // reason of the first time it got there.
