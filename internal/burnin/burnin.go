@@ -160,6 +160,7 @@ func Run(ctx context.Context, b gpu.Backend, opt Options) (*Report, error) {
 		err = r.writeErr // not an interruption: the burn-in stopped itself
 	}
 	var hang *gpu.HangError
+	stopped := err != nil // before the end: the pass that was running did not complete
 	switch {
 	case errors.Is(err, context.Canceled) && (errors.As(err, &hang) || r.interruptedOp):
 		// coll.Run ends with the context's cause, not the wait it cut short: an interrupted
@@ -177,7 +178,7 @@ func Run(ctx context.Context, b gpu.Backend, opt Options) (*Report, error) {
 	}
 	r.finishChecks()
 	rep.Elapsed, rep.Passes = b.Now()-r.start, r.done
-	if err == nil {
+	if !stopped {
 		rep.Passes = r.pass // the last pass, cut short by the end of the duration, counts
 	}
 	rep.Checks = r.v.list()

@@ -237,6 +237,9 @@ func TestFailedCallFailsTheCallsCheck(t *testing.T) {
 	if err != nil || rep.Verdict != Fail || c.Verdict != Fail || !strings.Contains(c.Reason, "a link failed during the call") || !strings.Contains(c.Reason, "stopped there") {
 		t.Errorf("err %v, verdict %s, calls %s (%s); want no error, fail, and the call's error", err, rep.Verdict, c.Verdict, c.Reason)
 	}
+	if rep.Passes != 0 {
+		t.Errorf("%d passes; want 0: the first failed in its warm-up", rep.Passes)
+	}
 	opt := options(t, "allreduce")
 	opt.Duration = time.Millisecond
 	if rep, err = Run(context.Background(), simBackend(t), opt); err != nil || verdictOf(rep, "all", CheckCalls).Verdict != Pass {

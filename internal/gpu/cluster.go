@@ -277,7 +277,7 @@ func (t *Topology) buildFabric() {
 // LeafSpan is the number of leaf switches the GPUs' traffic between nodes enters, on the rail of
 // the first GPU that has a NIC (the nodes' groups under a leaf, as a ring on one rail meets them),
 // and crossUS, what a message between two of those leaves takes over one under a single leaf: the
-// 2(tiers - 1) switches above the leaves.
+// 2(tiers - 1) switches more that it crosses (up to the top tier and down to the other leaf).
 func (t *Topology) LeafSpan(gpus []int) (leaves int, crossUS float64) {
 	f := &t.fabric
 	if f.spine < 0 {
@@ -332,19 +332,14 @@ func (n *Network) PluginLatency() float64 {
 	return kindPluginLatencyUS[n.Kind]
 }
 
-// kindMessageUS is what each message costs on a fabric kind beyond NCCL's own post overhead:
-// AWS's plugin for EFA counts 3 µs for libfabric and NCCL's proxy handling each completion
-// (aws-ofi-nccl, include/nccl_ofi_param.h, TUNER_NET_COMP_OVERHEAD).
-var kindMessageUS = map[string]float64{"efa": 3}
-
 // MessageCost is message_us when set, else NCCL's own overhead for posting a message to the
-// network, postUS (src/graph/tuning.cc, getNetOverhead: 1 µs, 2 on AMD x86 hosts), plus the
-// fabric kind's own (kindMessageUS).
+// network, postUS (src/graph/tuning.cc, getNetOverhead: 1 µs, 2 on AMD x86 hosts), whatever the
+// fabric: no public figure gives a fabric's own.
 func (n *Network) MessageCost(postUS float64) float64 {
 	if n.MessageUS != nil {
 		return *n.MessageUS
 	}
-	return postUS + kindMessageUS[n.Kind]
+	return postUS
 }
 
 // ExtraLatencyUS is how much longer than on InfiniBand a message takes from NIC to NIC on this

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -187,7 +188,7 @@ func p2pTable(w io.Writer, r *P2PRun) error {
 	heading := "Peer Access Enable Status\n" // only above pairs that have access
 	for i, a := range res.Devices {
 		for j, b := range res.Devices {
-			if acc := res.Access[i][j]; i != j && acc.Info.Access {
+			if acc := res.Access[i][j]; i != j && acc.Info.Access && acc.Enable != "" { // "" where a hang came first
 				fmt.Fprintf(w, "%s%6d -> %d: %s\n", heading, a.Ordinal, b.Ordinal, acc.Enable)
 				heading = ""
 			}
@@ -217,6 +218,9 @@ func p2pTable(w io.Writer, r *P2PRun) error {
 		fmt.Fprintf(w, "%12s %8s %8s\n", "Size (B)", "Uni", "Bidir")
 		for _, s := range res.Sweep {
 			fmt.Fprintf(w, "%12d %8s %8s\n", s.Size, cellText(s.Uni, "%.2f"), cellText(s.Bidir, "%.2f"))
+		}
+		for _, note := range sweepNotes(res) {
+			fmt.Fprintf(w, "   %s\n", note)
 		}
 	}
 	if note := p2pExpectNote(r); note != "" {
@@ -280,6 +284,30 @@ func naNotes(res *p2p.Result, m p2p.Matrix) []string {
 		for j, c := range row {
 			if c.Bad {
 				notes = append(notes, fmt.Sprintf("! %d->%d: the copied data did not match", res.Devices[i].Ordinal, res.Devices[j].Ordinal))
+			}
+		}
+	}
+	return notes
+}
+
+// sweepNotes says why the size sweep's N/A cells are N/A, and which cells' data did not match.
+func sweepNotes(res *p2p.Result) []string {
+	var notes []string
+	add := func(note string) {
+		if !slices.Contains(notes, note) {
+			notes = append(notes, note)
+		}
+	}
+	for _, s := range res.Sweep {
+		for _, c := range []struct {
+			dir  string
+			cell p2p.Cell
+		}{{"Uni", s.Uni}, {"Bidir", s.Bidir}} {
+			switch {
+			case c.cell.Value == nil && c.cell.NA != "":
+				add("N/A: " + c.cell.NA)
+			case c.cell.Bad:
+				add(fmt.Sprintf("! %s at %d B: the copied data did not match", c.dir, s.Size))
 			}
 		}
 	}
@@ -469,6 +497,12 @@ func p2pMarkdown(w io.Writer, r *P2PRun) error {
 		fmt.Fprintf(w, "\nSize sweep, GPU %d <-> GPU %d, %s\n\n| size (B) | Uni (GB/s) | Bidir (GB/s) |\n|---:|---:|---:|\n", res.SweepPair.A, res.SweepPair.B, sweepMode(res))
 		for _, s := range res.Sweep {
 			fmt.Fprintf(w, "| %d | %s | %s |\n", s.Size, cellText(s.Uni, "%.2f"), cellText(s.Bidir, "%.2f"))
+		}
+		if notes := sweepNotes(res); len(notes) > 0 {
+			fmt.Fprintln(w)
+			for _, note := range notes {
+				fmt.Fprintf(w, "- %s\n", note)
+			}
 		}
 	}
 	if note := p2pExpectNote(r); note != "" {

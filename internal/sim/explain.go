@@ -92,7 +92,7 @@ type ExplainedCandidate struct {
 	// leaves out: NVLS all-reduce on one NVLink domain (docs/model.md, "NVLS's pipeline").
 	FillUS float64 `json:"fill_us"`
 	// SimWhy says why SimTimeUS differs from TimeUS, each reason that applies: "fabric latency"
-	// (a network slower than the InfiniBand of NCCL's tables, switches above its leaves, a
+	// (a network slower than the InfiniBand of NCCL's tables, switches between its leaves, a
 	// per-message cost other than NCCL's own), "plugin latency" (NCCL's estimate
 	// holds the latency its net plugin reports, the wire does not), "nvls links" (NVLS on one
 	// NVLink domain, held to its links rather than NCCL's channel figure), "search speed" (channels
@@ -233,10 +233,10 @@ func busFactor(coll string, n int) float64 {
 // explained is a tuner candidate with its two terms and its bus bandwidth.
 func (m *model) explained(c Candidate, bytes int64, factor float64) ExplainedCandidate {
 	why := []string{}
-	if c.SimLatencyUS != c.LatencyUS && (m.netExtraUS > 0 || m.crossUS > 0 && m.leaves > 1 || m.nodes > 1 && m.msgUS != m.netOverhead()) {
+	if c.fabricLat {
 		why = append(why, "fabric latency")
 	}
-	if c.SimLatencyUS != c.LatencyUS && m.pluginLatUS > 0 {
+	if c.pluginLat {
 		why = append(why, "plugin latency")
 	}
 	if c.Algo == algoNames[algoNVLS] && m.nodes == 1 {
@@ -422,7 +422,7 @@ func (m *model) explainP2P(x *Explanation, coll string, bytes int64) error {
 		bw, link = ch, "channels" // one operation's channels carry less than the links
 	}
 	if post := m.p2pPostUS(per, remote); n > 1 && post > bw {
-		bw, link = post, "messages" // the host posts the messages slower than the links carry them
+		link = "messages" // the host posts the messages slower than the links carry them: a fixed cost, in the latency term
 	}
 	lat := math.Round((total-bw)*1e6) / 1e6 // to the picosecond: the sum's rounding is noise
 	c := ExplainedCandidate{Algo: "P2P", Proto: "Simple", Channels: m.p2pOpChannels(per), TimeUS: total, LatencyUS: lat, BandwidthUS: bw, SimTimeUS: total, SimWhy: []string{}}

@@ -369,11 +369,11 @@ func TestPATNotForAverage(t *testing.T) {
 	}
 }
 
-// The switches above a fabric's leaves add to a call what its messages between leaves cross,
-// which NCCL's tables leave out: on 64 DGX H100 under two leaves of 32 with 0.5 µs a switch (1 µs
-// between leaves), a ring's lap 2 µs (two leaves), a tree's way up and down one level above the
-// leaves 2 µs, CollNet's (NCCL_COLLNET_ENABLE=1) and NVLS's way to the switches' reduction 1 µs; under one leaf, nothing. NCCL's own
-// estimate, and so its pick, stays as it was.
+// The switches a message between a fabric's leaves crosses add to a call, which NCCL's tables
+// leave out: on 64 DGX H100 under two leaves of 32 with 0.5 µs a switch (1 µs between leaves), a
+// ring's lap 2 µs (two leaves), a tree's way up and down one level above the leaves 2 µs,
+// CollNet's (NCCL_COLLNET_ENABLE=1) and NVLS's way to the switches' reduction 1 µs; under one
+// leaf, nothing. NCCL's own estimate, and so its pick, stays as it was.
 func TestSwitchLatencyInCollectives(t *testing.T) {
 	t.Parallel()
 	at := func(nodes int, switchUS float64) *model {

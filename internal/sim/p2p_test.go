@@ -197,6 +197,11 @@ func TestMessageCost(t *testing.T) {
 		t.Fatal("no Ring/Simple candidate")
 		return Candidate{}
 	}
+	for _, c := range at(&five).decide(collAllReduce, 8<<10).Candidates { // only rings pay it
+		if want := c.Algo == "Ring"; c.fabricLat != want {
+			t.Errorf("%s/%s at 5 µs a message: explain's \"fabric latency\" %v; want %v", c.Algo, c.Proto, c.fabricLat, want)
+		}
+	}
 	slow, base := ring(at(&five)), ring(def)
 	intraSteps := float64(2*(128-1) - 2*(16-1))
 	if d := slow.SimLatencyUS - base.SimLatencyUS; math.Abs(d-intraSteps*(15-3.4)) > 1e-6 || slow.LatencyUS != base.LatencyUS {

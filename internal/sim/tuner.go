@@ -109,6 +109,10 @@ type Candidate struct {
 	blockBound bool
 	// fewerCh: the simulated call runs on fewer channels than NCCL's figures count (fewerChannels).
 	fewerCh bool
+	// fabricLat: the simulated latency holds the fabric's own (its kind's latency, the switches
+	// between its leaves, its per-message cost), not NCCL's tables'; pluginLat: NCCL's estimate
+	// holds the net plugin's reported latency, which the wire does not pay.
+	fabricLat, pluginLat bool
 }
 
 // Decision is what the tuner decides for one collective and size, and why: every candidate it
@@ -133,6 +137,8 @@ func (m *model) candidate(c collKind, a, p int, nBytes int64) (Candidate, bool) 
 	bw, simBw := m.bandwidth(c, a, p), m.bandwidthOf(c, a, p, false)
 	lat := m.latency(c, a, p, 0, m.pluginLatUS, m.netOverhead())
 	simLat := m.latency(c, a, p, m.netExtraUS, 0, m.msgUS) + m.fabricUS(c, a)
+	tables := m.latency(c, a, p, 0, 0, m.netOverhead()) // NCCL's tables alone
+	fabricLat, pluginLat := simLat != tables, lat != tables
 	if bw <= 0 || !m.env.enabled(c, a, p) || !m.algoOK(c, a) || !m.protoOK(c, a, p) {
 		return Candidate{}, false
 	}
@@ -167,7 +173,7 @@ func (m *model) candidate(c collKind, a, p int, nBytes int64) (Candidate, bool) 
 	}
 	return Candidate{Algo: algoNames[a], Proto: protoNames[p], Channels: m.runChannels(a, p, nBytes),
 		LatencyUS: lat, AlgGBs: bw, TimeUS: lat + bwUS, SimLatencyUS: simLat, SimUS: simLat + simBwUS, FillUS: fillUS,
-		blockBound: blockBound, fewerCh: m.fewerChannels(c, a, p)}, true
+		blockBound: blockBound, fewerCh: m.fewerChannels(c, a, p), fabricLat: fabricLat, pluginLat: pluginLat}, true
 }
 
 // ringBlockGBs is the most a Simple ring of nBytes moves in the simulated call, as algorithm
@@ -557,7 +563,7 @@ func (m *model) netOverhead() float64 {
 	return 1
 }
 
-// fabricUS is what the switches above the fabric's leaves add to a call of algorithm a, which
+// fabricUS is what the switches between the fabric's leaves add to a call of algorithm a, which
 // NCCL's latency tables, measured under one switch, leave out: crossUS for each of the call's
 // messages on its way that goes from one leaf to another. A ring meets the nodes in order, so one
 // lap crosses between leaves once a leaf (a chain, broadcast's and reduce's, once fewer); a tree's
