@@ -41,6 +41,7 @@ func (d burninDoc) failed() map[string]string {
 // Each simulated fault turns the verdict to fail, exit 3, naming the GPU or the pair; a healthy
 // machine passes. 25 s of simulated time each, a few seconds of wall time.
 func TestBurninFaults(t *testing.T) {
+	t.Parallel()
 	base := []string{"burnin", "--backend", "sim", "--duration", "25s", "--baseline", "10s", "--output", "json", "--collectives", "allreduce,alltoall"}
 	tests := []struct {
 		name  string
@@ -106,6 +107,7 @@ func TestBurninFaults(t *testing.T) {
 // baseline would hold it to its own slowness), a healthy one passes, and the reason says where
 // the floor came from.
 func TestBurninExpectedFloors(t *testing.T) {
+	t.Parallel()
 	base := []string{"burnin", "--backend", "sim", "--duration", "5s", "--sizes", "16M:64M:x4", "--collectives", "allreduce", "--p2p-size", "0", "--expect", "--output", "json"}
 	for _, tc := range []struct {
 		fault  string
@@ -141,6 +143,7 @@ func TestBurninExpectedFloors(t *testing.T) {
 // The results stream: one JSON object per line, start first, a result per row, verdict and end
 // last.
 func TestBurninResultsStream(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "r.jsonl")
 	_, errOut, code := gpubench(t, "burnin", "--backend", "sim", "--duration", "5s", "--baseline", "2s", "--out", path, "--sim-fault", "xid=1@1s")
 	if code != 3 {
@@ -181,6 +184,7 @@ func TestBurninResultsStream(t *testing.T) {
 // A --reference of another rank count is another machine's figures: refused; collectives it
 // holds no run of are said to be held to no floor.
 func TestBurninReferenceOfThisMachine(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, g := range []string{"2", "8"} {
 		out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--sizes", "256K:1G:x16", "-g", g, "--output", "json")
@@ -203,6 +207,7 @@ func TestBurninReferenceOfThisMachine(t *testing.T) {
 }
 
 func TestBurninUsageErrors(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"--duration", "0s"}, {"--duration", "soon"}, {"--floor", "1.5"}, {"--collectives", "allreduce,bogus"},
 		{"--sizes", "1G:1K"}, {"--ignore-xid", "13,x"}, {"--p2p-size", "8"}, {"--collectives", "none", "--p2p-size", "0"},
@@ -290,6 +295,7 @@ func scrape(t *testing.T, addr string) string {
 
 // promtool finds nothing wrong with a live scrape of a running burn-in.
 func TestBurninPromtoolCheckMetrics(t *testing.T) {
+	t.Parallel()
 	promtool := requireTool(t, "promtool")
 	addr := liveBurnin(t, "--duration", "2h", "--hold", "1m")
 	// Scrape until the first benchmark figure is in (how soon depends on the machine's load).
@@ -314,6 +320,7 @@ func TestBurninPromtoolCheckMetrics(t *testing.T) {
 // Debian's Prometheus server scrapes a simulated burn-in on loopback, and its HTTP API returns a
 // gpubench series.
 func TestBurninPrometheusEndToEnd(t *testing.T) {
+	t.Parallel()
 	prom := requireTool(t, "prometheus")
 	addr := liveBurnin(t, "--duration", "2h", "--hold", "2m", "--sim-fault", "xid=2@1s:48")
 	dir := t.TempDir()
@@ -403,6 +410,7 @@ const oneGPU = `{"format": "gpubench-topology/1", "name": "one-h200", "nodes": [
 // with --min-busbw, rather than failed, or skipped for want of a baseline (seen on a real H200);
 // and a clock check no loaded sample judged says skip, not an empty pass.
 func TestBurninOneGPU(t *testing.T) {
+	t.Parallel()
 	topo := filepath.Join(t.TempDir(), "one.json")
 	if err := os.WriteFile(topo, []byte(oneGPU), 0o644); err != nil {
 		t.Fatal(err)
@@ -458,6 +466,7 @@ func cpuTime(tb testing.TB) time.Duration {
 // A hang fails the hang check of the GPU and of all, and the verdict with it (exit 5): a run that
 // did not finish never passes. The simulated GPU 3 never finishes its third collective.
 func TestBurninHangFails(t *testing.T) {
+	t.Parallel()
 	for _, format := range []string{"json", "table"} {
 		out, errOut, code := gpubench(t, "burnin", "--backend", "sim", "--duration", "1m", "--sim-fault", "hang=3@2", "-T", "1", "--output", format)
 		if code != 5 || !strings.Contains(errOut, "hang") {
@@ -483,6 +492,7 @@ func TestBurninHangFails(t *testing.T) {
 // Ctrl-C stops a burn-in (exit 130), and its verdict says it was interrupted, not pass. (How many
 // passes finished before the interrupt landed depends on the machine's load, so it is not asserted.)
 func TestBurninInterruptedIsNotPass(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{nil, {"--p2p-size", "32G", "--collectives", "none"}} {
 		pr, pw := io.Pipe()
 		ctx, cancel := context.WithCancel(context.Background())
@@ -520,6 +530,7 @@ func TestBurninInterruptedIsNotPass(t *testing.T) {
 // No output file is created or emptied before every input is valid: a bad or busy --metrics
 // address leaves an existing results file as it was.
 func TestBurninBadInputLeavesOutputAlone(t *testing.T) {
+	t.Parallel()
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -542,6 +553,7 @@ func TestBurninBadInputLeavesOutputAlone(t *testing.T) {
 
 // --results is --out's old name: it still works, with a notice.
 func TestBurninResultsIsDeprecatedOut(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "r.jsonl")
 	_, errOut, code := gpubench(t, "burnin", "--backend", "sim", "--duration", "2s", "--collectives", "allreduce", "--results", path)
 	data, _ := os.ReadFile(path)
@@ -552,6 +564,7 @@ func TestBurninResultsIsDeprecatedOut(t *testing.T) {
 
 // A results file that cannot be written ends the burn-in at once, exit 1, naming the file.
 func TestBurninWriteFailureExits1(t *testing.T) {
+	t.Parallel()
 	if _, err := os.Stat("/dev/full"); err != nil {
 		t.Skip("no /dev/full")
 	}

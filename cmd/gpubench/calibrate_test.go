@@ -45,6 +45,7 @@ func sweepTimes(t *testing.T, path string, args ...string) map[int64]float64 {
 // measurement gives a topology whose simulation reproduces it within 3% above 1 MiB, and a larger
 // machine of the same nodes is predicted, with a notice that it is past what was measured.
 func TestCalibrateCommand(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	run := filepath.Join(dir, "run.json")
 	measured := sweepTimes(t, run, "allreduce", "--sizes", "8B:4GB", "--sim-fault", "slow-link=gpu0,nvswitch,0.7")
@@ -81,6 +82,7 @@ func TestCalibrateCommand(t *testing.T) {
 
 // Bad input is one line, exit 2, and nothing written.
 func TestGPUModel(t *testing.T) {
+	t.Parallel()
 	for a, b := range map[string]string{"A100-SXM4-80GB": "NVIDIA A100-SXM4-80GB", " nvidia H100 80GB HBM3": "NVIDIA H100 80GB HBM3"} {
 		if !strings.EqualFold(gpuModel(a), gpuModel(b)) {
 			t.Errorf("%q and %q are one GPU", a, b)
@@ -92,6 +94,7 @@ func TestGPUModel(t *testing.T) {
 }
 
 func TestCalibrateRefuses(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	a100 := filepath.Join(dir, "a100.json")
 	sweepTimes(t, a100, "allreduce", "--topology", "dgx-a100", "-b", "1M", "-e", "1M")
@@ -162,6 +165,7 @@ func TestCalibrateRefuses(t *testing.T) {
 // says its timed iterations), and when its GPUs were launched from two threads (-t 2 -g 4): each
 // is the uncalibrated model's own run, so the fit keeps the model's launch cost.
 func TestCalibrateTimedAsRun(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	launch := func(args ...string) string {
 		t.Helper()
@@ -194,6 +198,7 @@ func TestCalibrateTimedAsRun(t *testing.T) {
 // A calibration from copies alone fits no collective figure, so a collective run on it is not
 // past anything measured, and says nothing of it.
 func TestCalibrateCopiesOnly(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	p2p, cal := filepath.Join(dir, "p2p.json"), filepath.Join(dir, "cal.json")
 	out, _, code := gpubench(t, "--backend", "sim", "p2p", "--output", "json")

@@ -39,6 +39,7 @@ func collOptions(t *testing.T, name string, args ...string) (coll.Options, error
 
 // Command lines and the options they give: gpubench's flags, nccl-tests' short and long ones.
 func TestCollFlagsToOptions(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		coll string
 		args string

@@ -90,6 +90,7 @@ func inDir(t *testing.T, dir string, args ...string) (stdout, stderr string, cod
 // A slowed NVLink is found at every size from 1 MiB, where the links and NVLS's pipeline outlast
 // the host's launches (exit 3); two jittered runs of the same machine are not.
 func TestCompareSimulatedRuns(t *testing.T) {
+	t.Parallel()
 	dir := simRuns(t)
 	for _, format := range []string{"table", "markdown", "json"} {
 		out, errOut, code := inDir(t, dir, "compare", "base.json", "slow.json", "--output", format)
@@ -146,6 +147,7 @@ func TestCompareSimulatedRuns(t *testing.T) {
 // The streamed form compares as the document does; a stream without its end is compared on its
 // rows, with a notice and complete: false.
 func TestCompareStreamed(t *testing.T) {
+	t.Parallel()
 	dir := simRuns(t)
 	// A run that crashed before its end record.
 	slow, _ := os.ReadFile(filepath.Join(dir, "slow.jsonl"))
@@ -179,6 +181,7 @@ func TestCompareStreamed(t *testing.T) {
 
 // Per-iteration fixtures through the CLI: one regression, one noisy row, rows on one side only.
 func TestComparePerIter(t *testing.T) {
+	t.Parallel()
 	out, _, code := inDir(t, "../../internal/results/testdata", "compare", "periter-old.json", "periter-new.json")
 	if code != exitCheck {
 		t.Fatalf("exit %d", code)
@@ -187,6 +190,7 @@ func TestComparePerIter(t *testing.T) {
 }
 
 func TestCompareBadInput(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "text.txt"), []byte("#  size count type\n"), 0o644)
 	os.WriteFile(filepath.Join(dir, "p2p.json"), []byte(`{"command": "p2p", "backend": "sim", "devices": [], "matrices": {}}`), 0o644)
@@ -230,6 +234,7 @@ func ncclTestsLogs(t *testing.T, dir string, names map[string]string) {
 // simulated DGX H100 (the six sizes both swept match row for row), the log against the -J JSON
 // made from its figures (every matched row the same), and a log of two runs is refused.
 func TestCompareNCCLTests(t *testing.T) {
+	t.Parallel()
 	dir := simRuns(t)
 	ncclTestsLogs(t, dir, map[string]string{"oci-gb300-allreduce-2nodes.log": "gb300.log",
 		"constructed-allreduce-v3.json": "gb300.json", "azureml-allreduce-two-runs.log": "two.log"})

@@ -46,6 +46,7 @@ func expectRun(t *testing.T, args ...string) expectDoc {
 // A healthy simulated machine is at its expectation; one with a link at half speed falls below
 // it where the link sets the pace (large sizes), and not where the host's launches do (small).
 func TestExpectFlagsWhatFallsBelow(t *testing.T) {
+	t.Parallel()
 	doc := expectRun(t, "--expect")
 	if doc.Expect == nil || !strings.Contains(doc.Expect.Source, "dgx-h100") || doc.Expect.Floor != 0.75 || len(doc.Expect.Below) != 0 {
 		t.Fatalf("healthy: %+v", doc.Expect)
@@ -80,6 +81,7 @@ func TestExpectFlagsWhatFallsBelow(t *testing.T) {
 // On the simulator expectations are asked for; every output form carries them, and the table's
 // footer names what fell below.
 func TestExpectInEveryForm(t *testing.T) {
+	t.Parallel()
 	if doc := expectRun(t); doc.Expect != nil || doc.Results[0].OutOfPlace.Expected != nil {
 		t.Errorf("the simulator without --expect: %+v", doc.Expect)
 	}
@@ -99,6 +101,7 @@ func TestExpectInEveryForm(t *testing.T) {
 }
 
 func TestExpectBadFlags(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -119,6 +122,7 @@ func TestExpectBadFlags(t *testing.T) {
 // p2p's figures are set beside the same copies on the simulated machine: a half-speed NVLink
 // names the pairs through it, and a healthy machine none.
 func TestExpectP2P(t *testing.T) {
+	t.Parallel()
 	run := func(args ...string) (below []struct {
 		Measure string `json:"measure"`
 		Row     int    `json:"row"`
@@ -163,6 +167,7 @@ func TestExpectP2P(t *testing.T) {
 // NCCL_* variables steer NCCL, not the CUDA runtime's copies: NCCL_P2P_DISABLE=1 leaves gpubench
 // p2p's P2P copies direct, as on a real machine.
 func TestP2PIgnoresNCCLVariables(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := gpubenchProcess(t, []string{"NCCL_P2P_DISABLE=1"}, "p2p", "--backend", "sim", "--devices", "0,1", "--size", "64MiB", "--samples", "1", "--output", "json")
 	var doc struct {
 		Matrices map[string]struct {

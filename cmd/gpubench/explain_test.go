@@ -10,6 +10,7 @@ import (
 // The text says what was chosen over what, the bottleneck, the two terms, NVLS's pipeline and
 // where the pick changes, one labelled line each.
 func TestExplainText(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := gpubench(t, "explain", "allreduce", "--topology", "dgx-h100", "--size", "1G")
 	if code != 0 || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
@@ -60,6 +61,7 @@ func TestExplainNCCLEnv(t *testing.T) {
 
 // --output json is one object with the documented fields.
 func TestExplainJSON(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := gpubench(t, "explain", "reducescatter", "--topology", "dgx-h100", "--nodes", "2", "-g", "16", "--size", "64M", "--output", "json")
 	if code != 0 || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
@@ -97,6 +99,7 @@ func TestExplainJSON(t *testing.T) {
 // All-to-all and send/recv are NCCL's point-to-point operations: explain says so in one line
 // and gives the simulator's time and bottleneck.
 func TestExplainPointToPoint(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := gpubench(t, "explain", "alltoall", "--topology", "pcie-4090x8", "--size", "1G")
 	if code != 0 || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
@@ -118,6 +121,7 @@ func TestExplainPointToPoint(t *testing.T) {
 
 // Bad input: exit 2, nothing on stdout, one line on stderr saying what was wrong and what to do.
 func TestExplainBadInput(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		want string

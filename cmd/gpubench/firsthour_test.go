@@ -20,6 +20,7 @@ import (
 // for all-gather, reduce-scatter and all-to-all) goes through every reader, as a document and as
 // a stream.
 func TestEveryDefaultOutputIsRead(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, c := range []string{"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "sendrecv"} {
 		doc, stream := filepath.Join(dir, c+".json"), filepath.Join(dir, c+".jsonl")
@@ -47,6 +48,7 @@ func TestEveryDefaultOutputIsRead(t *testing.T) {
 
 // nccl-tests' flags either do what they do there or are refused with why.
 func TestNCCLTestsFlagsDropIn(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "-b", "1K", "-e", "4K", "-f", "2", "-t", "2", "-g", "2", "-N", "2", "-C", "1", "-r", "0", "--output", "json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -125,6 +127,7 @@ func TestNCCLTestsFlagsDropIn(t *testing.T) {
 // A library the user names is what they asked for: when it does not load, the run does not fall
 // back to the simulator.
 func TestNamedLibraryMustLoad(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"allreduce", "--cuda-lib", "/nonexistent/libcudart.so.12", "-b", "1K", "-e", "1K"},
 		{"p2p", "--cuda-lib", "/nonexistent/libcudart.so.12", "--size", "1M"},
@@ -142,6 +145,7 @@ func TestNamedLibraryMustLoad(t *testing.T) {
 }
 
 func TestVersionFlag(t *testing.T) {
+	t.Parallel()
 	out, _, code := gpubench(t, "--version")
 	if code != 0 || !strings.HasPrefix(out, "gpubench test (commit ") {
 		t.Errorf("--version: exit %d, %q", code, out)
@@ -156,6 +160,7 @@ func TestVersionFlag(t *testing.T) {
 }
 
 func TestCompareThresholdIsPercent(t *testing.T) {
+	t.Parallel()
 	dir := simRuns(t)
 	base, j1 := filepath.Join(dir, "base.json"), filepath.Join(dir, "j1.json")
 	_, errOut, code := gpubench(t, "compare", "--threshold", "0.05", base, j1)
@@ -171,6 +176,7 @@ func TestCompareThresholdIsPercent(t *testing.T) {
 // plot's image is --out, as every command's output file is; -o still works, with a notice, and
 // a folder that does not exist is named as the user gave it.
 func TestPlotOut(t *testing.T) {
+	t.Parallel()
 	dir := simRuns(t)
 	if _, errOut, code := inDir(t, dir, "plot", "base.json", "-o", "old.svg"); code != 0 || !strings.Contains(errOut, "use --out") {
 		t.Errorf("plot -o: exit %d, %q", code, errOut)
@@ -184,6 +190,7 @@ func TestPlotOut(t *testing.T) {
 // --pairs measures those pairs: the matrices hold their GPUs only, and peer access is enabled for
 // them alone; a header never claims a check that no copy made.
 func TestP2PPairsAndDataCheck(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := gpubench(t, "p2p", "--backend", "sim", "--pairs", "0-1,2-3", "--size", "1M", "--output", "json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -219,6 +226,7 @@ func TestP2PPairsAndDataCheck(t *testing.T) {
 
 // A machine larger than p2p measures at once is refused, with what to do.
 func TestP2PTooManyDevices(t *testing.T) {
+	t.Parallel()
 	n := map[string]any{"hostname": "big", "cpus": []any{map[string]any{"id": "cpu0"}},
 		"switches": []any{map[string]any{"id": "nvs", "kind": "nvswitch"}}}
 	var gpus, links []any
@@ -245,6 +253,7 @@ func TestP2PTooManyDevices(t *testing.T) {
 // Links so slow that no time could be computed are refused when read, and a call whose time is
 // still out of reach fails rather than print a figure.
 func TestNoNonsenseFigures(t *testing.T) {
+	t.Parallel()
 	_, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--sim-fault", "slow-link=gpu0,nvswitch,4.9e-324")
 	if code != exitUsage || !strings.Contains(errOut, "must be a number from 0.001 to 1") {
 		t.Errorf("factor 4.9e-324: exit %d, %q", code, errOut)
@@ -265,6 +274,7 @@ func TestNoNonsenseFigures(t *testing.T) {
 
 // Files that are not regular files, or too large, are refused before they are read.
 func TestUnboundedInputsRefused(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{
 		{"allreduce", "--backend", "sim", "--topology", "/dev/zero"},
 		{"compare", "/dev/zero", "/dev/zero"},
@@ -287,6 +297,7 @@ const twoGPUTopology = `{"format": "gpubench-topology/1", "name": "two", "nodes"
 
 // A write that fails ends the run at once, naming the file, with exit 1.
 func TestFullDiskEndsTheRun(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--out", "/dev/full")
 	if code != exitFailure || !strings.Contains(errOut, "--out /dev/full: write /dev/full: no space left on device") {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
@@ -298,6 +309,7 @@ func TestFullDiskEndsTheRun(t *testing.T) {
 
 // SIGHUP and SIGTERM end a run as Ctrl-C does: exit 130, the rows so far printed.
 func TestSignalsEndARun(t *testing.T) {
+	t.Parallel()
 	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGTERM, syscall.SIGINT} {
 		cmd := exec.Command(os.Args[0])
 		cmd.Env = append(os.Environ(), "GPUBENCH_AS_CLI="+strings.Join([]string{"allreduce", "--backend", "sim", "-b", "1K", "-e", "1K", "-N", "0"}, "\x1f"))
@@ -336,6 +348,7 @@ func tail(s string, n int) string { return s[max(0, len(s)-n):] }
 
 // The GPU whose output is wrong is named: in the footer, in JSON and in the exit message.
 func TestCorruptingGPUIsNamed(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--sim-fault", "corrupt=2", "-b", "1K", "-e", "64K", "-f", "4")
 	if code != exitCheck || !strings.Contains(errOut, "in the output of rank 2 (GPU 2 on dgx-h100) in 8 results") {
 		t.Errorf("exit %d, stderr %q", code, errOut)
@@ -355,6 +368,7 @@ func TestCorruptingGPUIsNamed(t *testing.T) {
 // Names with escape sequences or newlines never reach the terminal raw: topology and result
 // files holding them are refused, and a file name holding one is printed escaped.
 func TestNoTerminalInjection(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	evil := strings.Replace(twoGPUTopology, `"name": "two"`, `"name": "two\u001b[2J\n1024 1 float sum -1 1.0 1.0 1.0 0"`, 1)
 	path := filepath.Join(dir, "evil.json")
@@ -382,6 +396,7 @@ func TestNoTerminalInjection(t *testing.T) {
 
 // cobra's suggestions read as one line, without a tab.
 func TestSuggestionsOnOneLine(t *testing.T) {
+	t.Parallel()
 	_, errOut, code := gpubench(t, "allreduc")
 	if code != exitUsage || errOut != "gpubench: unknown command \"allreduc\" for \"gpubench\"; did you mean allreduce?\n" {
 		t.Errorf("exit %d, %q", code, errOut)
@@ -391,6 +406,7 @@ func TestSuggestionsOnOneLine(t *testing.T) {
 // A data cap the machine cannot hold is refused up front; one it can sets the garbage collector's
 // limit so that the process stays within a few times the cap.
 func TestDataCapBoundsMemory(t *testing.T) {
+	t.Parallel()
 	if err := boundMemory(1<<40, 16<<30); err == nil || !strings.Contains(err.Error(), "use at most 5461M") {
 		t.Errorf("a 1 TiB cap on 16 GiB: %v", err)
 	}
@@ -410,6 +426,7 @@ func TestDataCapBoundsMemory(t *testing.T) {
 
 // NCCL_* variables steer the simulated NCCL as they steer NCCL, and JSON rows say what it chose.
 func TestSimulatorHonoursNCCLEnv(t *testing.T) {
+	t.Parallel()
 	algoAt1G := func(env ...string) (string, string) {
 		out, errOut, code := gpubenchProcess(t, env, "allreduce", "--backend", "sim", "--topology", "dgx-h100", "-b", "1G", "-e", "1G", "-c", "0", "-n", "1", "--output", "json")
 		if code != 0 {
@@ -470,6 +487,7 @@ func rowTime(t *testing.T, table string) float64 {
 // Ctrl-C ends a p2p run too, though the simulator's copies take no wall time: exit 130, and what
 // was measured before the signal printed.
 func TestSignalEndsP2P(t *testing.T) {
+	t.Parallel()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "GPUBENCH_AS_CLI="+strings.Join([]string{"p2p", "--backend", "sim", "--devices", "0-1", "--samples", "1000000"}, "\x1f"))
 	var out, errOut strings.Builder

@@ -18,6 +18,7 @@ import (
 // 32 simulated DGX H100 with six faults of six kinds: each is found and named for what it is,
 // and nothing else is; the drain file and the metrics name the same nodes.
 func TestFleetFindsEachFault(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	drain, metrics := filepath.Join(dir, "drain.sh"), filepath.Join(dir, "fleet.prom")
 	out, errOut, code := gpubench(t, "fleet", "--backend", "sim", "--nodes", "32", "-T", "0.2", "--size", "64MiB", "--output", "json",
@@ -107,6 +108,7 @@ func TestFleetFindsEachFault(t *testing.T) {
 // A healthy fleet is healthy: exit 0, no suspect, every rail at its expected figure; the table
 // says so, and the drain file drains nothing.
 func TestFleetHealthy(t *testing.T) {
+	t.Parallel()
 	drain := filepath.Join(t.TempDir(), "drain.sh")
 	out, errOut, code := gpubench(t, "fleet", "--backend", "sim", "--nodes", "8", "--size", "64MiB", "--drain-file", drain)
 	if code != 0 || errOut != "" || !strings.Contains(out, "# every node, GPU and NIC healthy") || strings.Count(out, "healthy, 100% of expected") != 8 {
@@ -121,6 +123,7 @@ func TestFleetHealthy(t *testing.T) {
 // which is the size judged; it was taken as not measured, 0% of an expected 0, and every node
 // degraded.
 func TestFleetThreeGPUsANode(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := gpubench(t, "fleet", "--backend", "sim", "--nodes", "2", "--gpus-per-node", "3", "--size", "64MiB")
 	if code != 0 || strings.Count(out, "healthy           100%        100%        100%") != 2 {
 		t.Errorf("exit %d, stderr %q\n%s", code, errOut, out)
@@ -130,6 +133,7 @@ func TestFleetThreeGPUsANode(t *testing.T) {
 // One GPU a node (--gpus-per-node 1) tests the network alone: a node has no collective of its own
 // to run, so none is judged, and the rail round still finds a slow NIC.
 func TestFleetOneGPUANode(t *testing.T) {
+	t.Parallel()
 	args := []string{"fleet", "--backend", "sim", "--nodes", "4", "--gpus-per-node", "1", "--size", "1MiB", "--sim-data-cap", "0", "--output", "json"}
 	out, errOut, code := gpubench(t, args...)
 	var rep struct {
@@ -191,6 +195,7 @@ func TestFleetRefuses(t *testing.T) {
 // reported failed while the others finish; rank 0 reports every node, and every rank that finished
 // exits as the fleet's verdict says.
 func TestFleetAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ps := startRanks(t, ctx, 6, nil, "fleet", "--backend", "sim", "--nodes", "6", "--size", "16MiB", "--output", "json",
@@ -255,6 +260,7 @@ func TestFleetAcrossProcesses(t *testing.T) {
 // A healthy fleet under a launcher runs the same tests in the same rounds as one process does,
 // and its rails and groups across the processes reach the figures one process simulates.
 func TestFleetAcrossProcessesMatchesOneProcess(t *testing.T) {
+	t.Parallel()
 	args := []string{"fleet", "--backend", "sim", "--nodes", "4", "--size", "16MiB", "--group", "4", "--output", "json"}
 	one, errOut, code := gpubench(t, args...)
 	if code != 0 {
@@ -298,6 +304,7 @@ func TestFleetAcrossProcessesMatchesOneProcess(t *testing.T) {
 
 // What a node's quick diag found is printed with the node, in the table and in Markdown.
 func TestFleetPrintsDiag(t *testing.T) {
+	t.Parallel()
 	rep := &fleet.Report{Floor: 0.75, Nodes: []fleet.Node{
 		{Host: "n0", Status: fleet.Failed, Why: "diag: ecc: GPU 3: 2 uncorrected errors", Diag: []string{"ecc: GPU 3: 2 uncorrected errors", "nccl: no NCCL library"}},
 		{Host: "n1", Status: fleet.Healthy},
@@ -317,6 +324,7 @@ func TestFleetPrintsDiag(t *testing.T) {
 // padded with nodes cleared by a passed test, never first with its own sibling or a node found.
 // Two nodes alone cannot be told apart, and both are named.
 func TestFleetSmallFleets(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		nodes, bad int
 		want       []string
@@ -347,6 +355,7 @@ func TestFleetSmallFleets(t *testing.T) {
 // one of them at once, and the refusal names what differs; a world of another size than the
 // nodes is refused by every process after it, none left to wait for one that exited alone.
 func TestFleetLaunchRefused(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	base := []string{"fleet", "--backend", "sim", "--size", "1MiB", "--rendezvous-timeout", "40s"}
@@ -375,6 +384,7 @@ func TestFleetLaunchRefused(t *testing.T) {
 // A rail that falls short is never "healthy" in the verdict: with every NIC of the rail slow, no
 // two nodes pass together and no one is named, yet the run exits 3 and says which rail.
 func TestFleetRailShortNamingNoOne(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	metrics := filepath.Join(dir, "fleet.prom")
 	args := []string{"fleet", "--backend", "sim", "--nodes", "4", "--gpus-per-node", "1", "--size", "64MiB", "--sim-data-cap", "0", "--metrics-file", metrics}
@@ -394,6 +404,7 @@ func TestFleetRailShortNamingNoOne(t *testing.T) {
 // A node whose two NICs are slow has both named, each on its rail; a NIC's rail is not called
 // healthy for a node it did not test.
 func TestFleetTwoSlowNICsOnANode(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := gpubench(t, "fleet", "--backend", "sim", "--nodes", "6", "--size", "64MiB", "--output", "json",
 		"--sim-fault", "slow-nic=dgx-h100-2/mlx5_1,0.4", "--sim-fault", "slow-nic=dgx-h100-2/mlx5_6,0.3", "--sim-fault", "corrupt=9") // GPU 1 of node 1
 	var rep fleet.Report
@@ -419,6 +430,7 @@ func TestFleetTwoSlowNICsOnANode(t *testing.T) {
 // A healthy fleet's noise (--sim-jitter) drains no one: a P2P pair under the floor once is
 // measured again before the node is named.
 func TestFleetNoisyP2P(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := gpubench(t, "fleet", "--backend", "sim", "--nodes", "24", "--size", "64MiB", "--sim-jitter", "0.1", "--seed", "1")
 	if code != 0 || errOut != "" || !strings.Contains(out, "# every node, GPU and NIC healthy") {
 		t.Errorf("exit %d, stderr %q\n%s", code, errOut, out)
@@ -430,6 +442,7 @@ func TestFleetNoisyP2P(t *testing.T) {
 // hangs after its first call stalls every rank (each process reports its own): no one is named
 // for that, and a bisection finds the GPU. Either way the rail passes without it.
 func TestFleetHangOnARail(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		fault, why string
 		tests      int
@@ -469,6 +482,7 @@ func TestFleetHangOnARail(t *testing.T) {
 // The table and Markdown carry every rail: its verdict and figure, or its error, and the nodes it
 // did not test; an untested rail is said so, never healthy.
 func TestFleetPrintsRails(t *testing.T) {
+	t.Parallel()
 	rep := &fleet.Report{Floor: 0.75, Nodes: []fleet.Node{{Host: "n0", Status: fleet.Healthy}, {Host: "n1", Status: fleet.Failed, Why: "x"}},
 		Rails: []fleet.Rail{
 			{Rail: 0, NIC: "mlx5_0", Status: fleet.Healthy, Figure: &fleet.Figure{Ratio: 1}, Untested: []string{"n1"}},
@@ -494,6 +508,7 @@ func TestFleetPrintsRails(t *testing.T) {
 // A machine that is one NVLink domain (a GB200 NVL72 rack) sends nothing through its NICs: its
 // rails are untested, never healthy, and fail no one.
 func TestFleetOneNVLinkDomain(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := gpubench(t, "fleet", "--backend", "sim", "--topology", "gb200-nvl72", "--size", "64MiB", "--output", "json")
 	var rep fleet.Report
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 || len(rep.Rails) == 0 {

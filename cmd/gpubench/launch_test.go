@@ -141,6 +141,7 @@ func listening(port string, rank0 *rankProcess) bool {
 // Four processes started with torchrun's variables: rank 0 prints one table for the world,
 // naming every rank's process, and the others print nothing.
 func TestRanksStartedAsTorchrunDoes(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ps := startRanks(t, ctx, 4, []string{"GPUBENCH_TEST_REAL_PID=1"}, "allreduce", "--backend", "sim", "--sizes", "1K:1M:x32", "--output", "json")
@@ -188,6 +189,7 @@ func TestRanksStartedAsTorchrunDoes(t *testing.T) {
 // A rank killed mid-run, rank 0 included, is named by every rank that is left, within moments,
 // and none of them waits for ever.
 func TestKilledRankIsNamedByTheOthers(t *testing.T) {
+	t.Parallel()
 	for _, victim := range []int{2, 0} {
 		t.Run("rank "+strconv.Itoa(victim), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -222,6 +224,7 @@ func TestKilledRankIsNamedByTheOthers(t *testing.T) {
 // Wrong data on one rank's GPU, with several check iterations: every rank runs the same number
 // of check collectives, finds the error and exits 3.
 func TestWrongDataAcrossProcesses(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ps := startRanks(t, ctx, 2, nil, "allreduce", "--backend", "sim", "--sizes", "1K:4K", "-c", "3", "--sim-fault", "corrupt=1", "-T", "60")
@@ -238,6 +241,7 @@ func TestWrongDataAcrossProcesses(t *testing.T) {
 
 // Ranks started with different options are refused before they run anything.
 func TestRanksMustRunTheSameThing(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ps := startRanksWith(t, ctx, 2, nil, func(rank int) []string {
@@ -259,6 +263,7 @@ func TestRanksMustRunTheSameThing(t *testing.T) {
 // that starts after rank 0 has judged the odd one hears it too, rather than waiting for a rank 0
 // that has gone.
 func TestRanksMustRunTheSameCollective(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ps := startRanksWith(t, ctx, 3, nil, func(rank int) []string {
@@ -288,6 +293,7 @@ func TestRanksMustRunTheSameCollective(t *testing.T) {
 // a rank started with another is refused, exit 2, naming it, rather than every rank reporting
 // wrong data.
 func TestRanksMustAgreeOnTheData(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ args []string }{
 		{[]string{"--seed", "7"}},
 		{[]string{"--sim-data-cap", "0"}},
@@ -318,6 +324,7 @@ func TestRanksMustAgreeOnTheData(t *testing.T) {
 // The flags place a process whatever the launcher's variables say, even half of them: the
 // missing local rank is not asked for.
 func TestFlagsOverHalfALauncher(t *testing.T) {
+	t.Parallel()
 	stdout, stderr, code := gpubenchProcess(t, []string{"RANK=1", "WORLD_SIZE=2"},
 		"allreduce", "--backend", "sim", "--sizes", "1K", "--rank", "0", "--world-size", "1", "--rendezvous", "127.0.0.1:1")
 	if code != 0 || stderr != "" || !strings.Contains(stdout, "# Out of bounds values : 0 OK") {
@@ -327,6 +334,7 @@ func TestFlagsOverHalfALauncher(t *testing.T) {
 
 // Launches that cannot work are refused with one line and exit 2.
 func TestBadLaunches(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		env  []string
@@ -379,6 +387,7 @@ func TestBadLaunches(t *testing.T) {
 
 // Debian's Open MPI starts four ranks; rank 0 prints one table with all four.
 func TestUnderMpirun(t *testing.T) {
+	t.Parallel()
 	mpirun, err := exec.LookPath("mpirun")
 	if err != nil {
 		if os.Getenv("CI") != "" {

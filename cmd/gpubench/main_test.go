@@ -64,6 +64,7 @@ func gpubench(t *testing.T, args ...string) (stdout, stderr string, code int) {
 
 // A simulated sweep of every collective, byte for byte.
 func TestGoldenEveryCollective(t *testing.T) {
+	t.Parallel()
 	for _, c := range []string{"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "sendrecv"} {
 		t.Run(c, func(t *testing.T) {
 			out, errOut, code := gpubench(t, c, "--backend", "sim", "--topology", "dgx-h100", "--sizes", "8B:4MB:x4")
@@ -76,6 +77,7 @@ func TestGoldenEveryCollective(t *testing.T) {
 }
 
 func TestGoldenOutputFormats(t *testing.T) {
+	t.Parallel()
 	for _, format := range []string{"json", "csv", "markdown"} {
 		t.Run(format, func(t *testing.T) {
 			out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--topology", "dgx-h100x2", "--sizes", "1K:256M:x16", "--output", format)
@@ -89,6 +91,7 @@ func TestGoldenOutputFormats(t *testing.T) {
 
 // JSON numbers are numbers and N/A is null.
 func TestJSONShape(t *testing.T) {
+	t.Parallel()
 	out, _, code := gpubench(t, "alltoall", "--backend", "sim", "--sizes", "1K:4M:x16", "--output", "json")
 	if code != 0 {
 		t.Fatalf("exit %d", code)
@@ -138,6 +141,7 @@ func TestJSONShape(t *testing.T) {
 
 // Bad input: one line on stderr naming the problem, exit 2, nothing on stdout.
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	malformed := filepath.Join(dir, "bad.json")
 	if err := os.WriteFile(malformed, []byte(`{"format": "gpubench-topology/1", "name": "x", "nodes": [`), 0o644); err != nil {
@@ -225,6 +229,7 @@ func TestBadInput(t *testing.T) {
 
 // Wrong data exits 3 after printing the table, with #wrong > 0.
 func TestCorruptResultExits3(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--sizes", "1K:4K", "--sim-fault", "corrupt=5")
 	if code != 3 {
 		t.Fatalf("exit %d; want 3 (stderr %q)", code, errOut)
@@ -241,6 +246,7 @@ func TestCorruptResultExits3(t *testing.T) {
 
 // A hang exits 5 once the timeout passes, naming what did not finish, and keeps the rows so far.
 func TestHangExits5(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--sizes", "1K:64K", "-T", "1", "--sim-fault", "hang=6@50", "-w", "0")
 	if code != 5 {
 		t.Fatalf("exit %d; want 5 (stderr %q)", code, errOut)
@@ -256,6 +262,7 @@ func TestHangExits5(t *testing.T) {
 
 // A copy that hangs names the device, as p2p's GPUs are devices, not ranks of a communicator.
 func TestP2PHangNamesDevice(t *testing.T) {
+	t.Parallel()
 	_, errOut, code := gpubench(t, "p2p", "--backend", "sim", "--sim-fault", "hang=3", "-T", "1", "--size", "1M")
 	if code != 5 || errOut != "gpubench: hang: device 3 did not finish: context deadline exceeded\n" {
 		t.Errorf("exit %d, stderr %q; want 5 and device 3 named", code, errOut)
@@ -265,6 +272,7 @@ func TestP2PHangNamesDevice(t *testing.T) {
 // -o is read on every collective, as nccl-tests' binaries share one parser; where it reduces
 // nothing it is said to be ignored.
 func TestOpOnEveryCollective(t *testing.T) {
+	t.Parallel()
 	_, errOut, code := gpubench(t, "broadcast", "--backend", "sim", "-b", "1K", "-e", "1K", "-o", "prod")
 	if code != 0 || errOut != "gpubench: -o prod ignored: broadcast reduces nothing (-o is for allreduce, reducescatter and reduce)\n" {
 		t.Errorf("broadcast -o prod: exit %d, stderr %q", code, errOut)
@@ -272,6 +280,7 @@ func TestOpOnEveryCollective(t *testing.T) {
 }
 
 func TestNotes(t *testing.T) {
+	t.Parallel()
 	out, _, _ := gpubench(t, "allreduce", "--backend", "sim", "-g", "1", "--sizes", "1M")
 	if !strings.Contains(out, "# With 1 rank, busbw is 0 by definition (busbw = algbw x 2(n-1)/n): read algbw") {
 		t.Errorf("one rank: no busbw note in\n%s", out)
@@ -296,6 +305,7 @@ func TestNotes(t *testing.T) {
 }
 
 func TestNCCLTestsFlags(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "-b", "8", "-e", "1M", "-f", "2", "-g", "4", "-n", "5", "-w", "2", "-c", "2", "-d", "half", "-o", "max", "-a", "3")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -317,6 +327,7 @@ func TestNCCLTestsFlags(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	out, _, code := gpubench(t, "version")
 	if code != 0 || !strings.HasPrefix(out, "gpubench test (commit ") {
 		t.Errorf("version: exit %d, %q", code, out)

@@ -9,6 +9,7 @@ import (
 )
 
 func TestP2PGolden(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct{ topo, devices string }{{"dgx-h100", "0-3"}, {"pcie-4090x8", "0,1,4"}} {
 		t.Run(c.topo, func(t *testing.T) {
 			out, errOut, code := gpubench(t, "p2p", "--backend", "sim", "--topology", c.topo, "--devices", c.devices, "--size", "1M", "--sim-data-cap", "64M")
@@ -21,6 +22,7 @@ func TestP2PGolden(t *testing.T) {
 }
 
 func TestP2PJSON(t *testing.T) {
+	t.Parallel()
 	out, _, code := gpubench(t, "p2p", "--backend", "sim", "--topology", "pcie-4090x8", "--devices", "0-1", "--size", "1M", "--output", "json", "--pairs", "0-1", "--sweep", "4K:1M:x16")
 	if code != 0 {
 		t.Fatalf("exit %d", code)
@@ -52,6 +54,7 @@ func TestP2PJSON(t *testing.T) {
 }
 
 func TestP2PBadInput(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		want string
@@ -87,6 +90,7 @@ func TestP2PBadInput(t *testing.T) {
 // A hang ends the run as Ctrl-C does: what was measured before it is printed, in every form, and
 // the exit names the device that did not finish.
 func TestP2PHangPrintsWhatWasMeasured(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := gpubench(t, "p2p", "--backend", "sim", "--sim-fault", "hang=1", "-T", "1", "--size", "1M", "--devices", "0-1")
 	if code != 5 || errOut != "gpubench: hang: device 1 did not finish: context deadline exceeded\n" ||
 		!strings.Contains(out, "Device=0 CAN Access Peer Device=1\n") || !strings.Contains(out, "Data check:") ||

@@ -13,6 +13,7 @@ import (
 
 // --per-iter adds its columns to every output form, and only with the flag.
 func TestGoldenPerIter(t *testing.T) {
+	t.Parallel()
 	for _, format := range []string{"table", "csv", "markdown"} {
 		t.Run(format, func(t *testing.T) {
 			out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--topology", "dgx-a100", "--sizes", "1K:64M:x64",
@@ -26,6 +27,7 @@ func TestGoldenPerIter(t *testing.T) {
 }
 
 func TestPerIterJSON(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := gpubench(t, "reducescatter", "--backend", "sim", "--sizes", "1M:16M:x16", "--per-iter", "-n", "25", "--output", "json")
 	if code != 0 || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
@@ -61,6 +63,7 @@ func TestPerIterJSON(t *testing.T) {
 // --out streams JSON lines as each size completes; compare and plot read them as they read the
 // document, and a stream cut short is still read.
 func TestOutStreamsJSONLines(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	file := filepath.Join(dir, "run.jsonl")
 	doc, errOut, code := gpubench(t, "allgather", "--backend", "sim", "--sizes", "1K:1M:x4", "--per-iter", "--output", "json", "--out", file)
@@ -102,6 +105,7 @@ func TestOutStreamsJSONLines(t *testing.T) {
 }
 
 func TestVersionOutputs(t *testing.T) {
+	t.Parallel()
 	out, _, code := gpubench(t, "version", "--output", "json")
 	var v struct{ Version, Go string }
 	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.Version != "test" || v.Go == "" {
@@ -118,6 +122,7 @@ func TestVersionOutputs(t *testing.T) {
 // plot and serve put their product elsewhere (an image, an endpoint); --output json says what
 // they made, and a format they cannot speak is refused.
 func TestPlotAndServeOutputs(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	res := filepath.Join(dir, "a.json")
 	out, _, code := gpubench(t, "allreduce", "--backend", "sim", "--sizes", "1K:1M:x32", "--output", "json")

@@ -31,6 +31,7 @@ func planJSON(t *testing.T, args ...string) map[string]any {
 // The issue's example: Llama 3.1 70B on four DGX H100. The JSON carries the model, the machine,
 // the setup, and each ranked layout's memory, collectives and time, numbers as numbers.
 func TestPlanJSON(t *testing.T) {
+	t.Parallel()
 	doc := planJSON(t, "--model", "llama-3.1-70b", "--topology", "dgx-h100", "--nodes", "4", "--seq", "8192", "--global-batch", "512")
 	for _, f := range []string{"model", "machine", "setup", "pricing", "measured_curves", "assumptions", "searched", "fitting", "priced", "fits", "ranked", "rejected", "smallest_fit"} {
 		if _, ok := doc[f]; !ok {
@@ -83,6 +84,7 @@ func TestPlanJSON(t *testing.T) {
 
 // Bad input is one line on stderr naming the field, nothing on stdout, exit 2.
 func TestPlanUsageErrors(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	noHidden := filepath.Join(dir, "config.json")
 	if err := os.WriteFile(noHidden, []byte(`{"num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 32000, "intermediate_size": 11008}`), 0o644); err != nil {
@@ -130,6 +132,7 @@ func TestPlanUsageErrors(t *testing.T) {
 // A model that fits nowhere is an answer, not an error: exit 0, "does not fit", the closest
 // layouts, and how many of the same nodes would fit.
 func TestPlanDoesNotFit(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := gpubench(t, "plan", "--model", "llama-3.1-405b", "--topology", "dgx-h100", "--seq", "8192")
 	if code != 0 || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
@@ -159,6 +162,7 @@ func TestPlanDoesNotFit(t *testing.T) {
 // A model far past any machine's memory does not fit, whatever its size: its bytes are held at
 // 2^60 rather than wrapping round to a negative figure (or a small one that fits).
 func TestPlanHugeModel(t *testing.T) {
+	t.Parallel()
 	const n = "16777216" // 1024 layers of this: 3.5e18 parameters, whose optimizer state is 4.2e19 B
 	doc := planJSON(t, "--layers", "1024", "--hidden", n, "--heads", "16", "--ffn", n, "--vocab", n)
 	if doc["fits"] != false {
@@ -193,6 +197,7 @@ func jsonNumber(v float64) string {
 // simulator's place. A run on a DGX H100 whose NVLink to one GPU is at a tenth makes the TP
 // collectives it measured slower, and the plan says where their price came from.
 func TestPlanMeasured(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	var files []string
 	for _, coll := range []string{"allgather", "reducescatter"} {
@@ -254,6 +259,7 @@ func TestPlanMeasured(t *testing.T) {
 // The text: what was planned, the ranking, why the choice wins and the others lose, what was
 // left out and why, the choice in detail, the assumptions; byte for byte on a small machine.
 func TestPlanGolden(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := gpubench(t, "plan", "--model", "llama-3.1-8b", "--topology", "pcie-4090x8", "--seq", "4096", "--global-batch", "256")
 	if code != 0 || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
@@ -302,6 +308,7 @@ const (
 var layoutFlags = map[string]bool{"--tp": true, "--pp": true, "--cp": true, "--dp": true, "--ep": true, "--vpp": true}
 
 func TestPlanAccuracy(t *testing.T) {
+	t.Parallel()
 	var cases []planCase
 	readJSON(t, planDataPath, &cases)
 	var rows []planRow

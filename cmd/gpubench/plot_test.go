@@ -40,6 +40,7 @@ func hexDigit(v uint32) byte { return "0123456789ABCDEF"[v&15] }
 // Three runs overlaid: an SVG of the size asked, one data line per run with one vertex per size,
 // a legend entry per run and the nominal peak.
 func TestPlotSVG(t *testing.T) {
+	t.Parallel()
 	dir := simRuns(t)
 	_, errOut, code := inDir(t, dir, "plot", "base.json", "slow.json", "j1.json", "--out", "busbw.svg", "--size", "800x500")
 	if code != 0 || errOut != "gpubench: plot: wrote busbw.svg (800x500 SVG) from base.json, slow.json, j1.json\n" {
@@ -105,6 +106,7 @@ func countColor(img image.Image, c color.Color) int {
 
 // A PNG of the size asked, the time plot with both placements, each series' colour drawn.
 func TestPlotPNG(t *testing.T) {
+	t.Parallel()
 	dir := simRuns(t)
 	if _, errOut, code := inDir(t, dir, "plot", "base.json", "slow.json", "--y", "time", "--placement", "both", "--out", "time.png", "--size", "640x480"); code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
@@ -125,6 +127,7 @@ func TestPlotPNG(t *testing.T) {
 
 // One rank's busbw is 0 by definition: plot draws algbw, and says so, unless --y asks.
 func TestPlotOneRank(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	out, _, code := gpubench(t, "--backend", "sim", "allreduce", "-g", "1", "--sizes", "8:1M", "--output", "json")
 	if code != 0 || os.WriteFile(filepath.Join(dir, "g1.json"), []byte(out), 0o644) != nil {
@@ -142,6 +145,7 @@ func TestPlotOneRank(t *testing.T) {
 
 // p2p heat maps: the size asked, and the N/A cells of a machine without P2P drawn grey.
 func TestPlotP2PHeatMap(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	for _, topo := range []string{"dgx-h100", "pcie-4090x8"} {
 		out, errOut, code := gpubench(t, "p2p", "--backend", "sim", "--topology", topo, "--size", "4M", "--output", "json")
@@ -168,6 +172,7 @@ func TestPlotP2PHeatMap(t *testing.T) {
 }
 
 func TestPlotBadInput(t *testing.T) {
+	t.Parallel()
 	dir := simRuns(t)
 	out, _, _ := gpubench(t, "p2p", "--backend", "sim", "--size", "4M", "--output", "json")
 	os.WriteFile(filepath.Join(dir, "p2p.json"), []byte(out), 0o644)
@@ -201,6 +206,7 @@ func TestPlotBadInput(t *testing.T) {
 // nccl-tests' own output plots beside gpubench's: a published log's line has a vertex per size
 // of its table; a log cut before its footer is drawn with a notice.
 func TestPlotNCCLTests(t *testing.T) {
+	t.Parallel()
 	dir := simRuns(t)
 	ncclTestsLogs(t, dir, map[string]string{"oci-gb300-allreduce-2nodes.log": "gb300.log", "olivia-allreduce-2.17.9.log": "olivia.log"})
 	_, errOut, code := inDir(t, dir, "plot", "base.json", "gb300.log", "--out", "mixed.svg")

@@ -57,6 +57,7 @@ func mustNotDiscover(t *testing.T) func(topo.Options) (*topo.Report, error) {
 }
 
 func TestTopoSim(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := topoRun(t, mustNotDiscover(t), "--backend", "sim", "--topology", "pcie-l40sx4", "--p2p", "r")
 	if code != 0 || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
@@ -66,6 +67,7 @@ func TestTopoSim(t *testing.T) {
 
 // Markdown carries what the table does, for pasting into an issue.
 func TestTopoMarkdown(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := topoRun(t, mustNotDiscover(t), "--backend", "sim", "--topology", "pcie-l40sx4", "--output", "markdown")
 	if code != 0 || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
@@ -75,6 +77,7 @@ func TestTopoMarkdown(t *testing.T) {
 
 // The JSON of a simulated machine is its topology; dot is a Graphviz graph of it.
 func TestTopoSimJSONAndDot(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := topoRun(t, mustNotDiscover(t), "--backend", "sim", "--topology", "dgx-h100x2", "--output", "json")
 	if code != 0 || errOut != "" {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
@@ -98,6 +101,7 @@ func TestTopoSimJSONAndDot(t *testing.T) {
 
 // --backend auto without NVML: a notice on stderr, and the simulator's machine.
 func TestTopoAutoFallsBack(t *testing.T) {
+	t.Parallel()
 	out, errOut, code := topoRun(t, noNVML, "--p2p", "read")
 	want := "gpubench: NVML is not available: libnvidia-ml.so.1 could not be loaded; install the NVIDIA driver, or give the library's path with --nvml-lib; using the simulator (--topology dgx-h100)\n"
 	if code != 0 || errOut != want {
@@ -112,6 +116,7 @@ func TestTopoAutoFallsBack(t *testing.T) {
 // Asking for the real machine (--backend cuda, or an NVML library by path) without NVML is exit
 // 4, with the reason and the fix.
 func TestTopoNoNVML(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"--backend", "cuda"}, {"--nvml-lib", "/opt/nowhere/libnvidia-ml.so.1"}, {"--sysfs-root", "/tmp"}} {
 		out, errOut, code := topoRun(t, noNVML, args...)
 		if code != exitNoGPU || out != "" || !strings.HasPrefix(errOut, "gpubench: NVML is not available: ") || strings.Count(errOut, "\n") != 1 {
@@ -127,6 +132,7 @@ func TestTopoNoNVML(t *testing.T) {
 
 // Any other failure of discovery is exit 1.
 func TestTopoDiscoveryFails(t *testing.T) {
+	t.Parallel()
 	_, errOut, code := topoRun(t, func(topo.Options) (*topo.Report, error) {
 		return nil, errors.New("NVML cannot count the GPUs: ERROR_UNKNOWN")
 	})
@@ -137,6 +143,7 @@ func TestTopoDiscoveryFails(t *testing.T) {
 
 // Bad input: one line on stderr, exit 2, nothing on stdout, and no NVML.
 func TestTopoBadInput(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		args []string
 		want string
@@ -160,6 +167,7 @@ func TestTopoBadInput(t *testing.T) {
 // them); a machine that cannot be written as
 // a topology file fails json (exit 1) but not the table.
 func TestTopoWarningsAndUnwritable(t *testing.T) {
+	t.Parallel()
 	preset, _ := sim.LoadTopology("pcie-l40sx4")
 	report := func(topo.Options) (*topo.Report, error) {
 		r := topo.FromTopology(preset, "")
@@ -195,6 +203,7 @@ func TestTopoWarningsAndUnwritable(t *testing.T) {
 
 // Flags that mean nothing to topo are refused rather than ignored.
 func TestTopoRefusesFlagsItIgnores(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"--sim-jitter", "0.5"}, {"--seed", "3"}, {"--cuda-lib", "/x"}, {"--p2p", "read", "--output", "json"}} {
 		out, errOut, code := gpubench(t, append([]string{"topo", "--backend", "sim"}, args...)...)
 		if code != 2 || out != "" || strings.Count(errOut, "\n") != 1 {
@@ -206,6 +215,7 @@ func TestTopoRefusesFlagsItIgnores(t *testing.T) {
 // docs/topology.md's minimal file runs as the text after it says: its 1 MiB all-reduce's busbw,
 // to the tenth the text gives, and no wrong element.
 func TestTopologyDocExample(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("../../docs/topology.md")
 	if err != nil {
 		t.Fatal(err)
@@ -249,6 +259,7 @@ func TestTopologyDocExample(t *testing.T) {
 
 // The README names every preset.
 func TestREADMEPresets(t *testing.T) {
+	t.Parallel()
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -263,6 +274,7 @@ func TestREADMEPresets(t *testing.T) {
 // docs/topology.md lists every preset under "Built-in presets", as the README promises, and its
 // field table and validation list name every format the reader takes.
 func TestTopologyDocPresetsAndFormats(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("../../docs/topology.md")
 	if err != nil {
 		t.Fatal(err)
@@ -295,6 +307,7 @@ func TestTopologyDocPresetsAndFormats(t *testing.T) {
 // --topology names a simulated machine: given, it is the machine shown, even where NVML would see
 // GPUs (it was silently ignored there); with --backend cuda it is refused.
 func TestTopoTopologyMeansTheSimulator(t *testing.T) {
+	t.Parallel()
 	read := func(topo.Options) (*topo.Report, error) {
 		t.Error("the real machine was read")
 		return nil, topo.ErrUnavailable
