@@ -39,6 +39,7 @@ func FuzzParseTopology(f *testing.F) {
 		`{"format":"gpubench-topology/1"}`,
 		`{"format":"gpubench-topology/1","name":"x","nodes":[{"hostname":"h","gpus":[{"id":"g","name":"n","memory_bytes":1,"memory_bandwidth_gbs":1,"compute_capability":"8.0"}]}]} {}`,
 		`{"format":"gpubench-topology/2","name":"x","calibration":{"launch_us":4,"algorithms":{"Ring/LL":{"latency_us":-1,"bandwidth":0.9}},"local_copy_efficiency":0.8,"measured":{"min_bytes":8,"max_bytes":1024,"max_ranks":1},"from":["a.json"]},"nodes":[{"hostname":"h","gpus":[{"id":"g","name":"n","memory_bytes":1,"memory_bandwidth_gbs":1,"compute_capability":"8.0"}]}]}`,
+		`{"format":"gpubench-topology/2","name":"x","network":{"kind":"efa","layout":"fat-tree","nodes_per_leaf":1,"tiers":3,"switch_latency_us":0.5,"message_us":4,"plugin_latency_us":35},"templates":{"t":{"gpus":[{"id":"g","name":"n","memory_bytes":1,"memory_bandwidth_gbs":1,"compute_capability":"9.0"}],"nics":[{"id":"n0","kind":"efa","gbps":400}],"links":[{"a":"g","b":"n0","kind":"pcie","gen":5,"width":16}]}},"nodes":[{"hostname":"h{i}","template":"t","count":3}]}`,
 		`{"format":"gpubench-topology/1","name":"x","p2p":"none","nodes":[{"hostname":"h","gpus":[{"id":"g0","name":"n","memory_bytes":1,"memory_bandwidth_gbs":1,"compute_capability":"8.0"},{"id":"g1","name":"n","memory_bytes":1,"memory_bandwidth_gbs":1,"compute_capability":"8.0"}],"links":[{"a":"g0","b":"g1","kind":"nvlink","gbs":1}]}]}`,
 	} {
 		f.Add([]byte(s))
