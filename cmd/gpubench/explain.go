@@ -269,7 +269,7 @@ func linkText(kind string) string {
 // simWhyText says in words why a simulated call's time is not NCCL's estimate.
 func simWhyText(why []string) string {
 	words := map[string]string{
-		"fabric latency": "the fabric's latency beyond the InfiniBand of NCCL's tables",
+		"fabric latency": "the fabric's own latency, which NCCL's tables leave out (its kind beyond their InfiniBand, switches between leaves, its per-message cost)",
 		"plugin latency": "NCCL's figures add the latency its net plugin reports, which steers its pick, not the wire",
 		"nvls links":     "NVLS on one node, held to its links rather than NCCL's channel figure",
 		"search speed":   "its channels carry what the links do, above the speed NCCL's search gave them",
