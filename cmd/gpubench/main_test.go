@@ -212,6 +212,8 @@ func TestBadInput(t *testing.T) {
 		{[]string{"p2p", "--pairs", "0-1", "--sweep", "1K:100G", "--size", "1M"}, "invalid --sweep 1K:100G: buffer size larger than free device memory"},
 		{[]string{"version", "extra"}, "unknown command"},
 		{[]string{"allgather", "-o", "out.json"}, "invalid -o"},
+		{[]string{"allreduce", "--sim-fault", "hang=8"}, "invalid --sim-fault hang=8: topology dgx-h100 has devices 0-7"},
+		{[]string{"allreduce", "--sim-fault", "slow-link=gpu0,gpu1,0.5"}, "invalid --sim-fault slow-link=gpu0,gpu1,0.5: no link gpu0-gpu1 in topology dgx-h100"},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {

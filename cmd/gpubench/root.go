@@ -215,7 +215,9 @@ func (g *globals) openSimEnv(env map[string]string) (*sim.Backend, int64, error)
 		return nil, 0, err
 	}
 	b, err := sim.New(topo, opt)
-	if err != nil {
+	if fe := (*sim.FaultError)(nil); errors.As(err, &fe) {
+		return nil, 0, usageErr("invalid --sim-fault %s: %v", fe.Fault, fe.Err)
+	} else if err != nil {
 		return nil, 0, usageErr("%v", err)
 	}
 	return b, capBytes, nil

@@ -108,33 +108,39 @@ func New(t *gpu.Topology, opt Options) (*Backend, error) {
 	b.peers = map[[2]int]bool{}
 	b.opt.Faults = append([]Fault(nil), opt.Faults...) // timed faults are marked as they start
 	for _, f := range opt.Faults {
+		var err error
 		switch f.Kind {
 		case "slow-link":
-			if err := t.SlowLink(f.A, f.B, f.startFactor()); err != nil {
-				return nil, err
-			}
+			err = t.SlowLink(f.A, f.B, f.startFactor())
 		case "slow-nic":
-			if err := t.SlowNIC(f.A, f.Factor); err != nil {
-				return nil, err
-			}
+			err = t.SlowNIC(f.A, f.Factor)
 		case "slow-node":
-			if err := t.SlowNode(f.A, f.Factor); err != nil {
-				return nil, err
-			}
+			err = t.SlowNode(f.A, f.Factor)
 		case "flaky-link":
-			edges, err := t.LinkEdges(f.A, f.B)
-			if err != nil {
-				return nil, err
+			var edges []int
+			if edges, err = t.LinkEdges(f.A, f.B); err == nil {
+				b.flaky = append(b.flaky, &flakyLink{fault: f, edges: edges})
 			}
-			b.flaky = append(b.flaky, &flakyLink{fault: f, edges: edges})
 		default:
 			if f.Device >= n {
-				return nil, fmt.Errorf("fault %s: topology %s has devices 0-%d", f, t.Name, n-1)
+				err = fmt.Errorf("topology %s has devices 0-%d", t.Name, n-1)
 			}
+		}
+		if err != nil {
+			return nil, &FaultError{Fault: f, Err: err}
 		}
 	}
 	return b, nil
 }
+
+// FaultError is a fault the topology cannot take: a device, part or link it does not have.
+type FaultError struct {
+	Fault Fault
+	Err   error
+}
+
+func (e *FaultError) Error() string { return fmt.Sprintf("fault %s: %v", e.Fault, e.Err) }
+func (e *FaultError) Unwrap() error { return e.Err }
 
 func (b *Backend) Name() string            { return "sim" }
 func (b *Backend) Devices() []gpu.Device   { return b.devices }
