@@ -168,7 +168,7 @@ func TestFleetRefuses(t *testing.T) {
 		{[]string{"--repeat", "0"}, "gpubench: invalid --repeat 0: confirm each suspect 1 to 100 times\n"},
 		{[]string{"-T", "0"}, "gpubench: invalid --timeout 0: give seconds, above 0 and at most 3600\n"},
 		{[]string{"--sim-fault", "slow-nic=mlx5_3,0.5"}, "gpubench: invalid --sim-fault: bad fault \"slow-nic=mlx5_3,0.5\": name the NIC as HOST/NIC, e.g. node-3/mlx5_3\n"},
-		{[]string{"--sim-fault", "slow-nic=nowhere/mlx5_3,0.5"}, "gpubench: no NIC nowhere/mlx5_3 on a network in topology dgx-h100 x4: name it host/id, as gpubench topo lists NICs\n"},
+		{[]string{"--sim-fault", "slow-nic=nowhere/mlx5_3,0.5"}, "gpubench: invalid --sim-fault slow-nic=nowhere/mlx5_3,0.5: no NIC nowhere/mlx5_3 on a network in topology dgx-h100 x4: name it host/id, as gpubench topo lists NICs\n"},
 		{[]string{"--output", "csv"}, "gpubench: unknown --output \"csv\" for fleet: use table, json or markdown\n"},
 		{[]string{"--drain-file", "/no/such/dir/drain.sh"}, "gpubench: cannot write --drain-file /no/such/dir/drain.sh: /no/such/dir is not a folder; give a file in one\n"},
 		{[]string{"--drain-file", "x.out", "--metrics-file", "x.out"}, "gpubench: --drain-file and --metrics-file both name x.out: give each its own file\n"},
