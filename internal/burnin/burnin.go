@@ -124,7 +124,8 @@ type runner struct {
 }
 
 // Run runs the burn-in on b. It returns a report also when it stops early, with the reason in
-// Report.Err and as the error.
+// Report.Err and as the error; a collective's or copy's own failure stops it too, and is the
+// calls check's verdict rather than an error.
 func Run(ctx context.Context, b gpu.Backend, opt Options) (*Report, error) {
 	r := &runner{b: b, opt: opt, collBase: map[string]float64{}, p2pBase: map[[2]int]float64{}, devs: b.Devices(), slowSeen: map[int]int{}}
 	r.ctx, r.cancel = context.WithCancel(ctx)
