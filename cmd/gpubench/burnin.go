@@ -113,8 +113,8 @@ func (f *burninFlags) options() (burnin.Options, error) {
 		return opt, usageErr("invalid --max-nvlink-errors %v: use a count, 0 or more", f.maxNVLink)
 	case f.interval < metrics.MinInterval || f.interval > metrics.MaxInterval:
 		return opt, usageErr("invalid --sample-interval %v: use %v to %v", f.interval, metrics.MinInterval, metrics.MaxInterval)
-	case f.timeout < 1 || int64(f.timeout) > int64(math.MaxInt64/time.Second): // past that, the limit would wrap round
-		return opt, usageErr("invalid --timeout %d: give 1 to %d seconds", f.timeout, math.MaxInt64/time.Second)
+	case f.timeout < 1 || f.timeout > maxTimeoutSecs:
+		return opt, usageErr("invalid --timeout %d: give 1 to %d seconds", f.timeout, maxTimeoutSecs)
 	case f.hold < 0:
 		return opt, usageErr("invalid --hold %v: give a duration, 0 or more", f.hold)
 	case f.hold > 0 && f.metricsAddr == "":

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"strings"
 	"time"
@@ -210,8 +209,8 @@ func (f *collFlags) options(cmd *cobra.Command, c *coll.Collective, seed uint64)
 		return opt, usageErr("invalid -C %d: use 0 or 1", f.cpuTime)
 	case f.perIterTiming != 0 && f.perIterTiming != 1:
 		return opt, usageErr("invalid -I %d: use 0 or 1 (or --per-iter)", f.perIterTiming)
-	case f.timeout < 0 || int64(f.timeout) > int64(math.MaxInt64/time.Second): // past that, the limit would wrap round
-		return opt, usageErr("invalid -T %d: use 1 to %d seconds, or 0 for no timeout", f.timeout, math.MaxInt64/time.Second)
+	case f.timeout < 0 || f.timeout > maxTimeoutSecs:
+		return opt, usageErr("invalid -T %d: use 1 to %d seconds, or 0 for no timeout", f.timeout, maxTimeoutSecs)
 	case f.graph < 0:
 		return opt, usageErr("invalid -G %d: use a number of graph launches, or 0 for none", f.graph)
 	case f.blocking < 0 || f.blocking > 3:

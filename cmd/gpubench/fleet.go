@@ -90,10 +90,9 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	if err != nil || bytes < 1<<10 || bytes > 1<<40 {
 		return usageErr("invalid --size %q: give 1KiB to 1TiB, e.g. 256MiB", f.size)
 	}
-	for _, s := range g.faults {
-		if x, err := sim.ParseFault(s); err == nil && x.Kind == "xid" {
-			return usageErr("--sim-fault %s: fleet reads no XID events (burnin does): give hang, corrupt, slow-link, slow-nic, slow-node or flaky-link", input.Safe(s))
-		}
+	if err := refuseBlindFaults(g.faults, map[string]string{"xid": "fleet reads no XID events (burnin does)"},
+		"hang, corrupt, slow-link, slow-nic, slow-node or flaky-link"); err != nil {
+		return err
 	}
 	if f.drainFile != "" && f.drainFile == f.metricsFile {
 		return usageErr("--drain-file and --metrics-file both name %s: give each its own file", input.Safe(f.drainFile))
@@ -725,9 +724,11 @@ func (x *crossing) test(rail int, nodes []int, bytes int64) (float64, error) {
 		default:
 			hung = hung || int(r[0]) == resHang
 			failed = append(failed, x.host(n)+": "+message(r))
-			for _, h := range r[4+msgMax : 4+msgMax+int(r[3+msgMax])] {
-				if !slices.Contains(hungRanks, int(h)) {
-					hungRanks = append(hungRanks, int(h))
+			if k := int(r[3+msgMax]); k > 0 {
+				for _, h := range r[4+msgMax : 4+msgMax+k] {
+					if !slices.Contains(hungRanks, int(h)) {
+						hungRanks = append(hungRanks, int(h))
+					}
 				}
 				cause = cmp.Or(cause, message(r))
 			}
@@ -804,8 +805,9 @@ func (x *crossing) part(c []float64) []float64 {
 	switch {
 	case errors.As(err, &hang) && len(hang.Ranks) > 0: // the ranks, and why the wait ended
 		res[0], msg = resHang, hang.Err.Error()
-		for i, r := range hang.Ranks[:min(len(hang.Ranks), hungMax)] {
-			res[3+msgMax] = float64(i + 1)
+		ranks := hang.Ranks[:min(len(hang.Ranks), hungMax)]
+		res[3+msgMax] = float64(len(ranks))
+		for i, r := range ranks {
 			res[4+msgMax+i] = float64(r)
 		}
 	case errors.As(err, &hang):

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
@@ -77,13 +76,11 @@ func (f *p2pFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 		return usageErr("invalid --samples %d: take at least 1 sample", f.samples)
 	case f.repeat < 1:
 		return usageErr("invalid --repeat %d: copy at least once per sample", f.repeat)
-	case f.timeout < 1 || int64(f.timeout) > int64(math.MaxInt64/time.Second): // past that, the limit would wrap round
-		return usageErr("invalid --timeout %d: give 1 to %d seconds", f.timeout, math.MaxInt64/time.Second)
+	case f.timeout < 1 || f.timeout > maxTimeoutSecs:
+		return usageErr("invalid --timeout %d: give 1 to %d seconds", f.timeout, maxTimeoutSecs)
 	}
-	for _, s := range g.faults {
-		if x, err := sim.ParseFault(s); err == nil && p2pBlind[x.Kind] != "" {
-			return usageErr("--sim-fault %s: %s: give hang, corrupt, slow-link or slow-node", input.Safe(s), p2pBlind[x.Kind])
-		}
+	if err := refuseBlindFaults(g.faults, p2pBlind, "hang, corrupt, slow-link or slow-node"); err != nil {
+		return err
 	}
 	if f.sweep != "" {
 		w, err := coll.ParseSizes(f.sweep)

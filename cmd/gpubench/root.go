@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -221,6 +223,21 @@ func (g *globals) openSimEnv(env map[string]string) (*sim.Backend, int64, error)
 		return nil, 0, usageErr("%v", err)
 	}
 	return b, capBytes, nil
+}
+
+// maxTimeoutSecs is the longest -T or --timeout a time.Duration holds: past it the limit would
+// wrap round to a negative one, which waits for ever.
+const maxTimeoutSecs = int(math.MaxInt64 / time.Second)
+
+// refuseBlindFaults refuses the --sim-fault kinds a command cannot see, saying why (blind, by
+// kind) and which it takes: a fault that changes nothing would otherwise pass silently.
+func refuseBlindFaults(faults []string, blind map[string]string, takes string) error {
+	for _, s := range faults {
+		if x, err := sim.ParseFault(s); err == nil && blind[x.Kind] != "" {
+			return usageErr("--sim-fault %s: %s: give %s", input.Safe(s), blind[x.Kind], takes)
+		}
+	}
+	return nil
 }
 
 // dataMemory is how many times its data cap a simulated run's host memory may reach: the devices'

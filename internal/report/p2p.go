@@ -314,6 +314,16 @@ func sweepNotes(res *p2p.Result) []string {
 	return notes
 }
 
+// mdNotes writes notes under a Markdown table as a list, after a blank line; nothing for none.
+func mdNotes(w io.Writer, notes []string) {
+	if len(notes) > 0 {
+		fmt.Fprintln(w)
+	}
+	for _, note := range notes {
+		fmt.Fprintf(w, "- %s\n", note)
+	}
+}
+
 func pciParts(id string) (domain, bus, dev uint64) {
 	parts := strings.Split(id, ":")
 	if len(parts) >= 2 {
@@ -482,12 +492,7 @@ func p2pMarkdown(w io.Writer, r *P2PRun) error {
 			}
 			fmt.Fprintln(w)
 		}
-		if notes := naNotes(res, m); len(notes) > 0 { // why the N/A cells are N/A, as the table says
-			fmt.Fprintln(w)
-			for _, note := range notes {
-				fmt.Fprintf(w, "- %s\n", note)
-			}
-		}
+		mdNotes(w, naNotes(res, m)) // why the N/A cells are N/A, as the table says
 	}
 	fmt.Fprintf(w, "\n| GPU | H2D (GB/s) | D2H (GB/s) | Bidir (GB/s) | Local (GB/s) |\n|---:|---:|---:|---:|---:|\n")
 	for i, h := range res.Host {
@@ -498,12 +503,7 @@ func p2pMarkdown(w io.Writer, r *P2PRun) error {
 		for _, s := range res.Sweep {
 			fmt.Fprintf(w, "| %d | %s | %s |\n", s.Size, cellText(s.Uni, "%.2f"), cellText(s.Bidir, "%.2f"))
 		}
-		if notes := sweepNotes(res); len(notes) > 0 {
-			fmt.Fprintln(w)
-			for _, note := range notes {
-				fmt.Fprintf(w, "- %s\n", note)
-			}
-		}
+		mdNotes(w, sweepNotes(res))
 	}
 	if note := p2pExpectNote(r); note != "" {
 		fmt.Fprintf(w, "\n> %s\n", note)
