@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -62,12 +64,18 @@ func runCalibrate(e *env, g *globals, files []string, out string) error {
 	}
 	var colls []sim.CollRun
 	var copies []sim.LocalCopy
-	for _, name := range files {
+	for i, name := range files {
+		if slices.ContainsFunc(files[:i], func(n string) bool { return filepath.Clean(n) == filepath.Clean(name) }) {
+			return usageErr("%s is given twice: give each run once", input.Safe(name))
+		}
 		f, err := results.ReadFile(name)
 		if err != nil {
 			return usageErr("%v", err)
 		}
 		name = input.Safe(name)
+		for _, n := range f.Notices { // a cut log or a run that did not finish is fitted as it is, said
+			fmt.Fprintf(e.stderr, "gpubench: %s: %s\n", name, n)
+		}
 		if f.Coll != nil {
 			run, err := collRun(t, name, f.Coll)
 			if err != nil {

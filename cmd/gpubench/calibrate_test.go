@@ -125,6 +125,17 @@ func TestCalibrateRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var bare []string // the A100 run's table without its device list
+	plain, _, _ := gpubench(t, "--backend", "sim", "--topology", "dgx-a100", "allreduce", "-b", "1M", "-e", "1M")
+	for _, l := range strings.SplitAfter(plain, "\n") {
+		if !strings.HasPrefix(l, "#  Rank") {
+			bare = append(bare, l)
+		}
+	}
+	noRanks := filepath.Join(dir, "noranks.log")
+	if err := os.WriteFile(noRanks, []byte(strings.Join(bare, "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	graph, blocking := filepath.Join(dir, "graph.json"), filepath.Join(dir, "blocking.log")
 	sweepTimes(t, graph, "allreduce", "--topology", "dgx-a100", "-b", "1M", "-e", "1M", "-G", "2")
 	table, _, _ := gpubench(t, "--backend", "sim", "--topology", "dgx-a100", "allreduce", "-b", "1M", "-e", "1M", "-z", "1")
@@ -147,6 +158,8 @@ func TestCalibrateRefuses(t *testing.T) {
 		{[]string{"--topology", "dgx-a100", empty, "-o", out}, "gpubench: " + empty + " holds no measured size: give a run that measured some\n"},
 		{[]string{"--topology", "dgx-a100", graph, "-o", out}, "gpubench: " + graph + " timed CUDA graph launches (-G 2), whose host cost calibration does not model: give a run without -G\n"},
 		{[]string{"--topology", "dgx-a100", blocking, "-o", out}, "gpubench: " + blocking + " waited after each call (-z 1), which calibration does not model: give a run without -z\n"},
+		{[]string{"--topology", "dgx-a100", a100, filepath.Join(dir, ".", "a100.json"), "-o", out}, "gpubench: " + filepath.Join(dir, ".", "a100.json") + " is given twice: give each run once\n"},
+		{[]string{"--topology", "dgx-a100", noRanks, "-o", out}, "gpubench: " + noRanks + ` does not list the ranks it ran on (the lines under "# Using devices"): keep those lines in the log` + "\n"},
 	} {
 		stdout, errOut, code := gpubench(t, append([]string{"calibrate"}, tc.args...)...)
 		if code != exitUsage || stdout != "" || !strings.HasPrefix(errOut, tc.want) || strings.Count(errOut, "\n") != 1 {
@@ -215,5 +228,22 @@ func TestCalibrateCopiesOnly(t *testing.T) {
 	// A run on it names it apart from the preset.
 	if !strings.Contains(out, "topology dgx-h100-calibrated\n") {
 		t.Errorf("header of a run on the calibrated topology:\n%s", out)
+	}
+}
+
+// What the reader notices of a file (a log cut before its footer) calibrate says too, as
+// compare and plot do: the fit is made from the rows there are.
+func TestCalibrateSaysWhatTheReaderNoticed(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	table, _, _ := gpubench(t, "--backend", "sim", "--topology", "dgx-a100", "allreduce", "-b", "1M", "-e", "4M")
+	cut, _, _ := strings.Cut(table, "# Out of bounds values")
+	log := filepath.Join(dir, "cut.log")
+	if err := os.WriteFile(log, []byte(cut), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := gpubench(t, "calibrate", "--topology", "dgx-a100", log, "-o", filepath.Join(dir, "cal.json"))
+	if want := "gpubench: " + log + ": the run at line 1 has no footer"; code != 0 || !strings.HasPrefix(errOut, want) {
+		t.Errorf("exit %d, stderr %q; want 0 and %q...", code, errOut, want)
 	}
 }

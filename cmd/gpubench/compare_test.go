@@ -298,3 +298,52 @@ func TestCompareNCCLTests(t *testing.T) {
 		t.Errorf("two runs: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
+
+// gpubench's own tables read back as its JSON of the same run does: with --expect's columns,
+// with --per-iter's, and with -N's cycles, which compare sets against a run of one cycle; a
+// table of -C's host times is refused, as nccl-tests' is, where its JSON compares.
+func TestOwnTablesReadBack(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name string, args ...string) {
+		t.Helper()
+		out, errOut, code := gpubench(t, append([]string{"allreduce", "--backend", "sim", "--topology", "dgx-h100", "--sizes", "1M:4M"}, args...)...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d, %s", args, code, errOut)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(out), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("one.json", "--output", "json")
+	write("expect.txt", "--expect")
+	write("periter.txt", "--expect", "--per-iter")
+	write("cycles.txt", "-N", "2")
+	write("cycles.json", "-N", "2", "--output", "json")
+	write("cpu.txt", "-C", "1")
+	write("cpu.json", "-C", "1", "--output", "json")
+	for _, c := range []struct {
+		old, new string
+		lines    int // compared placements, each judged the same
+	}{
+		{"one.json", "expect.txt", 6},
+		{"one.json", "periter.txt", 6},
+		{"cycles.txt", "cycles.json", 12},
+		{"one.json", "cycles.txt", 12},
+		{"cycles.json", "one.json", 12},
+		{"one.json", "cpu.json", 6},
+	} {
+		out, errOut, code := inDir(t, dir, "compare", c.old, c.new)
+		want := fmt.Sprintf("# 0 regressions, 0 noisy, 0 improved, %d same, 0 n/a; 0 only in OLD, 0 only in NEW (row placements)\n", c.lines)
+		if code != 0 || !strings.HasSuffix(out, want) {
+			t.Errorf("compare %s %s: exit %d, stderr %q, stdout ends %q; want %q", c.old, c.new, code, errOut, out[max(0, len(out)-200):], want)
+		}
+		if cyc := strings.Contains(c.old+c.new, "cycles"); cyc != strings.Contains(out, "  cycle  ") {
+			t.Errorf("compare %s %s: a cycle column is %v, want %v:\n%s", c.old, c.new, !cyc, cyc, out)
+		}
+	}
+	_, errOut, code := inDir(t, dir, "compare", "one.json", "cpu.txt")
+	if want := "gpubench: cpu.txt: line 17: the table reports host CPU times (-C 1), which gpubench does not set against GPU times: rerun without -C (gpubench's --output json of such a run holds both)\n"; code != exitUsage || errOut != want {
+		t.Errorf("a -C table: exit %d, stderr %q; want 2 and %q", code, errOut, want)
+	}
+}

@@ -34,7 +34,7 @@ func newPlotCmd(e *env, g *globals) *cobra.Command {
 		Long: "plot draws collective results (--output json documents, JSON lines written with --out, or\n" +
 			"nccl-tests' output) as busbw, algbw or time against size on a log axis, one line per run with a\n" +
 			"legend, what the run was expected to do where it carries --expect figures (dotted), and each\n" +
-			"topology's nominal bus peak as a dashed line. p2p results (gpubench p2p --output json) become\n" +
+			"topology's nominal bus peak as a dotted grey line. p2p results (gpubench p2p --output json) become\n" +
 			"heat maps of the matrices asked for, the unidirectional P2P write bandwidth by default. The\n" +
 			"image is SVG or PNG, by the extension of --out.",
 		Example: "  gpubench plot before.json after.json --out busbw.svg\n  gpubench plot run.json --y time --placement both --out time.png\n  gpubench plot p2p.json --matrix uni_enabled,bi_enabled --out p2p.png",

@@ -265,13 +265,16 @@ func measureName(m string) string {
 // fileSeries makes a file's lines: per type, op and root group, and per placement asked for.
 func fileSeries(f *results.File, opt Options, nameColl bool) []series {
 	c := f.Coll
-	type group struct{ typ, op, root string }
+	type group struct{ typ, op, root, cycle string }
 	var order []group
 	rows := map[group][]results.Row{}
 	for _, r := range c.Results {
 		g := group{typ: r.Type, op: string(r.Op)}
 		if r.Root != nil {
 			g.root = fmt.Sprintf("root %d", *r.Root)
+		}
+		if r.Cycle > 0 { // a repeated sweep (-N): a line per cycle
+			g.cycle = fmt.Sprintf("cycle %d", r.Cycle)
 		}
 		if _, ok := rows[g]; !ok {
 			order = append(order, g)
@@ -289,7 +292,7 @@ func fileSeries(f *results.File, opt Options, nameColl bool) []series {
 				label += " " + c.Collective
 			}
 			if len(order) > 1 {
-				label += " " + strings.Join(strings.Fields(strings.Join([]string{g.typ, g.op, g.root}, " ")), " ")
+				label += " " + strings.Join(strings.Fields(strings.Join([]string{g.typ, g.op, g.root, g.cycle}, " ")), " ")
 			}
 			if opt.Placement == "both" {
 				label += map[string]string{"out": " out-of-place", "in": " in-place"}[pl]

@@ -245,3 +245,28 @@ func FuzzParseImageSize(f *testing.F) {
 		}
 	})
 }
+
+// A run that repeats its sweep (-N) is a line per cycle, each labelled with it, not one line
+// that runs through every cycle's sizes back and forth.
+func TestSeriesPerCycle(t *testing.T) {
+	f := collFile("cycles", 1)
+	var rows []results.Row
+	for cycle := 1; cycle <= 2; cycle++ {
+		for _, r := range f.Coll.Results {
+			r.Cycle = cycle
+			rows = append(rows, r)
+		}
+	}
+	f.Coll.Results = rows
+	s := fileSeries(f, Options{Measure: "busbw", Placement: "out"}, false)
+	var labels []string
+	for _, x := range s {
+		labels = append(labels, x.label)
+		if len(x.xys) != 6 {
+			t.Errorf("%s: %d points; want the 6 sizes above 0 B", x.label, len(x.xys))
+		}
+	}
+	if want := []string{"cycles float sum cycle 1", "cycles float sum cycle 2"}; !slices.Equal(labels, want) {
+		t.Errorf("lines %q; want %q", labels, want)
+	}
+}

@@ -2,6 +2,8 @@ package results
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,7 +15,7 @@ const (
 	Regression = "regression" // bandwidth fell past the threshold, beyond the runs' noise
 	Improved   = "improved"   // bandwidth rose past the threshold, beyond the runs' noise
 	Noisy      = "noisy"      // past the threshold, but within the runs' per-iteration spread
-	NoFigure   = "n/a"        // OLD has no bandwidth to compare with (0 B rows)
+	NoFigure   = "n/a"        // OLD has no bandwidth to compare with (0 B rows), or a log printed one too coarsely (0.00)
 	OnlyOld    = "only_old"   // the row is only in OLD
 	OnlyNew    = "only_new"   // the row is only in NEW
 )
@@ -71,37 +73,52 @@ func Compare(old, new *File, threshold float64) (*Comparison, error) {
 			cmp.Notes = append(cmp.Notes, fmt.Sprintf("%s did not finish: only its %d rows are compared", f.Name, len(f.Coll.Results)))
 		}
 	}
-	olds := map[RowKey]Row{}
-	for _, r := range oc.Results {
-		olds[r.Key(oc.Collective)] = r
+	// A run of several cycles (-N) set against a run of one: each cycle's row is set against the
+	// other run's one row of that key.
+	oneOld, oneNew := !cycled(oc), !cycled(nc)
+	if oneOld != oneNew {
+		cmp.Notes = append(cmp.Notes, "one run repeats its sweep (-N) and the other does not: each cycle is set against the other run's one sweep")
 	}
-	news := map[RowKey]bool{}
+	match := func(k RowKey, againstOne bool) RowKey {
+		if againstOne {
+			k.Cycle = 0
+		}
+		return k
+	}
+	olds := map[RowKey][]Row{}
+	for _, r := range oc.Results {
+		k := match(r.Key(oc.Collective), oneNew)
+		olds[k] = append(olds[k], r)
+	}
+	matched := map[RowKey]bool{}
 	zero := oc.ZeroBusBW && nc.ZeroBusBW
 	for _, nr := range nc.Results {
-		k := nr.Key(nc.Collective)
-		news[k] = true
-		or, ok := olds[k]
+		k := match(nr.Key(nc.Collective), oneOld)
+		ors := olds[k]
+		matched[k] = matched[k] || len(ors) > 0
 		for _, pl := range []string{OutOfPlace, InPlace} {
 			np := pick(nr, pl)
-			l := Line{Key: k, Placement: pl, New: &np}
-			if ok {
-				op := pick(or, pl)
-				l.Old = &op
-				judge(&l, threshold, zero)
-			} else {
-				l.Verdict = OnlyNew
+			if len(ors) == 0 {
+				cmp.Lines = append(cmp.Lines, Line{Key: nr.Key(nc.Collective), Placement: pl, New: &np, Verdict: OnlyNew})
 			}
-			cmp.Lines = append(cmp.Lines, l)
+			for _, or := range ors {
+				op := pick(or, pl)
+				l := Line{Key: nr.Key(nc.Collective), Placement: pl, Old: &op, New: &np}
+				if or.Cycle > 0 {
+					l.Key.Cycle = or.Cycle // NEW has one cycle, OLD several
+				}
+				judge(&l, threshold, zero)
+				cmp.Lines = append(cmp.Lines, l)
+			}
 		}
 	}
 	for _, or := range oc.Results {
-		k := or.Key(oc.Collective)
-		if news[k] {
+		if matched[match(or.Key(oc.Collective), oneNew)] {
 			continue
 		}
 		for _, pl := range []string{OutOfPlace, InPlace} {
 			op := pick(or, pl)
-			cmp.Lines = append(cmp.Lines, Line{Key: k, Placement: pl, Old: &op, Verdict: OnlyOld})
+			cmp.Lines = append(cmp.Lines, Line{Key: or.Key(oc.Collective), Placement: pl, Old: &op, Verdict: OnlyOld})
 		}
 	}
 	sort.SliceStable(cmp.Lines, func(i, j int) bool { return less(cmp.Lines[i], cmp.Lines[j]) })
@@ -128,11 +145,18 @@ func pick(r Row, placement string) Placement {
 	return r.OutOfPlace
 }
 
+// cycled says whether c repeats its sweep (-N): its rows carry cycle numbers.
+func cycled(c *Coll) bool {
+	return slices.ContainsFunc(c.Results, func(r Row) bool { return r.Cycle > 0 })
+}
+
 func less(a, b Line) bool {
 	ka, kb := a.Key, b.Key
 	switch {
 	case ka.Collective != kb.Collective:
 		return ka.Collective < kb.Collective
+	case ka.Cycle != kb.Cycle:
+		return ka.Cycle < kb.Cycle
 	case ka.Type != kb.Type:
 		return ka.Type < kb.Type
 	case ka.Op != kb.Op:
@@ -160,7 +184,9 @@ func judge(l *Line, threshold float64, zeroBusBW bool) {
 		d := n.TimeUS/o.TimeUS - 1
 		l.TimeDelta = &d
 	}
-	if !(ob > 0) {
+	// A figure read from a log is the run's to the digits printed: a move within them is no move.
+	slack := o.slack + n.slack
+	if !(ob > 0) || slack >= 1 {
 		l.Verdict = NoFigure
 		return
 	}
@@ -168,7 +194,9 @@ func judge(l *Line, threshold float64, zeroBusBW bool) {
 	l.BWChange = &change
 	const ulp = 1e-9 // a move of exactly the threshold is within it: 95 / 100 - 1 is -0.050000000000000044
 	switch {
-	case change < -threshold-ulp:
+	case math.Abs(change) <= slack+ulp:
+		l.Verdict = Same
+	case change < -threshold-ulp-slack:
 		l.Verdict = Regression
 		if o.PerIter != nil && n.PerIter != nil {
 			beyond := n.PerIter.P50US > o.PerIter.P95US
@@ -177,7 +205,7 @@ func judge(l *Line, threshold float64, zeroBusBW bool) {
 				l.Verdict = Noisy
 			}
 		}
-	case change > threshold+ulp:
+	case change > threshold+ulp+slack:
 		l.Verdict = Improved
 		if o.PerIter != nil && n.PerIter != nil {
 			beyond := o.PerIter.P50US > n.PerIter.P95US

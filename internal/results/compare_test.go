@@ -131,3 +131,42 @@ func TestNumSmall(t *testing.T) {
 		}
 	}
 }
+
+// A log's figures are the run's to the digits it printed: a log without its device list keeps
+// its printed busbw (two decimals), which says 0.00 for an 8 B call and moves by rounding alone
+// against the same log's worked-out figures; neither is a regression.
+func TestComparePrintedDigits(t *testing.T) {
+	const header = "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+	const devices = "# Using devices\n" +
+		"#  Rank  0 Group  0 Pid   1000 on      host1 device  0 [0x0a] NVIDIA H100 80GB HBM3\n" +
+		"#  Rank  1 Group  0 Pid   1001 on      host1 device  1 [0x18] NVIDIA H100 80GB HBM3\n"
+	const rows = "           8             2     float     sum      -1    28.00    0.00    0.00      0    28.00    0.00    0.00      0\n" +
+		"         512           128     float     sum      -1    28.00    0.02    0.02      0    28.00    0.02    0.02      0\n" +
+		"     1048576        262144     float     sum      -1    40.60   25.83   25.83      0    40.60   25.83   25.83      0\n" +
+		"# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 8.6\n#\n# Collective test concluded: all_reduce_perf\n"
+	listed, err := Read("listed.log", []byte(devices+header+rows))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare, err := Read("bare.log", []byte(header+rows))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Compare(listed, bare, 0.05)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int64]string{8: NoFigure, 512: Same, 1048576: Same}
+	for _, l := range c.Lines {
+		if l.Verdict != want[l.Key.Size] {
+			t.Errorf("%d B %s: %s; want %s", l.Key.Size, l.Placement, l.Verdict, want[l.Key.Size])
+		}
+	}
+	slower, err := Read("slower.log", []byte(devices+header+strings.ReplaceAll(rows, "40.60", "48.60")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err = Compare(listed, slower, 0.05); err != nil || c.Regressions() != 2 {
+		t.Errorf("a 1 MiB call 20%% slower: %d regressions, %v; want 2", c.Regressions(), err)
+	}
+}

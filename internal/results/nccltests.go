@@ -72,6 +72,7 @@ type ntRun struct {
 	bounds    *Bounds
 	avg       *float64
 	setup     *ntSetup // from the "# nThread" line, when the log has it
+	cycles    int      // a gpubench table's -N: its note "The sweep runs N times" or "repeats until interrupted" (-1)
 }
 
 // ntSetup is how a run was timed, from its "# nThread ..." line and "# Blocking Enabled" line.
@@ -132,6 +133,7 @@ var (
 	ntRank     = regexp.MustCompile(`^Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*)$`)
 	ntNCCL     = regexp.MustCompile(`NCCL version (\S+)`)
 	ntGpubench = regexp.MustCompile(`^gpubench (\S+): \S+ \(nccl-tests (\S+) layout\), backend (\S+?)(?:, topology (\S+))?$`)
+	ntCycles   = regexp.MustCompile(`^The sweep (?:runs (\d+) times \(-N \d+\)|repeats until interrupted \(-N 0\))`)
 )
 
 // readNCCLTests reads the text nccl-tests prints. A log may hold several runs: they are read as
@@ -252,6 +254,12 @@ func scanNCCLTests(text string) (runs []*ntRun, empty int, err error) {
 		case strings.HasPrefix(text, "nThread "):
 			begin(n)
 			run.setup = parseSetup(text)
+		case run.gpubench != nil && run.layout == nil && ntCycles.MatchString(text):
+			if m := ntCycles.FindStringSubmatch(text); m[1] != "" {
+				run.cycles, _ = strconv.Atoi(m[1])
+			} else {
+				run.cycles = -1
+			}
 		case strings.HasPrefix(text, "Blocking Enabled") && run.setup != nil && run.layout == nil:
 			run.setup.blocking = blockingMode(text)
 		case strings.HasPrefix(text, "Rank "):
@@ -285,7 +293,7 @@ func scanNCCLTests(text string) (runs []*ntRun, empty int, err error) {
 		case isTableHeader(strings.Fields(text)):
 			begin(n)
 			var err error
-			if run.layout, err = parseLayout(strings.Fields(text)); err != nil {
+			if run.layout, err = parseLayout(headerColumns(text)); err != nil {
 				return nil, 0, fmt.Errorf("line %d: %v", n, err)
 			}
 			run.tableLine, run.mentions, mentions = n, mentions, nil
@@ -326,6 +334,18 @@ func isTableHeader(f []string) bool {
 		(slices.Contains(f, "time") || slices.Contains(f, "cputime")) && slices.Contains(f, "busbw")
 }
 
+// headerColumns are the table header's column names: its words, except that gpubench's --expect
+// columns are headed "vs exp", two words for one column.
+func headerColumns(text string) []string {
+	f := strings.Fields(text)
+	for i := 0; i+1 < len(f); i++ {
+		if f[i] == "vs" && f[i+1] == "exp" {
+			f = slices.Replace(f, i, i+2, "vs exp")
+		}
+	}
+	return f
+}
+
 // ntLayout is where a table's figures are: column indexes, -1 for a column the table lacks.
 type ntLayout struct {
 	columns                       int
@@ -344,7 +364,7 @@ type ntPlace struct {
 func parseLayout(cols []string) (*ntLayout, error) {
 	switch {
 	case slices.Contains(cols, "cputime"):
-		return nil, errors.New("the table reports host CPU times (nccl-tests -C 1), which gpubench does not set against GPU times: rerun without -C")
+		return nil, errors.New("the table reports host CPU times (-C 1), which gpubench does not set against GPU times: rerun without -C (gpubench's --output json of such a run holds both)")
 	case slices.Contains(cols, "timestamp"):
 		return nil, errors.New("the table has a timestamp column (nccl-tests -S 1), which is not read: rerun without -S")
 	}
@@ -428,6 +448,25 @@ func (l *ntLayout) row(f []string) (Row, error) {
 	return r, nil
 }
 
+// printSlack is how far, as a fraction of v, the figure printed as s may be from the one it was
+// printed from: half a unit of its last digit over v (infinite for a printed 0).
+func printSlack(s string, v float64) float64 {
+	mant, _, _ := strings.Cut(strings.ToLower(s), "e")
+	unit := 1.0
+	if _, dec, ok := strings.Cut(mant, "."); ok {
+		unit = math.Pow(10, -float64(len(dec)))
+	}
+	if exp := strings.TrimPrefix(strings.ToLower(s), strings.ToLower(mant)); exp != "" {
+		if e, err := strconv.Atoi(exp[1:]); err == nil {
+			unit *= math.Pow(10, float64(e))
+		}
+	}
+	if v <= 0 {
+		return math.Inf(1)
+	}
+	return unit / 2 / v
+}
+
 // bandwidthsFromTime works a row's bandwidths out from its size and times, as nccl-tests does
 // before it prints them (algbw = size / time, busbw = algbw × the collective's factor for its
 // ranks): it prints them with two decimals, so that at small sizes they keep one significant digit
@@ -436,6 +475,7 @@ func (r *Row) bandwidthsFromTime(c *coll.Collective, ranks int) {
 	for _, p := range []*Placement{&r.OutOfPlace, &r.InPlace} {
 		if alg := float64(r.Size) / (p.TimeUS * 1e3); p.TimeUS > 0 && valid(alg) && valid(alg*c.Factor(ranks)) {
 			p.AlgBW, p.BusBW = alg, alg*c.Factor(ranks) // else the printed ones, which were read within bounds
+			p.slack = p.timeSlack
 		}
 	}
 }
@@ -453,6 +493,7 @@ func (p ntPlace) read(f []string) (Placement, error) {
 		}
 		*v.to = x
 	}
+	pl.timeSlack, pl.slack = printSlack(f[p.time], pl.TimeUS), printSlack(f[p.busbw], pl.BusBW)
 	if p.wrong < 0 || f[p.wrong] == "N/A" {
 		return pl, nil // not checked
 	}
@@ -593,13 +634,28 @@ func mergeRuns(runs []*ntRun) (*Coll, []string, error) {
 			return nil, nil, fmt.Errorf("line %d: this run was timed otherwise than the run at line %d (threads, GPUs, iterations, graph or blocking): split the log", r.line, first.line)
 		}
 		c.Config.Ranks = max(c.Config.Ranks, r.ranks())
+		if r.cycles != 0 {
+			c.Config.Cycles = r.cycles
+		}
 		var prev *RowKey
+		var first, last RowKey // without the cycle
+		cycle := 0
 		for i, row := range r.rows {
 			if !c0.Reduces {
 				row.Op = ""
 			}
 			if !c0.Rooted {
 				row.Root = nil
+			}
+			if r.cycles != 0 { // gpubench's -N: each cycle's rows follow the last's, from the first size again
+				base := row.Key(c0.Name)
+				if i == 0 {
+					first = base
+				}
+				if i == 0 || base == first && base != last {
+					cycle++
+				}
+				row.Cycle, last = cycle, base
 			}
 			k := row.Key(c0.Name)
 			if at, ok := seen[k]; ok && (prev == nil || k != *prev) {

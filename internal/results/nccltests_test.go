@@ -251,7 +251,7 @@ func TestReadNCCLTestsBad(t *testing.T) {
 		{"wrong count", ntHeader + strings.Replace(row, "  0\n", "0.5\n", 1), `x.log: line 2: in-place #wrong "0.5" is not a count`},
 		{"type", ntHeader + strings.Replace(row, "float", "flaot", 1), `x.log: line 2: type "flaot" is not one nccl-tests prints`},
 		{"redop", ntHeader + strings.Replace(row, "sum", "xor", 1), `x.log: line 2: redop "xor" is not one nccl-tests prints`},
-		{"cpu time", strings.Replace(ntHeader, "time", "cputime", 2) + row, "x.log: line 1: the table reports host CPU times (nccl-tests -C 1), which gpubench does not set against GPU times: rerun without -C"},
+		{"cpu time", strings.Replace(ntHeader, "time", "cputime", 2) + row, "x.log: line 1: the table reports host CPU times (-C 1), which gpubench does not set against GPU times: rerun without -C (gpubench's --output json of such a run holds both)"},
 		{"one placement", "#  size  count  type  time  algbw  busbw  #wrong\n", "x.log: line 1: a table header with 1 time columns: expected an out-of-place and an in-place one"},
 		{"gather", "# Collective test starting: gather_perf\n" + ntHeader + row,
 			"x.log: line 1: gather_perf measures a collective gpubench does not run (it reads all_reduce_perf, all_gather_perf, reduce_scatter_perf, broadcast_perf, reduce_perf, alltoall_perf, sendrecv_perf)"},

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -98,6 +100,20 @@ func verdictText(l Line) string {
 	return v
 }
 
+// cycles says whether a line of c belongs to a cycle of a repeated sweep (-N): the table then
+// has a cycle column.
+func (c *Comparison) cycles() bool {
+	return slices.ContainsFunc(c.Lines, func(l Line) bool { return l.Key.Cycle > 0 })
+}
+
+// cycleCell is a table's cycle cell, or nothing when the table has no cycle column.
+func cycleCell(cycles bool, v string) string {
+	if !cycles {
+		return ""
+	}
+	return fmt.Sprintf("  %5s", v)
+}
+
 func summary(c *Comparison) string {
 	n := c.Counts
 	return fmt.Sprintf("%d regression%s, %d noisy, %d improved, %d same, %d n/a; %d only in OLD, %d only in NEW (row placements)",
@@ -126,14 +142,15 @@ func compareTable(w io.Writer, cmps []*Comparison) error {
 		for _, n := range c.Notes {
 			fmt.Fprintf(w, "# Note: %s\n", n)
 		}
-		fmt.Fprintf(w, "#\n# %12s  %12s  %8s  %6s  %4s  %5s  %9s  %9s  %7s  %9s  %9s  %7s  %s\n",
-			"collective", "size", "type", "redop", "root", "place", "old busbw", "new busbw", "change", "old time", "new time", "change", "verdict")
-		fmt.Fprintf(w, "# %12s  %12s  %8s  %6s  %4s  %5s  %9s  %9s  %7s  %9s  %9s  %7s\n",
-			"", "(B)", "", "", "", "", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "")
+		cycles := c.cycles()
+		fmt.Fprintf(w, "#\n# %12s%s  %12s  %8s  %6s  %4s  %5s  %9s  %9s  %7s  %9s  %9s  %7s  %s\n",
+			"collective", cycleCell(cycles, "cycle"), "size", "type", "redop", "root", "place", "old busbw", "new busbw", "change", "old time", "new time", "change", "verdict")
+		fmt.Fprintf(w, "# %12s%s  %12s  %8s  %6s  %4s  %5s  %9s  %9s  %7s  %9s  %9s  %7s\n",
+			"", cycleCell(cycles, ""), "(B)", "", "", "", "", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "")
 		for _, l := range c.Lines {
 			bw := bwOf(l)
-			fmt.Fprintf(w, "  %12s  %12d  %8s  %6s  %4d  %5s  %9s  %9s  %7s  %9s  %9s  %7s  %s\n",
-				l.Key.Collective, l.Key.Size, l.Key.Type, opText(l.Key.Op), l.Key.Root, shortPlace(l.Placement),
+			fmt.Fprintf(w, "  %12s%s  %12d  %8s  %6s  %4d  %5s  %9s  %9s  %7s  %9s  %9s  %7s  %s\n",
+				l.Key.Collective, cycleCell(cycles, strconv.Itoa(l.Key.Cycle)), l.Key.Size, l.Key.Type, opText(l.Key.Op), l.Key.Root, shortPlace(l.Placement),
 				num(l.Old, bw), num(l.New, bw), pct(l.BWChange), num(l.Old, timeOf), num(l.New, timeOf), pct(l.TimeDelta), verdictText(l))
 		}
 		fmt.Fprintf(w, "# %s\n", summary(c))
@@ -148,16 +165,25 @@ func compareMarkdown(w io.Writer, cmps []*Comparison) error {
 		}
 		fmt.Fprintf(w, "**gpubench compare**: OLD `%s` (%s) against NEW `%s` (%s); threshold %s\n\n",
 			c.Old.Name, describe(c.Old), c.New.Name, describe(c.New), thresholdText(c.Threshold))
-		fmt.Fprintln(w, "| collective | size (B) | type | redop | root | placement | OLD busbw (GB/s) | NEW busbw (GB/s) | change | OLD time (us) | NEW time (us) | change | verdict |")
-		fmt.Fprintln(w, "|---|---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|")
+		cycles := c.cycles()
+		head, rule := "| collective |", "|---|"
+		if cycles {
+			head, rule = head+" cycle |", rule+"---:|"
+		}
+		fmt.Fprintln(w, head+" size (B) | type | redop | root | placement | OLD busbw (GB/s) | NEW busbw (GB/s) | change | OLD time (us) | NEW time (us) | change | verdict |")
+		fmt.Fprintln(w, rule+"---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|---|")
 		for _, l := range c.Lines {
 			bw := bwOf(l)
 			v := verdictText(l)
 			if l.Verdict == Regression {
 				v = "**" + v + "**"
 			}
-			fmt.Fprintf(w, "| %s | %d | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-				l.Key.Collective, l.Key.Size, l.Key.Type, opText(l.Key.Op), l.Key.Root, strings.ReplaceAll(l.Placement, "_", "-"),
+			cell := ""
+			if cycles {
+				cell = fmt.Sprintf(" %d |", l.Key.Cycle)
+			}
+			fmt.Fprintf(w, "| %s |%s %d | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+				l.Key.Collective, cell, l.Key.Size, l.Key.Type, opText(l.Key.Op), l.Key.Root, strings.ReplaceAll(l.Placement, "_", "-"),
 				num(l.Old, bw), num(l.New, bw), pct(l.BWChange), num(l.Old, timeOf), num(l.New, timeOf), pct(l.TimeDelta), v)
 		}
 		fmt.Fprintf(w, "\n%s.\n", summary(c))
@@ -196,6 +222,7 @@ type jsonComparison struct {
 
 type jsonCompareRow struct {
 	Collective string    `json:"collective"`
+	Cycle      int       `json:"cycle,omitempty"`
 	Size       int64     `json:"size_bytes"`
 	Type       string    `json:"type"`
 	Op         *string   `json:"redop"`
@@ -248,7 +275,7 @@ func compareJSON(cmps []*Comparison) jsonCompare {
 			jc.Counts[v] = c.Counts[v]
 		}
 		for _, l := range c.Lines {
-			r := jsonCompareRow{Collective: l.Key.Collective, Size: l.Key.Size, Type: l.Key.Type, Placement: l.Placement,
+			r := jsonCompareRow{Collective: l.Key.Collective, Cycle: l.Key.Cycle, Size: l.Key.Size, Type: l.Key.Type, Placement: l.Placement,
 				Old: side(l.Old), New: side(l.New), BWChange: l.BWChange, TimeChange: l.TimeDelta, Verdict: l.Verdict}
 			if l.Key.Op != "" {
 				op := l.Key.Op

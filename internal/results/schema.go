@@ -109,6 +109,10 @@ type Placement struct {
 	PerIter     *PerIter  `json:"per_iter,omitempty"` // with --per-iter
 	Expected    *Expected `json:"expected,omitempty"` // with --expect
 	absent      string
+	// slack is how far, as a fraction, the bandwidths may be from the run's own for want of
+	// printed digits: half a unit of the last digit printed of the figure they come from (the
+	// time, or a log's busbw when its ranks are unknown), over the figure. 0 for JSON.
+	slack, timeSlack float64
 }
 
 // Expected is what the machine should do for a placement (--expect): the simulator's time and

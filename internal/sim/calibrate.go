@@ -103,6 +103,9 @@ func Calibrate(t *gpu.Topology, colls []CollRun, copies []LocalCopy) (*gpu.Calib
 
 // samplesOf asks the uncalibrated model about every row of a run.
 func samplesOf(t *gpu.Topology, r CollRun) ([]sample, error) {
+	if r.Ranks == 0 {
+		return nil, fmt.Errorf("%w: %s does not list the ranks it ran on (the lines under \"# Using devices\"): keep those lines in the log", ErrCalibrate, r.File)
+	}
 	if r.Ranks < 1 || r.Ranks > t.NumGPUs() {
 		return nil, fmt.Errorf("%w: %s ran on %d ranks; topology %s has %d GPUs", ErrCalibrate, r.File, r.Ranks, t.Name, t.NumGPUs())
 	}
