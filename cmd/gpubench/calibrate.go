@@ -302,8 +302,9 @@ func calibratedRange(e *env, cal *gpu.Calibration, w coll.Sweep, ranks int) {
 		return // no collective was measured, so none of the collective model's figures was fitted
 	}
 	var past []string
-	if w.Min < m.MinBytes || w.Max > m.MaxBytes {
-		past = append(past, fmt.Sprintf("sizes %s to %s (measured %s to %s)", coll.FormatSize(w.Min), coll.FormatSize(w.Max), coll.FormatSize(m.MinBytes), coll.FormatSize(m.MaxBytes)))
+	sizes := w.Sizes()
+	if largest := sizes[len(sizes)-1]; w.Min < m.MinBytes || largest > m.MaxBytes { // the sizes the sweep runs: 1M:12G:x16 ends at 4G
+		past = append(past, fmt.Sprintf("sizes %s to %s (measured %s to %s)", coll.FormatSize(w.Min), coll.FormatSize(largest), coll.FormatSize(m.MinBytes), coll.FormatSize(m.MaxBytes)))
 	}
 	if ranks > m.MaxRanks {
 		past = append(past, fmt.Sprintf("%d ranks (measured up to %d)", ranks, m.MaxRanks))

@@ -65,6 +65,15 @@ func TestCalibrateCommand(t *testing.T) {
 	if code != 0 || !strings.Contains(errOut, "gpubench: this run goes past what the topology was calibrated on: 16 ranks (measured up to 8); those figures are extrapolated") {
 		t.Errorf("16 ranks on a calibration of 8: exit %d, %q", code, errOut)
 	}
+	// A sweep asked to go past the measured 4 GiB whose sizes stop within it is not past it.
+	_, errOut, code = gpubench(t, "--backend", "sim", "--topology", cal, "allreduce", "--sizes", "1M:12G:x16", "-c", "0")
+	if code != 0 || strings.Contains(errOut, "goes past") {
+		t.Errorf("1M:12G:x16 (1, 16, 256 MiB, 4 GiB) on a calibration of 8 B to 4 GiB: exit %d, %q", code, errOut)
+	}
+	_, errOut, _ = gpubench(t, "--backend", "sim", "--topology", cal, "allreduce", "--sizes", "2G:8G", "-c", "0")
+	if !strings.Contains(errOut, "goes past what the topology was calibrated on: sizes 2GiB to 8GiB (measured 8B to 4GiB)") {
+		t.Errorf("2G:8G on a calibration of 8 B to 4 GiB: %q", errOut)
+	}
 	out, _, code = gpubench(t, "calibrate", "--topology", "dgx-h100", run, "-o", filepath.Join(dir, "cal2.json"), "--output", "json")
 	var doc struct {
 		Calibration struct {

@@ -329,17 +329,6 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 		}
 		ctx = wd.group.Context()
 	}
-	if f.out != "" && proc.Rank == 0 {
-		file, err := os.Create(f.out)
-		if err != nil {
-			if wd != nil {
-				wd.close(err)
-			}
-			return usageErr("cannot write --out: %v", err)
-		}
-		defer file.Close()
-		w = report.Tee(w, report.NewCollStream(named{file, "--out " + f.out}))
-	}
 	r := &report.CollRun{Version: e.version, Coll: c, Backend: b.Name(), Opt: opt, PID: e.pid, Start: e.now(), DataCap: dataCap, Threads: threads}
 	if t := b.Topology(); t != nil {
 		r.Topology = t.Name
@@ -365,6 +354,17 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 			return err
 		}
 		r.Opt = opt
+	}
+	if f.out != "" && proc.Rank == 0 { // the last thing that can fail before the run: nothing half-written
+		file, err := os.Create(f.out)
+		if err != nil {
+			if wd != nil {
+				wd.close(err)
+			}
+			return usageErr("cannot write --out: %v", err)
+		}
+		defer file.Close()
+		w = report.Tee(w, report.NewCollStream(named{file, "--out " + f.out}))
 	}
 	return f.measure(ctx, e, g, b, opt, r, w, wd, proc.Rank == 0)
 }

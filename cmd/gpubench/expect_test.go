@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -179,5 +181,19 @@ func TestP2PIgnoresNCCLVariables(t *testing.T) {
 	}
 	if v := doc.Matrices["uni_enabled"].Values[0][1]; v == nil || *v < 300 {
 		t.Errorf("0->1 P2P copies with NCCL_P2P_DISABLE=1: %v GB/s; want NVLink's (about 369)", v)
+	}
+}
+
+// A run refused for its --expect flags leaves no --out file behind: the stream is opened only
+// once nothing but the run itself can fail.
+func TestRefusedRunWritesNoOut(t *testing.T) {
+	t.Parallel()
+	out := filepath.Join(t.TempDir(), "r.jsonl")
+	stdout, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--sizes", "1M", "--out", out, "--expect-floor", "0.5")
+	if code != exitUsage || stdout != "" || !strings.Contains(errOut, "--expect-floor needs --expect") {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want the refusal, exit 2", code, stdout, errOut)
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Errorf("a refused run left %s", out)
 	}
 }

@@ -295,7 +295,15 @@ func footerNotes(r *CollRun) []string {
 		if r.DataCap > 0 {
 			why = fmt.Sprintf("the simulator backs only %s of device memory with host memory (--sim-data-cap)", coll.FormatSize(r.DataCap))
 		}
-		notes = append(notes, fmt.Sprintf("Timing only          : from %d B on, %s; #wrong is N/A", s.TimingOnlyFrom, why))
+		from := fmt.Sprintf("from %d B on", s.TimingOnlyFrom)
+		if i := slices.IndexFunc(s.Results, func(res coll.Result) bool { return res.InPlace.TimingOnly }); i < 0 || s.Results[i].Size > s.TimingOnlyFrom {
+			// in place, a rank holds one buffer where out of place it holds two
+			from = fmt.Sprintf("from %d B on out of place", s.TimingOnlyFrom)
+			if i >= 0 {
+				from += fmt.Sprintf(", from %d B in place", s.Results[i].Size)
+			}
+		}
+		notes = append(notes, fmt.Sprintf("Timing only          : %s, %s; #wrong is N/A there", from, why))
 	}
 	if s.Err != nil {
 		notes = append(notes, "Stopped early        : "+s.Err.Error()+"; the results above are all that was measured")

@@ -145,6 +145,8 @@ func jsonControl(data []byte) (at int, r rune, found bool) {
 		switch c := data[i]; {
 		case c == '"':
 			in = !in
+		case c == '\n':
+			in = false // a string cut by the end of its line: the JSON reader names the broken line
 		case !in:
 		case c == '\\' && i+1 < len(data):
 			i++

@@ -198,6 +198,7 @@ func TestReadRejects(t *testing.T) {
 		{"p2p ragged", strings.Replace(p2pDoc, `[50, 100]`, `[50]`, 1), "row 1 has 1 cells for 2 devices"},
 		{"p2p no matrices", `{"command": "p2p", "backend": "sim", "devices": []}`, `no "matrices"`},
 		{"lines bad middle", start + "\n{oops\n" + res + "\n", "line 2: not valid JSON"},
+		{"lines cut in a string", start + "\n" + `{"algorithm":"R` + "\n" + res + "\n", "line 2: not valid JSON"},
 		{"lines result first", res + "\n" + start + "\n", "line 1: a result record before the start record"},
 		{"lines after end", start + "\n" + `{"record":"end"}` + "\n" + res + "\n", "line 3: a record after the end record"},
 		{"lines unknown record", start + "\n" + `{"record":"middle"}` + "\n", `line 2: unknown record "middle"`},
