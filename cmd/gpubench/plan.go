@@ -138,6 +138,9 @@ func (f *planFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	if s.ReserveBytes != nil && *s.ReserveBytes >= machine.MemoryBytes {
 		return usageErr("invalid --reserve %s: a GPU of %s has %.1f GiB in all; set aside less", input.Safe(f.reserve), machine.Name, plan.GiBOf(machine.MemoryBytes))
 	}
+	if err := s.ValidateMachine(machine); err != nil {
+		return usageErr("invalid --%v", err)
+	}
 	if slices.Contains(f.measured, "") {
 		return usageErr("invalid --measured: an empty file name (a stray comma?); give result files, comma-separated")
 	}

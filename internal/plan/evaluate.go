@@ -12,6 +12,8 @@ type evaluator struct {
 	prices  *pricer
 
 	// Per-layer figures, as prefix sums over the layers (index i holds layers 0 to i-1).
+	tpGroups map[int]group // tpGroup's answers, by TP
+
 	paramSum     []float64 // parameters
 	moeSum       []int     // layers with routed experts
 	largestLayer float64
@@ -195,6 +197,33 @@ func (l Layout) edpGroup() group {
 	return group{0, l.TP, l.CP, l.TP * l.CP * l.EP, l.DP / l.EP}
 }
 
+// tpGroup is the TP group a layout's TP collectives are priced on: the first, when TP divides an
+// NVLink domain's GPUs (every group is then alike, inside one domain); else, as
+// --allow-tp-across-nodes lets it, the first that spans the most NVLink domains and then nodes,
+// since TP's collectives are on the critical path and the slowest group paces every step.
+func (e *evaluator) tpGroup(l Layout) group {
+	mc := e.machine
+	if l.TP < 2 || mc.DomainGPUs%l.TP == 0 {
+		return l.tpGroup()
+	}
+	if g, ok := e.tpGroups[l.TP]; ok {
+		return g
+	}
+	worst := l.tpGroup()
+	wn, wd := mc.span(worst)
+	for first := l.TP; first+l.TP <= mc.GPUs; first += l.TP {
+		g := line(first, 1, l.TP)
+		if n, d := mc.span(g); d > wd || (d == wd && n > wn) {
+			worst, wn, wd = g, n, d
+		}
+	}
+	if e.tpGroups == nil {
+		e.tpGroups = map[int]group{}
+	}
+	e.tpGroups[l.TP] = worst
+	return worst
+}
+
 // shards are the ranks that ZeRO shards dense parameters' and experts' state over.
 func (l Layout) shards() (dense, expert float64) {
 	return float64(l.CP * l.DP), float64(l.CP * l.DP / l.EP)
@@ -285,7 +314,7 @@ func (e *evaluator) pipeline(l Layout) (StepTime, []Collective, error) {
 		}
 		bytes := sLoc * b * h * 2
 		for _, coll := range []string{"allgather", "reducescatter"} {
-			c, err := e.call(&colls, "tp", coll, l.tpGroup(), bytes, calls*mb, "none: on the critical path")
+			c, err := e.call(&colls, "tp", coll, e.tpGroup(l), bytes, calls*mb, "none: on the critical path")
 			if err != nil {
 				return StepTime{}, nil, err
 			}

@@ -68,7 +68,7 @@ func FuzzSetup(f *testing.F) {
 			return
 		}
 		s.ZeRO = z
-		if s.Validate(&m) != nil || s.Precision == "fp8" || s.Seq > 1<<17 || s.GlobalBatch > 1<<12 {
+		if s.Validate(&m) != nil || s.ValidateMachine(mc) != nil || s.Precision == "fp8" || s.Seq > 1<<17 || s.GlobalBatch > 1<<12 {
 			return // fp8 needs a machine of its own; huge setups only take time
 		}
 		r, err := Plan(Options{Model: m, Setup: s, Machine: mc, Top: 2})

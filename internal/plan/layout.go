@@ -77,9 +77,13 @@ const maxVPP = 8
 // flatter them.
 const minCPTokens = 2048
 
-// rejection is why a layout cannot run; kind groups them for the summary.
+// rejection is why a layout cannot run; kind groups them for the summary. A quiet one is a size
+// the search does not try (more stages than layers, fewer than minCPTokens a CP rank, TP above
+// the heads): it is shown only when no layout is left, to say why.
 type rejection struct {
 	kind, text string
+	quiet      bool
+	size       int // the size it bit: TP, CP, PP or DP, as the text begins
 }
 
 // enumerate lists the layouts of the machine's GPUs that the model and setup allow, and counts
@@ -88,34 +92,54 @@ func (e *evaluator) enumerate(gpus, domain int) (layouts []Layout, rejected []re
 	m, s := e.model, e.setup
 	forced := func(want, v int) bool { return want == 0 || want == v }
 	for _, tp := range divisors(gpus) {
-		if !forced(s.TP, tp) || tp > m.Heads {
+		if !forced(s.TP, tp) {
 			continue
 		}
 		switch {
+		case tp > m.Heads:
+			rejected = append(rejected, rejection{"tp-heads", fmt.Sprintf("TP%d: more than the model's %d attention heads", tp, m.Heads), true, tp})
+			continue
 		case m.Heads%tp != 0:
-			rejected = append(rejected, rejection{"heads", fmt.Sprintf("TP%d: %d attention heads are not divisible by %d", tp, m.Heads, tp)})
+			rejected = append(rejected, rejection{"heads", fmt.Sprintf("TP%d: %d attention heads are not divisible by %d", tp, m.Heads, tp), false, tp})
 			continue
 		case !m.MLA() && m.KVHeads%tp != 0:
-			rejected = append(rejected, rejection{"kvheads", fmt.Sprintf("TP%d: %d KV heads are not divisible by %d", tp, m.KVHeads, tp)})
+			rejected = append(rejected, rejection{"kvheads", fmt.Sprintf("TP%d: %d KV heads are not divisible by %d", tp, m.KVHeads, tp), false, tp})
 			continue
 		case tp > domain && !s.AllowTPAcrossNodes:
-			rejected = append(rejected, rejection{"tp-nodes", fmt.Sprintf("TP%d spans NVLink domains of %d GPUs (--allow-tp-across-nodes prices it)", tp, domain)})
+			rejected = append(rejected, rejection{"tp-nodes", fmt.Sprintf("TP%d spans NVLink domains of %d GPUs (--allow-tp-across-nodes prices it)", tp, domain), false, tp})
+			continue
+		case domain%tp != 0 && !s.AllowTPAcrossNodes:
+			// TP groups are consecutive GPUs: unless TP divides a domain's GPUs, some group
+			// straddles two domains, and its collectives leave NVLink.
+			rejected = append(rejected, rejection{"tp-nodes", fmt.Sprintf("TP%d does not divide NVLink domains of %d GPUs, so some of its groups span two (--allow-tp-across-nodes prices it)", tp, domain), false, tp})
 			continue
 		}
 		for _, cp := range divisors(gpus / tp) {
-			if !forced(s.CP, cp) || 2*cp > s.Seq || (s.CP == 0 && cp > 1 && s.Seq/cp < minCPTokens) {
+			if !forced(s.CP, cp) {
+				continue
+			}
+			if 2*cp > s.Seq || (s.CP == 0 && cp > 1 && s.Seq/cp < minCPTokens && s.Seq%(2*cp) != 0) {
+				rejected = append(rejected, rejection{"cp-seq", fmt.Sprintf("CP%d: seq %d does not split into 2 x %d chunks", cp, s.Seq, cp), true, cp})
+				continue
+			}
+			if s.CP == 0 && cp > 1 && s.Seq/cp < minCPTokens {
+				rejected = append(rejected, rejection{"cp-tokens", fmt.Sprintf("CP%d: %d tokens a rank, fewer than the %d the search tries (--cp %d forces it)", cp, s.Seq/cp, minCPTokens, cp), true, cp})
 				continue
 			}
 			if s.Seq%(2*cp) != 0 {
-				rejected = append(rejected, rejection{"seq", fmt.Sprintf("CP%d: seq %d is not divisible by 2 x %d", cp, s.Seq, cp)})
+				rejected = append(rejected, rejection{"seq", fmt.Sprintf("CP%d: seq %d is not divisible by 2 x %d", cp, s.Seq, cp), false, cp})
 				continue
 			}
 			for _, pp := range divisors(gpus / (tp * cp)) {
-				if !forced(s.PP, pp) || pp > m.Layers {
+				if !forced(s.PP, pp) {
+					continue
+				}
+				if pp > m.Layers {
+					rejected = append(rejected, rejection{"pp-layers", fmt.Sprintf("PP%d: more stages than the model's %d layers", pp, m.Layers), true, pp})
 					continue
 				}
 				if m.Layers%pp != 0 && !s.UnevenPP {
-					rejected = append(rejected, rejection{"layers", fmt.Sprintf("PP%d: %d layers are not divisible by %d (--uneven-pp allows it)", pp, m.Layers, pp)})
+					rejected = append(rejected, rejection{"layers", fmt.Sprintf("PP%d: %d layers are not divisible by %d (--uneven-pp allows it)", pp, m.Layers, pp), false, pp})
 					continue
 				}
 				dp := gpus / (tp * cp * pp)
@@ -123,17 +147,17 @@ func (e *evaluator) enumerate(gpus, domain int) (layouts []Layout, rejected []re
 					continue
 				}
 				if s.GlobalBatch%(dp*s.MicroBatch) != 0 {
-					rejected = append(rejected, rejection{"batch", fmt.Sprintf("DP%d: global batch %d is not divisible by DP x micro-batch (%d)", dp, s.GlobalBatch, dp*s.MicroBatch)})
+					rejected = append(rejected, rejection{"batch", fmt.Sprintf("DP%d: global batch %d is not divisible by DP x micro-batch (%d)", dp, s.GlobalBatch, dp*s.MicroBatch), false, dp})
 					continue
 				}
 				micro := s.GlobalBatch / (dp * s.MicroBatch)
 				if s.EP > 0 && dp%s.EP != 0 {
-					rejected = append(rejected, rejection{"ep", fmt.Sprintf("DP%d: EP%d is carved out of DP and does not divide it", dp, s.EP)})
+					rejected = append(rejected, rejection{"ep", fmt.Sprintf("DP%d: EP%d is carved out of DP and does not divide it", dp, s.EP), false, dp})
 					continue
 				}
 				chunks := e.chunkCounts(pp, micro)
 				if len(chunks) == 0 {
-					rejected = append(rejected, rejection{"schedule", fmt.Sprintf("PP%d: the interleaved schedule needs at least %d micro-batches (there are %d) and the layers divisible by PP x v", pp, pp, micro)})
+					rejected = append(rejected, rejection{"schedule", fmt.Sprintf("PP%d: the interleaved schedule needs at least %d micro-batches (there are %d) and the layers divisible by PP x v", pp, pp, micro), false, pp})
 					continue
 				}
 				for _, ep := range divisors(dp) {

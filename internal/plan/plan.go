@@ -82,9 +82,22 @@ type Result struct {
 	Fits     bool `json:"fits"`
 	// Ranked: the fastest layouts that fit, best first; when nothing fits, the layouts that come
 	// closest, least memory first, priced as if they fitted (Rank 0).
-	Ranked      []Candidate  `json:"ranked"`
-	Rejected    []Rejection  `json:"rejected"`
+	Ranked   []Candidate `json:"ranked"`
+	Rejected []Rejection `json:"rejected"`
+	// Shapes is how many of the priced layouts differ in more than their schedule: each shape is
+	// ranked once, with its best schedule.
+	Shapes      int          `json:"priced_shapes"`
 	SmallestFit *SmallestFit `json:"smallest_fit"` // when nothing fits
+	// FitBelow: when nothing fits, the most nodes below the machine's on which a layout fits (nil
+	// when none does, or when that is SmallestFit).
+	FitBelow *SmallestFit `json:"largest_fit_below"`
+	// Runs: some layout of the machine breaks no constraint (Searched > 0), so that when nothing
+	// fits, memory is the reason; when none runs, Advice says what to change.
+	Runs   bool     `json:"runs"`
+	Advice []string `json:"advice"`
+	// RunsElsewhere: when nothing fits, some machine of these nodes up to gpubench's largest has a
+	// layout that breaks no constraint (so memory, not the constraints, is what no machine meets).
+	RunsElsewhere bool `json:"-"`
 }
 
 // Assumptions lists what the plan takes as given, for the reader (docs/plan.md says why).
@@ -95,6 +108,9 @@ func assumptions(s *Setup, m *Model) []string {
 		"reserve per GPU: 1 GiB for the CUDA context and libraries plus 0.5 GiB of NCCL buffers per communicator (an assumption; --reserve replaces it)",
 		"ranks in Megatron's order: TP consecutive GPUs of a node, then CP, then DP (EP a block of DP), then PP; each group priced as the first of its kind, alone on the machine",
 		"overlap: TP, CP, EP and pipeline transfers on the critical path; DP gradients reduced in 40M-parameter buckets behind the last micro-batch's backward, the last bucket exposed; the weights' all-gather behind the next forward, the first bucket exposed",
+	}
+	if s.AllowTPAcrossNodes {
+		a = append(a, "TP across NVLink domains (--allow-tp-across-nodes): a TP that does not divide a domain's GPUs is priced on its first group that spans the most domains")
 	}
 	if m.MoE() {
 		a = append(a, "experts: EP groups carved out of DP, experts also split by TP (expert TP = TP), tokens routed evenly")
@@ -131,8 +147,11 @@ func Plan(o Options) (*Result, error) {
 		r.Curves = []Curve{} // JSON lists are lists, empty or not
 	}
 
+	if err := s.ValidateMachine(mc); err != nil {
+		return nil, err
+	}
 	layouts, rejected := e.enumerate(mc.GPUs, mc.DomainGPUs)
-	r.Searched = len(layouts)
+	r.Searched, r.Runs, r.Advice = len(layouts), len(layouts) > 0, []string{}
 	var fitting, closest []Candidate
 	for _, l := range layouts {
 		c := Candidate{Layout: l, Schedule: l.Schedule(), Memory: e.memory(l), Bubble: float64(l.PP-1) / float64(l.VPP*l.MicroBatches)}
@@ -143,8 +162,11 @@ func Plan(o Options) (*Result, error) {
 		}
 	}
 	r.Fitting = len(fitting)
-	r.Rejected = summarize(rejected, closest)
+	r.Rejected = summarize(rejected, closest, len(layouts) == 0)
 	if len(fitting) == 0 {
+		if len(layouts) == 0 {
+			r.Advice = e.advice(rejected)
+		}
 		slices.SortStableFunc(closest, func(a, b Candidate) int { return cmp.Compare(a.Memory.Total, b.Memory.Total) })
 		shown := map[Layout]bool{} // each shape once, with its schedule that needs least memory
 		for _, c := range closest {
@@ -164,7 +186,7 @@ func Plan(o Options) (*Result, error) {
 			c.MFU = r.Model.ModelFLOPsPerStep / (t.StepS * float64(mc.GPUs) * mc.PeakTFLOPS * 1e12)
 			r.Ranked = append(r.Ranked, c)
 		}
-		r.SmallestFit = e.smallestFit()
+		r.SmallestFit, r.FitBelow, r.RunsElsewhere = e.smallestFit()
 		return r, nil
 	}
 	r.Fits = true
@@ -191,6 +213,9 @@ func Plan(o Options) (*Result, error) {
 			return nil, err
 		}
 		r.Priced++
+		if !slices.ContainsFunc(priced, func(p Candidate) bool { return p.Layout.shape() == c.Layout.shape() }) {
+			r.Shapes++
+		}
 		c.Time, c.Collectives = &t, colls
 		c.TokensPerS = float64(tokens) / t.StepS
 		c.MFU = r.Model.ModelFLOPsPerStep / (t.StepS * float64(mc.GPUs) * mc.PeakTFLOPS * 1e12)
@@ -229,11 +254,15 @@ func compareCandidates(a, b Candidate) int {
 	return cmp.Compare(a.Layout.String(), b.Layout.String())
 }
 
-// summarize groups the rejected layouts by reason, and the layouts that do not fit under one.
-func summarize(rejected []rejection, closest []Candidate) []Rejection {
+// summarize groups the rejected layouts by reason, and the layouts that do not fit under one;
+// the sizes the search does not try (quiet) only when no layout is left, to say why.
+func summarize(rejected []rejection, closest []Candidate, none bool) []Rejection {
 	out := []Rejection{}
 	at := map[string]int{}
 	for _, r := range rejected {
+		if r.quiet && !none {
+			continue
+		}
 		if i, ok := at[r.kind]; ok {
 			out[i].Count++
 			continue
@@ -267,19 +296,79 @@ func rejectionReason(kind string) string {
 		return "EP does not divide DP"
 	case "schedule":
 		return "no interleaved schedule fits the pipeline"
+	case "tp-heads":
+		return "TP above the attention heads"
+	case "cp-seq":
+		return "sequence not split into 2 x CP chunks"
+	case "cp-tokens":
+		return "CP below the tokens a rank the search tries"
+	case "pp-layers":
+		return "PP above the layers"
 	}
 	return kind
 }
 
+// advice says what would let some layout run when every layout of the machine breaks a
+// constraint: each change of the setup that, alone, leaves some layout of the machine that breaks
+// none, with the smallest size of the constraint it lifts as the example.
+func (e *evaluator) advice(rejected []rejection) []string {
+	s := e.setup
+	smallest := map[string]int{} // the smallest size each kind rejected
+	for _, r := range rejected {
+		if old, ok := smallest[r.kind]; !ok || r.size < old {
+			smallest[r.kind] = r.size
+		}
+	}
+	out := []string{}
+	try := func(text string, change func(*Setup)) {
+		alt, setup := *e, *s
+		change(&setup)
+		alt.setup = &setup
+		if layouts, _ := alt.enumerate(e.machine.GPUs, e.machine.DomainGPUs); len(layouts) > 0 {
+			out = append(out, text)
+		}
+	}
+	if dp, ok := smallest["batch"]; ok {
+		try(fmt.Sprintf("--global-batch a multiple of %d (DP%d x micro-batch %d)", dp*s.MicroBatch, dp, s.MicroBatch),
+			func(x *Setup) { x.GlobalBatch *= dp })
+	}
+	if pp, ok := smallest["layers"]; ok && !s.UnevenPP {
+		try(fmt.Sprintf("--uneven-pp (PP%d over %d layers)", pp, e.model.Layers), func(x *Setup) { x.UnevenPP = true })
+	}
+	if _, ok := smallest["tp-nodes"]; ok && !s.AllowTPAcrossNodes {
+		try("--allow-tp-across-nodes", func(x *Setup) { x.AllowTPAcrossNodes = true })
+	}
+	if cp, ok := smallest["seq"]; ok {
+		try(fmt.Sprintf("--seq a multiple of %d (2 x CP%d)", 2*cp, cp), func(x *Setup) { x.Seq *= 2 * cp })
+	}
+	if cp, ok := smallest["cp-tokens"]; ok {
+		try(fmt.Sprintf("--cp %d (%d tokens a rank)", cp, s.Seq/cp), func(x *Setup) { x.CP = cp })
+	}
+	if _, ok := smallest["schedule"]; ok && s.Schedule == "interleaved" {
+		try("--schedule auto", func(x *Setup) { x.Schedule = "auto" })
+	}
+	return out
+}
+
 // smallestFit finds the fewest nodes of the machine's kind on which some layout fits, memory
-// alone (nothing is priced), keeping the setup's forced sizes. nil when none up to gpubench's
-// largest machine does.
-func (e *evaluator) smallestFit() *SmallestFit {
+// alone (nothing is priced), keeping the setup's forced sizes: from one node up, since a machine
+// smaller than this one may fit where this one does not (its GPUs may divide the batch or the
+// layers better), to gpubench's largest machine; nil when none does. below is the most nodes
+// under the machine's on which a layout fits, when that is not the smallest; runs whether any
+// machine tried has a layout that breaks no constraint.
+func (e *evaluator) smallestFit() (smallest, below *SmallestFit, runs bool) {
 	mc := e.machine
 	per := mc.GPUsPerNode
 	domainNodes := max(1, mc.DomainGPUs/per)
-	for nodes := mc.Nodes + 1; nodes*per <= gpu.MaxGPUs; nodes++ {
+	for nodes := 1; nodes*per <= gpu.MaxGPUs; nodes++ {
+		if nodes == mc.Nodes {
+			if smallest != nil {
+				break
+			}
+			continue
+		}
 		layouts, _ := e.enumerate(nodes*per, min(nodes, domainNodes)*per)
+		runs = runs || len(layouts) > 0
 		var best *SmallestFit
 		for _, l := range layouts {
 			mem := e.memory(l)
@@ -287,11 +376,18 @@ func (e *evaluator) smallestFit() *SmallestFit {
 				best = &SmallestFit{Nodes: nodes, GPUs: nodes * per, Layout: l, Memory: mem.Total, Joinable: mc.Joinable}
 			}
 		}
-		if best != nil {
-			return best
+		switch {
+		case best == nil:
+		case smallest == nil:
+			smallest = best
+			if nodes > mc.Nodes {
+				return smallest, nil, runs
+			}
+		case nodes < mc.Nodes:
+			below = best
 		}
 	}
-	return nil
+	return smallest, below, runs
 }
 
 // parts are a step's time components, in the order the verdicts weigh them.

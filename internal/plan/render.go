@@ -37,9 +37,18 @@ func WriteText(w io.Writer, r *Result) error {
 	for _, c := range r.Curves {
 		fmt.Fprintf(&b, "%-10s %s: %s, %d ranks%s, %s to %s\n", "", c.File, c.Collective, c.Ranks, nodesText(c.Nodes), bytesText(c.Sizes[0]), bytesText(c.Sizes[len(c.Sizes)-1]))
 	}
+	// A layout is a shape (TP, CP, PP, DP, EP) with one pipeline schedule; the ranking shows each
+	// shape once, with its best schedule.
 	searched := fmt.Sprintf("%d layouts: %d fit in memory, %d priced", r.Searched, r.Fitting, r.Priced)
+	var notes []string
+	if r.Shapes < r.Priced {
+		notes = append(notes, fmt.Sprintf("%d shapes, each counted once per pipeline schedule and ranked with its best", r.Shapes))
+	}
 	if r.Priced < r.Fitting {
-		searched += " (the others cannot beat the ranked ones even before their data-parallel reduction)"
+		notes = append(notes, "the others cannot beat the ranked ones even before their data-parallel reduction")
+	}
+	if len(notes) > 0 {
+		searched += " (" + strings.Join(notes, "; ") + ")"
 	}
 	line("searched", "%s", searched)
 	b.WriteString("\n")
@@ -95,7 +104,16 @@ func writeRanking(b *strings.Builder, r *Result) {
 
 func writeNoFit(b *strings.Builder, r *Result) {
 	mc := &r.Machine
-	fmt.Fprintf(b, "does not fit: no layout of %s fits in the %.1f GiB of a GPU of %s (%d GPUs)\n", r.Model.Name, GiBOf(mc.MemoryBytes), mc.Name, mc.GPUs)
+	if r.Runs {
+		fmt.Fprintf(b, "does not fit: no layout of %s fits in the %.1f GiB of a GPU of %s (%d GPUs)\n", r.Model.Name, GiBOf(mc.MemoryBytes), mc.Name, mc.GPUs)
+	} else {
+		// Memory is not the reason: every way to split the GPUs breaks a constraint.
+		fmt.Fprintf(b, "does not run: no layout of %s can run on the %d GPUs of %s: every way to split them breaks a constraint (left out, below), before memory is weighed\n",
+			r.Model.Name, mc.GPUs, mc.Name)
+		if len(r.Advice) > 0 {
+			fmt.Fprintf(b, "to run it here: %s\n", strings.Join(r.Advice, "; or "))
+		}
+	}
 	if len(r.Ranked) > 0 {
 		tw := tabwriter.NewWriter(b, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "closest\tlayout\tmemory/GPU\tweights\tgradients\toptimizer\tactivations\tstep if it fitted")
@@ -107,13 +125,18 @@ func writeNoFit(b *strings.Builder, r *Result) {
 		tw.Flush()
 	}
 	switch f := r.SmallestFit; {
-	case f == nil:
+	case f == nil && (r.Runs || r.RunsElsewhere):
 		fmt.Fprintf(b, "no machine of these nodes fits it, up to %d GPUs: change the setup (a shorter --seq, --recompute full, --zero 3)\n", gpuMax)
+	case f == nil:
+		fmt.Fprintf(b, "no machine of these nodes can run it, up to %d GPUs: every one breaks a constraint; change the setup\n", gpuMax)
 	case !f.Joinable:
 		fmt.Fprintf(b, "smallest machine that fits: --nodes %d (%d GPUs), as %s with %.1f GiB a GPU; but this node has no NIC, so no such machine can be built of it\n",
 			f.Nodes, f.GPUs, f.Layout, GiBOf(f.Memory))
 	default:
 		fmt.Fprintf(b, "smallest machine that fits: --nodes %d (%d GPUs), as %s with %.1f GiB a GPU\n", f.Nodes, f.GPUs, f.Layout, GiBOf(f.Memory))
+	}
+	if f := r.FitBelow; f != nil {
+		fmt.Fprintf(b, "most of these %d nodes that fit: --nodes %d (%d GPUs), as %s with %.1f GiB a GPU\n", mc.Nodes, f.Nodes, f.GPUs, f.Layout, GiBOf(f.Memory))
 	}
 }
 

@@ -153,3 +153,42 @@ func chunksFit(layers, pp, v int, uneven bool) bool {
 	}
 	return layers%(pp*v) == 0
 }
+
+// ValidateMachine holds the forced sizes to the machine, so that a layout that can never run
+// there is a usage error naming the flag: TP, CP, PP and DP each divide the machine's GPUs, and
+// so does their product (which is the GPUs when all four are forced); EP divides what they leave
+// to DP; and TP divides an NVLink domain's GPUs unless AllowTPAcrossNodes (docs/plan.md,
+// "Layouts").
+func (s *Setup) ValidateMachine(mc *Machine) error {
+	n := mc.GPUs
+	prod, forced := 1, 0
+	var names []string
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"tp", s.TP}, {"cp", s.CP}, {"pp", s.PP}, {"dp", s.DP}} {
+		switch {
+		case f.v == 0:
+			continue
+		case f.v > n:
+			return fmt.Errorf("%s %d: the machine has only %d GPUs (%s); use a size that divides %d, or 0 to search it", f.name, f.v, n, mc.Name, n)
+		case n%f.v != 0:
+			return fmt.Errorf("%s %d: the machine's %d GPUs are not divisible by it (%s); use a size that divides %d, or 0 to search it", f.name, f.v, n, mc.Name, n)
+		}
+		prod *= f.v
+		forced++
+		names = append(names, fmt.Sprintf("%s %d", f.name, f.v))
+	}
+	list := strings.Join(names, " x --")
+	switch {
+	case forced == 4 && prod != n:
+		return fmt.Errorf("%s: TP x CP x PP x DP is %d GPUs, and the machine has %d (%s); make the product %d, or leave a size at 0 to search it", list, prod, n, mc.Name, n)
+	case n%prod != 0:
+		return fmt.Errorf("%s: their product, %d GPUs, does not divide the machine's %d (%s); force sizes whose product divides %d", list, prod, n, mc.Name, n)
+	case s.TP > 0 && !s.AllowTPAcrossNodes && mc.DomainGPUs%s.TP != 0:
+		return fmt.Errorf("tp %d: TP groups stay inside an NVLink domain, and the machine's hold %d GPUs (%s); use a --tp that divides %d, or --allow-tp-across-nodes", s.TP, mc.DomainGPUs, mc.Name, mc.DomainGPUs)
+	case s.EP > 1 && s.DP == 0 && (n/prod)%s.EP != 0:
+		return fmt.Errorf("ep %d: expert parallelism is carved out of data parallelism, and the other forced sizes leave DP a divisor of %d on the machine's %d GPUs (%s); use an --ep that divides %d, or force less TP x CP x PP", s.EP, n/prod, n, mc.Name, n/prod)
+	}
+	return nil
+}
