@@ -38,6 +38,9 @@ func newCalibrateCmd(e *env, g *globals) *cobra.Command {
 			if len(args) == 0 {
 				return usageErr("calibrate needs the runs to fit: gpubench calibrate RESULT... --topology PRESET|FILE -o CALIBRATED.json")
 			}
+			if err := readsFiles(cmd, "calibrate", "topology", "nodes", "gpus-per-node"); err != nil {
+				return err
+			}
 			return runCalibrate(e, g, args, out)
 		},
 	}

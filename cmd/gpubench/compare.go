@@ -24,7 +24,10 @@ func newCompareCmd(e *env, g *globals) *cobra.Command {
 			"JSON lines written with --out, or nccl-tests' output (its text as saved in a log, or its -J JSON),\n" +
 			"told apart by content; a run that did not finish is compared on the rows it holds, with a notice.",
 		Example: "  gpubench compare before.json after.json\n  gpubench compare --threshold 2% base.json run1.json run2.json --output markdown",
-		RunE: func(_ *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := readsFiles(cmd, "compare"); err != nil {
+				return err
+			}
 			return runCompare(e, g, threshold, args)
 		},
 	}

@@ -347,3 +347,28 @@ func TestOwnTablesReadBack(t *testing.T) {
 		t.Errorf("a -C table: exit %d, stderr %q; want 2 and %q", code, errOut, want)
 	}
 }
+
+// Commands that read result files refuse the flags that choose a machine to run on, which they
+// would ignore; calibrate keeps the ones that describe the machine the runs were measured on.
+func TestReadersRefuseMachineFlags(t *testing.T) {
+	t.Parallel()
+	dir := simRuns(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"compare", "base.json", "slow.json", "--topology", "dgx-a100"}, "gpubench: --topology does not apply to compare, which reads result files: drop it\n"},
+		{[]string{"compare", "base.json", "slow.json", "--sim-fault", "hang=1"}, "gpubench: --sim-fault does not apply to compare, which reads result files: drop it\n"},
+		{[]string{"plot", "base.json", "--out", "x.svg", "--backend", "sim"}, "gpubench: --backend does not apply to plot, which reads result files: drop it\n"},
+		{[]string{"calibrate", "base.json", "-o", "cal.json", "--backend", "cuda"}, "gpubench: --backend does not apply to calibrate, which reads result files: drop it\n"},
+		{[]string{"calibrate", "base.json", "-o", "cal.json", "--seed", "3"}, "gpubench: --seed does not apply to calibrate, which reads result files: drop it\n"},
+	} {
+		out, errOut, code := inDir(t, dir, c.args...)
+		if code != exitUsage || out != "" || errOut != c.want {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 and %q", c.args, code, out, errOut, c.want)
+		}
+	}
+	if _, errOut, code := inDir(t, dir, "calibrate", "base.json", "-o", "cal.json", "--topology", "dgx-h100", "--nodes", "1"); code != 0 {
+		t.Errorf("calibrate --topology --nodes: exit %d, %s", code, errOut)
+	}
+}

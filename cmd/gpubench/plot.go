@@ -39,6 +39,9 @@ func newPlotCmd(e *env, g *globals) *cobra.Command {
 			"image is SVG or PNG, by the extension of --out.",
 		Example: "  gpubench plot before.json after.json --out busbw.svg\n  gpubench plot run.json --y time --placement both --out time.png\n  gpubench plot p2p.json --matrix uni_enabled,bi_enabled --out p2p.png",
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := readsFiles(cmd, "plot"); err != nil {
+				return err
+			}
 			return f.run(cmd, e, g, args)
 		},
 	}

@@ -104,6 +104,17 @@ func complete(cmd *cobra.Command, flag string, values []string) {
 	})
 }
 
+// readsFiles refuses the shared flags that choose or shape a machine to run on, which a command
+// that reads result files (compare, plot; calibrate keeps --topology and --nodes) would ignore.
+func readsFiles(cmd *cobra.Command, name string, keep ...string) error {
+	for _, flag := range []string{"backend", "cuda-lib", "nccl-lib", "topology", "nodes", "gpus-per-node", "seed", "sim-data-cap", "sim-jitter", "sim-fault"} {
+		if cmd.Flags().Changed(flag) && !slices.Contains(keep, flag) {
+			return usageErr("--%s does not apply to %s, which reads result files: drop it", flag, name)
+		}
+	}
+	return nil
+}
+
 // validate checks the shared flags before anything runs; backends are the --backend values the
 // command offers.
 func (g *globals) validate(backends ...string) error {
