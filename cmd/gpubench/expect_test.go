@@ -197,3 +197,22 @@ func TestRefusedRunWritesNoOut(t *testing.T) {
 		t.Errorf("a refused run left %s", out)
 	}
 }
+
+// A repeated sweep's placements under the floor say their cycle, in the footer and in JSON.
+func TestExpectBelowNamesTheCycle(t *testing.T) {
+	t.Parallel()
+	args := []string{"allreduce", "--backend", "sim", "--sizes", "2M", "-N", "2", "--expect", "--sim-fault", "slow-link=gpu0,nvswitch,0.5"}
+	out, errOut, _ := gpubench(t, args...)
+	if !strings.Contains(out, "2097152 B out-of-place 69% (cycle 1), 2097152 B in-place 69% (cycle 1), 2097152 B out-of-place 69% (cycle 2)") {
+		t.Errorf("footer without the cycles (stderr %q):\n%s", errOut, out)
+	}
+	out, _, _ = gpubench(t, append(args, "--output", "json")...)
+	var doc struct {
+		Expect struct {
+			Below []struct{ Cycle int }
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || len(doc.Expect.Below) != 4 || doc.Expect.Below[0].Cycle != 1 || doc.Expect.Below[3].Cycle != 2 {
+		t.Errorf("expect.below %+v, %v; want 4 entries, cycles 1, 1, 2, 2", doc.Expect.Below, err)
+	}
+}

@@ -232,6 +232,9 @@ func below(r *CollRun) []results.Below {
 		}{{"out_of_place", res.OutOfPlace}, {"in_place", res.InPlace}} {
 			if e := pl.p.Expected; e != nil && e.Ratio < r.Expect.Floor {
 				b := results.Below{Size: res.Size, Type: res.Type, Placement: pl.name, Ratio: e.Ratio}
+				if r.Opt.Cycles != 0 && r.Opt.Cycles != 1 {
+					b.Cycle = res.Cycle + 1
+				}
 				if r.Coll.Reduces {
 					b.Op = results.NullString(res.Op)
 				}
@@ -269,7 +272,11 @@ func expectNote(r *CollRun) string {
 			parts = append(parts, fmt.Sprintf("and %d more", len(low)-i))
 			break
 		}
-		parts = append(parts, fmt.Sprintf("%d B %s %.0f%%", b.Size, strings.ReplaceAll(b.Placement, "_", "-"), 100*b.Ratio))
+		part := fmt.Sprintf("%d B %s %.0f%%", b.Size, strings.ReplaceAll(b.Placement, "_", "-"), 100*b.Ratio)
+		if b.Cycle > 0 {
+			part += fmt.Sprintf(" (cycle %d)", b.Cycle)
+		}
+		parts = append(parts, part)
 	}
 	return head + fmt.Sprintf("%d of %d placements under %.0f%% of it (--expect-floor %g): %s", len(low), n, 100*r.Expect.Floor, r.Expect.Floor, strings.Join(parts, ", "))
 }

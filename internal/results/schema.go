@@ -139,6 +139,7 @@ type Below struct {
 	Root      *int       `json:"root"`
 	Placement string     `json:"placement"` // out_of_place or in_place
 	Ratio     float64    `json:"ratio"`
+	Cycle     int        `json:"cycle,omitempty"` // with -N, which cycle, from 1
 }
 
 // PerIter is a placement's per-iteration statistics (--per-iter), times in microseconds.
