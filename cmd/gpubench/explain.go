@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/gpu"
 	"github.com/gpubench/gpubench/internal/sim"
 )
 
@@ -32,7 +33,10 @@ func newExplainCmd(e *env, g *globals) *cobra.Command {
 			"the algorithm and protocol it picks and the runner-up, the bottleneck link and the bus\n" +
 			"bandwidth, the latency and bandwidth terms and which dominates, and the sizes where the pick\n" +
 			"changes. NCCL_ALGO, NCCL_PROTO and the other NCCL_* variables steer it as they steer the\n" +
-			"collectives. The size is the one the collective's command takes (--sizes).",
+			"collectives. The size is the one the collective's command takes (--sizes), and explain\n" +
+			"explains what that command runs: cut to the GPUs' memory (at its default -c 1) and rounded\n" +
+			"to whole floats, or for allgather, reducescatter and alltoall each rank's share to 16 B,\n" +
+			"saying so on stderr when that changes the size.",
 		Example: "  gpubench explain allreduce --topology dgx-h100 --size 1G\n" +
 			"  gpubench explain allgather --topology dgx-h100 --nodes 4 --size 64K --output json\n" +
 			"  NCCL_ALGO=Ring gpubench explain allreduce --topology dgx-a100 -g 4 --size 8",
@@ -107,9 +111,28 @@ func (f *explainFlags) run(cmd *cobra.Command, e *env, g *globals, name string) 
 	for i := range devs {
 		devs[i] = i
 	}
-	x, err := sim.Explain(t, devs, env, name, bytes)
+	// The size the collective's command runs: cut to what the GPUs' memory holds, as nccl-tests
+	// cuts its largest size (at the command's default -c 1), then rounded as its counts round it
+	// (sim.Explain).
+	var why []string
+	run := bytes
+	if limit, limit0 := memoryLimit(t, devs); run > limit {
+		run = limit
+		why = append(why, fmt.Sprintf("the GPUs' memory cuts it to %d B as nccl-tests cuts its largest size, %d B with -c 0", limit, limit0))
+	}
+	x, err := sim.Explain(t, devs, env, name, run)
 	if err != nil {
 		return usageErr("%s", strings.TrimPrefix(err.Error(), sim.ErrExplain.Error()+": "))
+	}
+	if x.Bytes != run {
+		rounding := "it runs whole 4-byte floats, its default type"
+		if name == "allgather" || name == "reducescatter" || name == "alltoall" {
+			rounding = "it rounds each rank's share down to 16 B"
+		}
+		why = append(why, rounding)
+	}
+	if why != nil {
+		fmt.Fprintf(e.stderr, "gpubench: explain: %s --sizes %s runs %s here: %s; explaining that size\n", name, f.size, sizeText(x.Bytes), strings.Join(why, ", and "))
 	}
 	if g.output == "json" {
 		enc := json.NewEncoder(e.stdout)
@@ -122,6 +145,18 @@ func (f *explainFlags) run(cmd *cobra.Command, e *env, g *globals, name string) 
 		return runtimeErr(fmt.Errorf("writing the explanation: stdout: %w", err))
 	}
 	return nil
+}
+
+// memoryLimit is the largest size the collectives' commands run on the GPUs devs of t, as
+// nccl-tests cuts its largest size to the smallest GPU's memory (coll.MemoryLimit): at the
+// commands' default -c 1, and at -c 0.
+func memoryLimit(t *gpu.Topology, devs []int) (limit, noCheck int64) {
+	least := int64(math.MaxInt64)
+	for _, d := range devs {
+		g, _ := t.GPU(d)
+		least = min(least, g.MemoryBytes)
+	}
+	return coll.MemoryLimit(least, true), coll.MemoryLimit(least, false)
 }
 
 // writeExplanation prints an explanation as a few labelled lines.

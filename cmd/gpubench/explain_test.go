@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"math"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -144,5 +146,93 @@ func TestExplainBadInput(t *testing.T) {
 		if code != exitUsage || out != "" || !strings.Contains(errOut, c.want) || strings.Count(errOut, "\n") != 1 {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and one line with %q", c.args, code, out, errOut, c.want)
 		}
+	}
+}
+
+// NCCL_IB_HCA and NCCL_PXN_DISABLE change the machine explain explains as they change the one the
+// collectives run on, and docs/model.md says so.
+func TestExplainAppliesRouteVariables(t *testing.T) {
+	simUS := func(t *testing.T) (explained, run float64) {
+		t.Helper()
+		out, errOut, code := gpubench(t, "explain", "allreduce", "--topology", "dgx-h100x2", "--size", "1G", "--output", "json")
+		var x struct {
+			Chosen struct {
+				SimTimeUS float64 `json:"sim_time_us"`
+			} `json:"chosen"`
+		}
+		if err := json.Unmarshal([]byte(out), &x); code != 0 || err != nil {
+			t.Fatalf("explain: exit %d, %v, %s", code, err, errOut)
+		}
+		out, errOut, code = gpubench(t, "allreduce", "--backend", "sim", "--topology", "dgx-h100x2", "--sizes", "1G", "-c", "0", "--output", "json")
+		var r struct {
+			Results []struct {
+				OutOfPlace struct {
+					TimeUS float64 `json:"time_us"`
+				} `json:"out_of_place"`
+			} `json:"results"`
+		}
+		if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || len(r.Results) != 1 {
+			t.Fatalf("allreduce: exit %d, %v, %s", code, err, errOut)
+		}
+		return x.Chosen.SimTimeUS, r.Results[0].OutOfPlace.TimeUS
+	}
+	all, _ := simUS(t)
+	for _, v := range [][2]string{{"NCCL_IB_HCA", "mlx5_0"}, {"NCCL_PXN_DISABLE", "1"}} {
+		t.Run(v[0], func(t *testing.T) {
+			t.Setenv(v[0], v[1])
+			explained, run := simUS(t)
+			if math.Abs(explained-run) > 0.01*run {
+				t.Errorf("%s=%s: explain's simulated call %.1f us, the run's %.1f us", v[0], v[1], explained, run)
+			}
+			if v[0] == "NCCL_IB_HCA" && explained < 2*all {
+				t.Errorf("NCCL_IB_HCA=mlx5_0: %.1f us, not slower than all 8 NICs' %.1f us on one NIC", explained, all)
+			}
+		})
+	}
+	doc, err := os.ReadFile("../../docs/model.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, _ := strings.Cut(string(doc), "| `NCCL_IB_HCA` |")
+	para, _, _ := strings.Cut(after[strings.Index(after, "\n\n")+2:], "\n\n")
+	if !strings.Contains(para, "`gpubench explain`") || strings.Contains(para, "not apply") {
+		t.Errorf("docs/model.md after the Environment table does not say that explain applies NCCL_PXN_DISABLE and NCCL_IB_HCA:\n%s", para)
+	}
+}
+
+// explain explains the size the collective's command runs: rounded as its counts round it, cut
+// to the GPUs' memory as nccl-tests cuts it, and says so on stderr; a size the command would run
+// as 0 B is refused.
+func TestExplainRunsTheCommandsSize(t *testing.T) {
+	t.Parallel()
+	out, errOut, code := gpubench(t, "explain", "allreduce", "--topology", "dgx-h100", "--size", "1T")
+	wantErr := "gpubench: explain: allreduce --sizes 1T runs 24.9 GiB (26717366952 B) here: the GPUs' memory cuts it to 26717366954 B as nccl-tests cuts its largest size, 40076050432 B with -c 0, and it runs whole 4-byte floats, its default type; explaining that size\n"
+	if code != 0 || !strings.HasPrefix(out, "allreduce of 24.9 GiB (26717366952 B) on dgx-h100") || errOut != wantErr {
+		t.Errorf("1T: exit %d, stderr %q; want %q\n%s", code, errOut, wantErr, out)
+	}
+	// The command runs the same size.
+	out, errOut, code = gpubench(t, "allreduce", "--backend", "sim", "--topology", "dgx-h100", "--sizes", "1T", "--output", "json")
+	var r struct {
+		Results []struct {
+			Bytes int64 `json:"size_bytes"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || len(r.Results) != 1 || r.Results[0].Bytes != 26717366952 {
+		t.Errorf("allreduce --sizes 1T: exit %d, %v, %s, rows %+v; want one of 26717366952 B", code, err, errOut, r.Results)
+	}
+	for _, c := range []struct{ args, header, note string }{
+		{"allgather --topology pcie-4090x8 --size 347397", "allgather of 339 KiB (347392 B) on pcie-4090x8", "gpubench: explain: allgather --sizes 347397 runs 339 KiB (347392 B) here: it rounds each rank's share down to 16 B; explaining that size\n"},
+		{"sendrecv --size 1001", "sendrecv of 1000 B on dgx-h100", "gpubench: explain: sendrecv --sizes 1001 runs 1000 B here: it runs whole 4-byte floats, its default type; explaining that size\n"},
+		{"alltoall --size 1000", "alltoall of 896 B on dgx-h100", "gpubench: explain: alltoall --sizes 1000 runs 896 B here: it rounds each rank's share down to 16 B; explaining that size\n"},
+		{"allreduce --size 1G", "allreduce of 1 GiB (1073741824 B) on dgx-h100", ""},
+	} {
+		out, errOut, code := gpubench(t, append([]string{"explain"}, strings.Fields(c.args)...)...)
+		if code != 0 || !strings.HasPrefix(out, c.header) || errOut != c.note {
+			t.Errorf("%s: exit %d, stderr %q; want %q and %q\n%s", c.args, code, errOut, c.note, c.header, out)
+		}
+	}
+	out, errOut, code = gpubench(t, "explain", "allreduce", "--size", "3")
+	if want := "gpubench: allreduce of 3 B is 0 elements (the command runs whole 4-byte floats): give at least 4 B\n"; code != exitUsage || out != "" || errOut != want {
+		t.Errorf("3 B: exit %d, stdout %q, stderr %q; want exit 2 and %q", code, out, errOut, want)
 	}
 }

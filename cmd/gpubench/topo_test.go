@@ -321,3 +321,75 @@ func TestTopoTopologyMeansTheSimulator(t *testing.T) {
 		t.Errorf("--backend cuda --topology: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }
+
+// A version 1 file that `gpubench topo --output json` wrote, given a field of version 2 (a GPU's
+// nic, the network's layout), is refused with that field named and what to do, not run with it.
+func TestTopoVersion1WithVersion2Field(t *testing.T) {
+	out, errOut, code := topoRun(t, mustNotDiscover(t), "--backend", "sim", "--topology", "dgx-h100x2", "--output", "json")
+	if code != 0 {
+		t.Fatalf("topo: exit %d, %s", code, errOut)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(doc map[string]any)
+		want string
+	}{
+		{"nic", func(doc map[string]any) {
+			for _, n := range doc["nodes"].([]any) {
+				for _, g := range n.(map[string]any)["gpus"].([]any) {
+					g.(map[string]any)["nic"] = "mlx5_0"
+				}
+			}
+		}, `GPU nic (node dgx-h100-0 gpu gpu0) is a version 2 field, and the file's format is "gpubench-topology/1": set "format": "gpubench-topology/2", or drop it`},
+		{"layout", func(doc map[string]any) {
+			doc["network"].(map[string]any)["layout"] = "rail"
+		}, `network layout is a version 2 field, and the file's format is "gpubench-topology/1": set "format": "gpubench-topology/2", or drop it`},
+	} {
+		var doc map[string]any
+		if err := json.Unmarshal([]byte(out), &doc); err != nil || doc["format"] != gpu.TopologyFormat {
+			t.Fatalf("topo --output json: %v, format %v", err, doc["format"])
+		}
+		c.edit(doc)
+		data, _ := json.Marshal(doc)
+		file := filepath.Join(t.TempDir(), c.name+".json")
+		if err := os.WriteFile(file, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, args := range [][]string{{"explain", "alltoall", "--topology", file, "--size", "1G"}, {"topo", "--backend", "sim", "--topology", file, "--output", "json"}} {
+			stdout, stderr, code := gpubench(t, args...)
+			if code != exitUsage || stdout != "" || !strings.Contains(stderr, c.want) || strings.Count(stderr, "\n") != 1 {
+				t.Errorf("%s: %v: exit %d, stdout %.80q, stderr %q; want exit 2 and %q", c.name, args, code, stdout, stderr, c.want)
+			}
+		}
+	}
+}
+
+// --nodes makes a cluster of every preset that has NICs, as the README says, and refuses the
+// others with what to do; the README names exactly those.
+func TestTopoNodesOfEveryPreset(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sentence := regexp.MustCompile("(?s)`--nodes N` makes a cluster of any of them[^.]*\\.").Find(readme)
+	if sentence == nil {
+		t.Fatalf("README.md has no sentence on --nodes N")
+	}
+	for _, name := range sim.Presets() {
+		one, err := sim.LoadTopology(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = one.WithNodes(2)
+		named := strings.Contains(string(sentence), "`"+name+"`")
+		if hasNICs := len(one.Nodes[0].NICs) > 0; hasNICs != (err == nil) || named == hasNICs {
+			t.Errorf("%s: NICs %v, --nodes 2: %v, named by the README's %q", name, hasNICs, err, sentence)
+		}
+		if err != nil {
+			want := "invalid --nodes 2: " + name + "'s node has no NIC, so 2 nodes of it cannot reach each other: use a topology with a NIC a node (a preset with NICs, such as dgx-h100 or pcie-l40s-8, or a topology file that gives its node one)\n"
+			if out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--topology", name, "--nodes", "2", "--sizes", "8"); code != exitUsage || out != "" || errOut != "gpubench: "+want {
+				t.Errorf("%s --nodes 2: exit %d, stdout %q, stderr %q; want exit 2 and %q", name, code, out, errOut, want)
+			}
+		}
+	}
+}

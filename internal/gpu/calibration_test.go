@@ -34,7 +34,7 @@ func TestCalibrationFields(t *testing.T) {
 			t.Errorf("%s: %v; want %q", cal, err, want)
 		}
 	}
-	if _, err := gpu.ParseTopology([]byte(topo(gpu.TopologyFormat, good))); err == nil || !strings.Contains(err.Error(), "calibration needs format") {
+	if _, err := gpu.ParseTopology([]byte(topo(gpu.TopologyFormat, good))); err == nil || !strings.Contains(err.Error(), "calibration is a version 2 field") {
 		t.Errorf("version 1 with a calibration: %v", err)
 	}
 }

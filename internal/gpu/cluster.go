@@ -11,25 +11,19 @@ import (
 // template's parts (nothing is copied per node but its name), and builds the fabric's leaves and
 // spine as parts of the routing graph.
 
-// expand turns templated entries of Nodes into nodes, and checks what version 2 adds.
+// expand turns templated entries of Nodes into nodes, and checks what version 2 adds (checkVersion
+// has refused it in a version 1 file).
 func (t *Topology) expand() error {
-	v2 := t.Format == TopologyFormat2
-	if !v2 && (t.Templates != nil || t.NVLinkDomainNodes != 0) {
-		return fmt.Errorf("templates and nvlink_domain_nodes need format %q", TopologyFormat2)
-	}
-	if n := t.Network; n != nil && !v2 && (n.Layout != "" || n.NodesPerLeaf != 0 || n.Tiers != 0 || n.Oversubscription != 0 || n.SwitchLatencyUS != 0 || n.SHARP || n.PluginLatencyUS != nil || n.MessageUS != nil) {
-		return fmt.Errorf("network layout, nodes_per_leaf, tiers, oversubscription, switch_latency_us, sharp, plugin_latency_us and message_us need format %q", TopologyFormat2)
-	}
 	total := 0
 	for i, n := range t.Nodes {
 		switch {
+		case n.Hostname == "":
+			return fmt.Errorf("node %d: hostname is missing: give every node one (letters, digits and _.:-; with {i} for a template's count)", i)
 		case n.Template == "" && n.Count != 0:
 			return fmt.Errorf("node %d: count %d without a template", i, n.Count)
 		case n.Template == "":
 			total++
 			continue
-		case !v2:
-			return fmt.Errorf("node %d: template needs format %q", i, TopologyFormat2)
 		case n.Count < 0:
 			return fmt.Errorf("node %d: count %d is negative", i, n.Count)
 		case len(n.CPUs)+len(n.GPUs)+len(n.Switches)+len(n.NICs)+len(n.Links) > 0:
@@ -52,9 +46,11 @@ func (t *Topology) expand() error {
 		return fmt.Errorf("topology %s has %d nodes; gpubench takes at most %d", t.Name, total, MaxGPUs)
 	}
 	nodes := make([]Node, 0, total)
-	for _, n := range t.Nodes {
+	t.entry = make([]int, 0, total)
+	for e, n := range t.Nodes {
 		if n.Template == "" {
 			nodes = append(nodes, n)
+			t.entry = append(t.entry, e)
 			continue
 		}
 		tpl := t.Templates[n.Template]
@@ -68,6 +64,7 @@ func (t *Topology) expand() error {
 				host += "-" + strconv.Itoa(i)
 			}
 			nodes = append(nodes, Node{Hostname: host, CPUs: tpl.CPUs, GPUs: tpl.GPUs, Switches: tpl.Switches, NICs: tpl.NICs, Links: tpl.Links})
+			t.entry = append(t.entry, e)
 		}
 	}
 	t.Nodes, t.Templates = nodes, nil
@@ -75,6 +72,60 @@ func (t *Topology) expand() error {
 		return fmt.Errorf("nvlink_domain_nodes %d: use a count of nodes from 2 to %d, or leave it out", t.NVLinkDomainNodes, len(t.Nodes))
 	}
 	return nil
+}
+
+// checkVersion refuses a version 1 file that uses a field version 2 added, naming each such field
+// it uses (a node's or GPU's with the first entry that has it): a version 1 reader would not know
+// it, so the file must say it is version 2.
+func (t *Topology) checkVersion() error {
+	if t.Format == TopologyFormat2 {
+		return nil
+	}
+	var used []string
+	add := func(field string, set bool) {
+		if set {
+			used = append(used, field)
+		}
+	}
+	add("templates", t.Templates != nil)
+	add("nvlink_domain_nodes", t.NVLinkDomainNodes != 0)
+	add("calibration", t.Calibration != nil)
+	if n := t.Network; n != nil {
+		add("network layout", n.Layout != "")
+		add("network nodes_per_leaf", n.NodesPerLeaf != 0)
+		add("network tiers", n.Tiers != 0)
+		add("network oversubscription", n.Oversubscription != 0)
+		add("network switch_latency_us", n.SwitchLatencyUS != 0)
+		add("network sharp", n.SHARP)
+		add("network plugin_latency_us", n.PluginLatencyUS != nil)
+		add("network message_us", n.MessageUS != nil)
+	}
+	template, count, nic := -1, -1, ""
+	for i, n := range t.Nodes {
+		if n.Template != "" && template < 0 {
+			template = i
+		}
+		if n.Count != 0 && count < 0 {
+			count = i
+		}
+		for _, g := range n.GPUs {
+			if g.NIC != "" && nic == "" {
+				nic = fmt.Sprintf("node %s gpu %s", n.Hostname, g.ID)
+			}
+		}
+	}
+	add(fmt.Sprintf("node template (node %d)", template), template >= 0)
+	add(fmt.Sprintf("node count (node %d)", count), count >= 0)
+	add(fmt.Sprintf("GPU nic (%s)", nic), nic != "")
+	switch len(used) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("%s is a version 2 field, and the file's format is %q: set \"format\": %q, or drop it",
+			used[0], t.Format, TopologyFormat2)
+	}
+	return fmt.Errorf("%s and %s are version 2 fields, and the file's format is %q: set \"format\": %q, or drop them",
+		strings.Join(used[:len(used)-1], ", "), used[len(used)-1], t.Format, TopologyFormat2)
 }
 
 // WithNodes returns the topology's first node repeated count times, named HOST-0, HOST-1, ..., on
@@ -85,6 +136,9 @@ func (t *Topology) WithNodes(count int) (*Topology, error) {
 		return nil, fmt.Errorf("use 1 to %d nodes of %d GPUs", MaxGPUs/max(len(t.Nodes[0].GPUs), 1), len(t.Nodes[0].GPUs))
 	}
 	first := t.Nodes[0]
+	if count > 1 && len(first.NICs) == 0 {
+		return nil, fmt.Errorf("%s's node has no NIC, so %d nodes of it cannot reach each other: use a topology with a NIC a node (a preset with NICs, such as dgx-h100 or pcie-l40s-8, or a topology file that gives its node one)", t.Name, count)
+	}
 	host := first.Hostname
 	if len(t.Nodes) > 1 { // a cluster's first node is HOST-0: its template's name is HOST
 		host = strings.TrimSuffix(host, "-0")

@@ -291,15 +291,15 @@ func TestRingsByOwnNICs(t *testing.T) {
 func TestVersion2Errors(t *testing.T) {
 	v1 := strings.Replace(`{"format": "gpubench-topology/2", "name": "c", "templates": {"box": `+box+`}, "nodes": [{"hostname": "a", "template": "box"}]}`, "/2", "/1", 1)
 	for _, c := range []struct{ doc, want string }{
-		{v1, `templates and nvlink_domain_nodes need format "gpubench-topology/2"`},
+		{v1, `templates and node template (node 0) are version 2 fields, and the file's format is "gpubench-topology/1": set "format": "gpubench-topology/2", or drop them`},
 		{`{"format": "gpubench-topology/2", "name": "c", "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a", "template": "tub"}]}`, `node 0: no template "tub"`},
 		{`{"format": "gpubench-topology/2", "name": "c", "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a", "template": "box", "count": -2}]}`, "count -2 is negative"},
 		{`{"format": "gpubench-topology/2", "name": "c", "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a", "count": 2}]}`, "count 2 without a template"},
 		{`{"format": "gpubench-topology/2", "name": "c", "network": {"kind": "infiniband", "layout": "torus"}, "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a{i}", "template": "box", "count": 2}]}`, `network layout "torus"`},
 		{`{"format": "gpubench-topology/2", "name": "c", "network": {"kind": "infiniband", "oversubscription": 0.5}, "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a{i}", "template": "box", "count": 2}]}`, "oversubscription 0.5"},
 		{`{"format": "gpubench-topology/2", "name": "c", "network": {"kind": "efa", "plugin_latency_us": -1}, "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a{i}", "template": "box", "count": 2}]}`, "network plugin_latency_us -1; give the µs NCCL's net plugin reports, 0 to 1000"},
-		{`{"format": "gpubench-topology/1", "name": "c", "network": {"kind": "infiniband", "plugin_latency_us": 5}, "nodes": []}`, "plugin_latency_us and message_us need format"},
-		{`{"format": "gpubench-topology/1", "name": "c", "network": {"kind": "infiniband", "message_us": 5}, "nodes": []}`, "plugin_latency_us and message_us need format"},
+		{`{"format": "gpubench-topology/1", "name": "c", "network": {"kind": "infiniband", "plugin_latency_us": 5}, "nodes": []}`, "network plugin_latency_us is a version 2 field"},
+		{`{"format": "gpubench-topology/1", "name": "c", "network": {"kind": "infiniband", "message_us": 5}, "nodes": []}`, "network message_us is a version 2 field"},
 		{`{"format": "gpubench-topology/2", "name": "c", "network": {"kind": "roce", "message_us": 1001}, "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a{i}", "template": "box", "count": 2}]}`, "network message_us 1001; give the µs a host spends on each message it posts to the fabric, 0 to 1000"},
 		{`{"format": "gpubench-topology/2", "name": "c", "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a", "template": "box", "count": 100000}]}`, "gpubench takes at most 16384 GPUs"},
 	} {

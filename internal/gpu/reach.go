@@ -69,7 +69,10 @@ func (t *Topology) checkReach() error {
 		}
 		for i := range gpus {
 			if len(t.Nodes) > 1 && t.nic[nodeGPUs-len(n.GPUs)+i] < 0 {
-				return fmt.Errorf("topology %s: %s reaches no NIC, so it cannot reach the other nodes", t.Name, t.GPUName(nodeGPUs-len(n.GPUs)+i))
+				if len(n.NICs) == 0 {
+					return fmt.Errorf("topology %s: node %s has no NIC, so its GPUs cannot reach the other nodes: give it one (nics, and a pcie link from it to a PCIe switch or CPU its GPUs reach)", t.Name, n.Hostname)
+				}
+				return fmt.Errorf("topology %s: %s reaches none of its node's NICs over PCIe, so it cannot reach the other nodes: join a NIC to a PCIe switch or CPU it reaches with a pcie link", t.Name, t.GPUName(nodeGPUs-len(n.GPUs)+i))
 			}
 		}
 		if t.P2P == "all" && (nv.common() || pc.common()) {

@@ -93,6 +93,7 @@ type Topology struct {
 	nic      []int // GPU -> its NIC's vertex (its "nic", else the nearest, balanced), or -1
 	netEdge  map[int]int
 	fabric   fabric
+	entry    []int            // node -> the entry of the file's nodes it comes from (expand)
 	nvlPaths map[[2]int][]Hop // NVLink paths between GPUs of one NVLink domain, found on demand
 	near     map[int][]int    // GPU -> the NICs it reaches over PCIe without a CPU, found on demand
 	lanes    map[int][]int    // GPU -> its local NICs for point-to-point (laneNICs), found on demand
@@ -270,13 +271,19 @@ func (t *Topology) Validate() error {
 	}
 	t.gpus, t.verts, t.kinds, t.edges, t.adj, t.netEdge, t.nvlPaths, t.near = nil, map[string]int{}, nil, nil, nil, map[int]int{}, nil, nil
 	t.lanes, t.laneWays = nil, nil
-	hosts := map[string]bool{}
+	hosts := map[string]int{} // hostname -> the node that has it
 	for ni := range t.Nodes {
 		n := &t.Nodes[ni]
-		if n.Hostname == "" || !idPattern.MatchString(n.Hostname) || hosts[n.Hostname] {
-			return fmt.Errorf("node %d: hostname %q is missing, malformed or used twice", ni, n.Hostname)
+		// Errors name the file's entry (a template's entry makes several nodes).
+		switch prev, dup := hosts[n.Hostname]; {
+		case n.Hostname == "":
+			return fmt.Errorf("node %d: hostname is missing: give every node one (letters, digits and _.:-)", t.entry[ni])
+		case !idPattern.MatchString(n.Hostname):
+			return fmt.Errorf("node %d: hostname %q is malformed: use letters, digits and _.:- only", t.entry[ni], n.Hostname)
+		case dup:
+			return fmt.Errorf("node %d: hostname %q is used twice, by node %d too: give every node its own", t.entry[ni], n.Hostname, t.entry[prev])
 		}
-		hosts[n.Hostname] = true
+		hosts[n.Hostname] = ni
 		if err := t.addParts(ni); err != nil {
 			return err
 		}
@@ -309,10 +316,10 @@ func (t *Topology) checkHeader() error {
 	default:
 		return fmt.Errorf("topology p2p is %q; want \"all\" or \"none\"", t.P2P)
 	}
+	if err := t.checkVersion(); err != nil {
+		return err
+	}
 	if t.Calibration != nil {
-		if t.Format != TopologyFormat2 {
-			return fmt.Errorf("calibration needs format %q", TopologyFormat2)
-		}
 		if err := t.Calibration.check(); err != nil {
 			return err
 		}
@@ -414,7 +421,12 @@ func (t *Topology) addParts(ni int) error {
 
 // validate checks a GPU's required fields and the optional facts `gpubench topo` records.
 func (g GPU) validate() error {
-	if g.MemoryBytes <= 0 || g.MemoryGBs <= 0 || g.Name == "" {
+	switch {
+	case g.MemoryBytes < 0:
+		return fmt.Errorf("memory_bytes %d must be positive: give the GPU's memory in bytes, e.g. 85520809984", g.MemoryBytes)
+	case g.MemoryGBs < 0:
+		return fmt.Errorf("memory_bandwidth_gbs %v must be positive: give the GPU's memory bandwidth in GB/s, e.g. 3350", g.MemoryGBs)
+	case g.MemoryBytes == 0 || g.MemoryGBs == 0 || g.Name == "":
 		return fmt.Errorf("name, memory_bytes and memory_bandwidth_gbs must be set")
 	}
 	if !(g.MemoryGBs >= MinGBs && g.MemoryGBs < 1e6) {

@@ -597,9 +597,9 @@ func TestValidateRejects(t *testing.T) {
 			secondNode(t)
 			t.Nodes[1].Hostname = "host0"
 			t.Network = &gpu.Network{Kind: "infiniband"}
-		}, `node 1: hostname "host0" is missing, malformed or used twice`},
-		{"missing hostname", func(t *gpu.Topology) { t.Nodes[0].Hostname = "" }, `node 0: hostname "" is missing`},
-		{"malformed hostname", func(t *gpu.Topology) { t.Nodes[0].Hostname = "a b" }, `hostname "a b" is missing, malformed`},
+		}, `node 1: hostname "host0" is used twice, by node 0 too: give every node its own`},
+		{"missing hostname", func(t *gpu.Topology) { t.Nodes[0].Hostname = "" }, `node 0: hostname is missing: give every node one`},
+		{"malformed hostname", func(t *gpu.Topology) { t.Nodes[0].Hostname = "a b" }, `node 0: hostname "a b" is malformed: use letters, digits and _.:- only`},
 		{"network latency out of range", func(t *gpu.Topology) { t.Network = &gpu.Network{Kind: "infiniband", LatencyUS: -1} }, "network latency_us -1 is out of range"},
 		{"unknown network kind", func(t *gpu.Topology) { t.Network = &gpu.Network{Kind: "slingshot"} }, `network kind "slingshot"; want infiniband, roce, efa or ethernet`},
 		{"node without GPUs", func(t *gpu.Topology) { t.Nodes[0].GPUs = nil }, "node host0 has no GPUs"},
@@ -655,7 +655,12 @@ func TestValidateRejects(t *testing.T) {
 			t.Nodes[1].NICs = nil
 			t.Nodes[1].Links = t.Nodes[1].Links[:3]
 			t.Network = &gpu.Network{Kind: "infiniband"}
-		}, "host1/gpu0 reaches no NIC"},
+		}, "topology mini: node host1 has no NIC, so its GPUs cannot reach the other nodes: give it one (nics, and a pcie link from it to a PCIe switch or CPU its GPUs reach)"},
+		{"second node's NIC out of reach", func(t *gpu.Topology) {
+			secondNode(t)
+			t.Nodes[1].Links = t.Nodes[1].Links[:3]
+			t.Network = &gpu.Network{Kind: "infiniband"}
+		}, "topology mini: host1/gpu0 reaches none of its node's NICs over PCIe, so it cannot reach the other nodes: join a NIC to a PCIe switch or CPU it reaches with a pcie link"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

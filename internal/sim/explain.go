@@ -121,8 +121,16 @@ var ErrExplain = errors.New("explain")
 // ranks devs of t, with env's NCCL_* variables: the pick and the runner-up, the bottleneck, the
 // latency and bandwidth terms, and the sizes where the pick changes. bytes is the size the
 // collective's command takes (--sizes): the whole buffer for allgather, reducescatter and
-// alltoall, one rank's buffer otherwise.
+// alltoall, one rank's buffer otherwise. It explains the size that command runs with its default
+// type (float): whole elements, and an all-gather's, reduce-scatter's or all-to-all's share a
+// rank rounded down to 16 B; the sizes where the pick changes are sizes it runs too.
 func Explain(t *gpu.Topology, devs []int, env map[string]string, coll string, bytes int64) (Explanation, error) {
+	return explainSize(t, devs, env, coll, bytes, true)
+}
+
+// explainSize is Explain; round rounds an all-reduce's, broadcast's, reduce's or send/recv's size down
+// to whole elements, as their commands run it (CollectiveTime prices the size it is given).
+func explainSize(t *gpu.Topology, devs []int, env map[string]string, coll string, bytes int64, round bool) (Explanation, error) {
 	switch {
 	case !isExplained(coll):
 		return Explanation{}, fmt.Errorf("%w: unknown collective %q: use %s", ErrExplain, coll, strings.Join(ExplainCollectives, ", "))
@@ -143,13 +151,27 @@ func Explain(t *gpu.Topology, devs []int, env map[string]string, coll string, by
 		return Explanation{}, fmt.Errorf("%w: %v", ErrExplain, err)
 	}
 	m := newModel(t, devs, env)
-	if coll == "allgather" || coll == "reducescatter" {
+	switch coll {
+	case "allgather", "reducescatter":
 		// nccl-tests gives each rank its share rounded down to 16 B, and runs that (the row's size).
 		share := rankShare(bytes, m.n)
 		if share == 0 {
 			return Explanation{}, fmt.Errorf("%w: %s of %d B over %d ranks gives each rank 0 B (nccl-tests rounds each rank's share down to 16 B): give at least %d B", ErrExplain, coll, bytes, m.n, 16*m.n)
 		}
 		bytes = share * int64(m.n)
+	case "alltoall":
+		// Likewise each share to a peer (explainP2P refuses 0 B).
+		if share := rankShare(bytes, m.n); share > 0 {
+			bytes = share * int64(m.n)
+		}
+	case "allreduce", "broadcast", "reduce", "sendrecv":
+		// The command runs whole elements of its default type (float): size / 4 of them.
+		if round && bytes%elemBytes != 0 {
+			if bytes < elemBytes {
+				return Explanation{}, fmt.Errorf("%w: %s of %d B is 0 elements (the command runs whole %d-byte floats): give at least %d B", ErrExplain, coll, bytes, elemBytes, elemBytes)
+			}
+			bytes -= bytes % elemBytes
+		}
 	}
 	x := Explanation{Collective: coll, Topology: t.Name, Bytes: bytes, Ranks: m.n, Nodes: m.nodes,
 		LinksBusGBs: m.ringBus, LinksLimit: m.limit, Staged: m.staged, ScanMinBytes: ScanMinBytes, ScanMaxBytes: ScanMaxBytes,
@@ -174,7 +196,10 @@ func Explain(t *gpu.Topology, devs []int, env map[string]string, coll string, by
 			x.RunnerUp, x.RunnerUpSlowerPercent = &r, &slower
 		}
 		x.Bottleneck, x.Capped = m.bottleneck(kind, d.Chosen(), bytes)
-		x.ChangeBelow, x.ChangeAbove = m.regimes(kind, bytes, d.Chosen())
+		grain := sizeGrain(coll, m.n)
+		x.ScanMinBytes = (ScanMinBytes + grain - 1) / grain * grain
+		x.ScanMaxBytes = ScanMaxBytes / grain * grain
+		x.ChangeBelow, x.ChangeAbove = m.regimes(kind, bytes, d.Chosen(), grain)
 	}
 	x.Dominant = "bandwidth"
 	if x.Chosen.LatencyUS > x.Chosen.BandwidthUS {
@@ -186,8 +211,9 @@ func Explain(t *gpu.Topology, devs []int, env map[string]string, coll string, by
 	return x, nil
 }
 
-// served lists the algorithms a decision weighed, in NCCL's order, each with its protocols.
-// noAlgorithm says which variables leave coll nothing to run, and what it runs without them.
+// noAlgorithm says which variables leave coll nothing to run, and what to do: what it runs with
+// the other variables as set (NCCL_ALGO and NCCL_PROTO left out), and which algorithms
+// NCCL_NVLS_ENABLE or NCCL_COLLNET_ENABLE turn off, so that the advice never offers one of those.
 func noAlgorithm(t *gpu.Topology, devs []int, env map[string]string, coll string, kind collKind, bytes int64) error {
 	var set []string
 	for _, v := range []string{"NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE"} {
@@ -198,10 +224,56 @@ func noAlgorithm(t *gpu.Topology, devs []int, env map[string]string, coll string
 	if set == nil {
 		set = []string{"the NCCL_* variables"}
 	}
-	return fmt.Errorf("%s leaves no algorithm and protocol for %s here: enable one that serves it (%s runs %s)",
-		strings.Join(set, " "), coll, coll, served(newModel(t, devs, nil).decide(kind, bytes)))
+	without := func(drop ...string) map[string]string {
+		out := map[string]string{}
+		for k, v := range env {
+			if !slices.Contains(drop, k) {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	left := newModel(t, devs, without("NCCL_ALGO", "NCCL_PROTO")).decide(kind, bytes)
+	var off, unset []string
+	for _, v := range []string{"NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE"} {
+		s, ok := env[v]
+		if !ok {
+			continue
+		}
+		var lost []string
+		for _, a := range servedAlgos(newModel(t, devs, without("NCCL_ALGO", "NCCL_PROTO", v)).decide(kind, bytes)) {
+			if !slices.Contains(servedAlgos(left), a) {
+				lost = append(lost, a)
+			}
+		}
+		if lost != nil {
+			off = append(off, fmt.Sprintf("%s=%s turns off %s", v, s, strings.Join(lost, " and ")))
+			unset = append(unset, v)
+		}
+	}
+	runs := served(left)
+	if runs == "" {
+		runs = "nothing"
+	}
+	advice := fmt.Sprintf("enable one that serves it (%s runs %s)", coll, runs)
+	if off != nil {
+		advice = fmt.Sprintf("%s; unset %s, or %s", strings.Join(off, "; "), strings.Join(unset, " and "), advice)
+	}
+	return fmt.Errorf("%s leaves no algorithm and protocol for %s here: %s", strings.Join(set, " "), coll, advice)
 }
 
+// servedAlgos lists the algorithms a decision weighed, in NCCL's order.
+func servedAlgos(d Decision) []string {
+	var out []string
+	for _, a := range algoNames {
+		if slices.ContainsFunc(d.Candidates, func(c Candidate) bool { return c.Algo == a }) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// served lists the algorithms a decision weighed, in NCCL's order, each with its protocols.
 func served(d Decision) string {
 	protos := map[string][]string{}
 	for _, c := range d.Candidates {
@@ -319,59 +391,74 @@ func algoIndex(name string) int {
 }
 
 // regimes finds the nearest sizes below and above bytes where the tuner's pick differs from
-// chosen: it compares the pick at the powers of two from ScanMinBytes to ScanMaxBytes, walking
-// away from bytes, and bisects to the byte between the first that differs and its neighbour. Each
-// candidate's time is linear in the size between powers of two (NCCL's tree correction changes
-// only at powers of two), so a pick holds over one interval there and the bisection finds its end;
-// only Ring/Simple's step in latency across nodes (the ring plateau) can break this.
-func (m *model) regimes(kind collKind, bytes int64, chosen Candidate) (below, above *RegimeChange) {
-	pick := func(b int64) Candidate { return m.decide(kind, b).Chosen() }
-	same := func(b int64) bool {
-		c := pick(b)
+// chosen, among the sizes the collective's command runs: the multiples of grain (sizeGrain). It
+// compares the pick at the powers of two from ScanMinBytes to ScanMaxBytes (each rounded down to
+// grain), walking away from bytes, and bisects, over multiples of grain, to the first size the
+// command runs on the upper side of the first that differs and its neighbour. Each candidate's
+// time is linear in the size between powers of two (NCCL's tree correction changes only at powers
+// of two), so a pick holds over one interval there and the bisection finds its end; only
+// Ring/Simple's step in latency across nodes (the ring plateau) can break this.
+func (m *model) regimes(kind collKind, bytes int64, chosen Candidate, grain int64) (below, above *RegimeChange) {
+	pick := func(units int64) Candidate { return m.decide(kind, units*grain).Chosen() }
+	same := func(units int64) bool {
+		c := pick(units)
 		return c.Algo == chosen.Algo && c.Proto == chosen.Proto
 	}
+	at := max(bytes/grain, 1) // bytes, in multiples of grain
 	// Below: hi holds the chosen pick; find the first power of two under it that does not.
-	hi := bytes
+	hi := at
 	for p := ScanMaxBytes; p >= ScanMinBytes; p /= 2 {
-		if p >= hi {
-			continue
-		}
-		if !same(p) {
-			lo := p
-			for hi-lo > 1 {
-				if mid := lo + (hi-lo)/2; same(mid) {
-					hi = mid
-				} else {
-					lo = mid
+		if q := p / grain; q >= 1 && q < hi {
+			if !same(q) {
+				lo := q
+				for hi-lo > 1 {
+					if mid := lo + (hi-lo)/2; same(mid) {
+						hi = mid
+					} else {
+						lo = mid
+					}
 				}
+				other := pick(lo)
+				below = &RegimeChange{Bytes: hi * grain, Algo: other.Algo, Proto: other.Proto}
+				break
 			}
-			other := pick(lo)
-			below = &RegimeChange{Bytes: hi, Algo: other.Algo, Proto: other.Proto}
-			break
+			hi = q
 		}
-		hi = p
 	}
-	lo := bytes
+	lo := at
 	for p := ScanMinBytes; p <= ScanMaxBytes; p *= 2 {
-		if p <= lo {
-			continue
-		}
-		if !same(p) {
-			hi := p
-			for hi-lo > 1 {
-				if mid := lo + (hi-lo)/2; same(mid) {
-					lo = mid
-				} else {
-					hi = mid
+		if q := p / grain; q > lo {
+			if !same(q) {
+				hi := q
+				for hi-lo > 1 {
+					if mid := lo + (hi-lo)/2; same(mid) {
+						lo = mid
+					} else {
+						hi = mid
+					}
 				}
+				other := pick(hi)
+				above = &RegimeChange{Bytes: hi * grain, Algo: other.Algo, Proto: other.Proto}
+				break
 			}
-			other := pick(hi)
-			above = &RegimeChange{Bytes: hi, Algo: other.Algo, Proto: other.Proto}
-			break
+			lo = q
 		}
-		lo = p
 	}
 	return below, above
+}
+
+// elemBytes is the size of the collectives' default type (float), whose whole elements their
+// commands run.
+var elemBytes = int64(gpu.Float.Size())
+
+// sizeGrain is the step between the sizes coll's command runs on ranks GPUs with its default
+// type: an all-gather's or reduce-scatter's share a rank is rounded down to 16 B (rankShare), so
+// it runs multiples of 16 B × ranks; the other collectives run whole elements.
+func sizeGrain(coll string, ranks int) int64 {
+	if coll == "allgather" || coll == "reducescatter" {
+		return 16 * int64(ranks)
+	}
+	return elemBytes
 }
 
 // rankShare is a rank's part of a size as nccl-tests splits it (an all-to-all's bytes to each
@@ -442,7 +529,7 @@ func (m *model) explainP2P(x *Explanation, coll string, bytes int64) error {
 func CollectiveTime(t *gpu.Topology, devs []int, env map[string]string, coll string, bytes int64) (float64, error) {
 	kind, tuned := collKinds[coll]
 	if !tuned || len(devs) < 2 { // point to point, or a local copy: Explain's time is the run's
-		x, err := Explain(t, devs, env, coll, bytes)
+		x, err := explainSize(t, devs, env, coll, bytes, false)
 		return x.Chosen.TimeUS, err
 	}
 	for _, d := range devs {

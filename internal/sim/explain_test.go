@@ -3,8 +3,11 @@ package sim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -454,5 +457,132 @@ func TestExplainSimWhy(t *testing.T) {
 	cal.Calibration = &gpu.Calibration{Algorithms: map[string]gpu.AlgoCalibration{"Ring/Simple": {Bandwidth: 0.9}}}
 	if x, err = Explain(cal, ranks(8), nil, "allreduce", 1<<30); err != nil || !slices.Equal(x.Chosen.SimWhy, []string{"calibration"}) {
 		t.Errorf("calibrated: %q, %v", x.Chosen.SimWhy, err)
+	}
+}
+
+// The sizes where the pick changes are sizes the collective's command runs: an all-gather's or
+// reduce-scatter's are multiples of 16 B a rank, an all-reduce's whole floats; explaining the
+// change gives the new pick, explaining the run size under it the old one.
+func TestExplainChangesAreRunSizes(t *testing.T) {
+	t.Parallel()
+	h800x2, err := LoadTopology("hgx-h800")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h800x2, err = h800x2.WithNodes(2); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		topo  string
+		n     int
+		coll  string
+		grain int64
+	}{
+		{"pcie-4090x8", 8, "allgather", 128}, {"dgx-h100x2", 16, "allgather", 256}, {"dgx-h100x2", 16, "reducescatter", 256},
+		{"hgx-h800x2", 16, "allgather", 256}, {"dgx-a100", 3, "allgather", 48}, {"dgx-a100", 3, "reducescatter", 48},
+		{"dgx-h100", 8, "allreduce", 4}, {"dgx-h100x2", 16, "allreduce", 4}, {"pcie-4090x8", 8, "broadcast", 4},
+	} {
+		tp := h800x2
+		if c.topo != "hgx-h800x2" {
+			if tp, err = LoadTopology(c.topo); err != nil {
+				t.Fatal(err)
+			}
+		}
+		at := func(b int64) string {
+			x, err := Explain(tp, ranks(c.n), nil, c.coll, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return pairOf(x.Chosen.Algo, x.Chosen.Proto)
+		}
+		changes := 0
+		for _, size := range []int64{8 << 10, 1 << 30} {
+			x, err := Explain(tp, ranks(c.n), nil, c.coll, size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if x.ScanMinBytes%c.grain != 0 || x.ScanMaxBytes%c.grain != 0 {
+				t.Errorf("%s %s: scan %d-%d B is not of sizes the command runs (multiples of %d B)", c.topo, c.coll, x.ScanMinBytes, x.ScanMaxBytes, c.grain)
+			}
+			chosen := pairOf(x.Chosen.Algo, x.Chosen.Proto)
+			for _, d := range []struct {
+				change        *RegimeChange
+				under, atPick string
+			}{{x.ChangeBelow, "", chosen}, {x.ChangeAbove, chosen, ""}} {
+				if d.change == nil {
+					continue
+				}
+				changes++
+				other := pairOf(d.change.Algo, d.change.Proto)
+				under, atPick := d.under, d.atPick
+				if under == "" {
+					under = other
+				} else {
+					atPick = other
+				}
+				b := d.change.Bytes
+				if b%c.grain != 0 {
+					t.Errorf("%s %s from %d B: the change at %d B is not a size the command runs (a multiple of %d B)", c.topo, c.coll, size, b, c.grain)
+				}
+				if got := at(b); got != atPick {
+					t.Errorf("%s %s from %d B: %d B picks %s; want %s", c.topo, c.coll, size, b, got, atPick)
+				}
+				if got := at(b - 1); got != under {
+					t.Errorf("%s %s from %d B: %d B (run as %d B) picks %s; want %s", c.topo, c.coll, size, b-1, b-c.grain, got, under)
+				}
+			}
+		}
+		if changes == 0 {
+			t.Errorf("%s %s: no change of pick between 8 KiB and 1 GiB", c.topo, c.coll)
+		}
+	}
+}
+
+// A refusal for want of an algorithm offers only what the other variables leave, and names the
+// variable that turned off the algorithm NCCL_ALGO asks for.
+func TestNoAlgorithmNamesWhatTurnedItOff(t *testing.T) {
+	t.Parallel()
+	tp, err := LoadTopology("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Explain(tp, ranks(8), map[string]string{"NCCL_ALGO": "nvls", "NCCL_NVLS_ENABLE": "0"}, "allreduce", 1<<30)
+	want := "explain: NCCL_ALGO=nvls NCCL_NVLS_ENABLE=0 leaves no algorithm and protocol for allreduce here: NCCL_NVLS_ENABLE=0 turns off NVLS; " +
+		"unset NCCL_NVLS_ENABLE, or enable one that serves it (allreduce runs Tree (LL, LL128, Simple), Ring (LL, LL128, Simple))"
+	if err == nil || err.Error() != want {
+		t.Errorf("NCCL_ALGO=nvls NCCL_NVLS_ENABLE=0: %v; want %q", err, want)
+	}
+	// Without an enabling variable in the way, the advice is what it was.
+	_, err = Explain(tp, ranks(8), map[string]string{"NCCL_ALGO": "tree"}, "broadcast", 1<<20)
+	want = "explain: NCCL_ALGO=tree leaves no algorithm and protocol for broadcast here: enable one that serves it (broadcast runs Ring (LL, LL128, Simple))"
+	if err == nil || err.Error() != want {
+		t.Errorf("NCCL_ALGO=tree on broadcast: %v; want %q", err, want)
+	}
+}
+
+// The range each NCCL_* number is refused with is the range accepted: its ends pass, one beyond
+// each is refused with the same words.
+func TestCheckEnvRangeIsTheRangeAccepted(t *testing.T) {
+	t.Parallel()
+	ends := regexp.MustCompile(`: give a whole number from (-?[0-9]+) to (-?[0-9]+)$`)
+	for _, name := range []string{"NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_P2P_DISABLE", "NCCL_PXN_DISABLE", "NCCL_IB_DISABLE"} {
+		err := CheckEnv(map[string]string{name: "-1"})
+		m := ends.FindStringSubmatch(fmt.Sprint(err))
+		if m == nil {
+			t.Errorf("%s=-1: %v; want it refused with the range to give", name, err)
+			continue
+		}
+		lo, _ := strconv.Atoi(m[1])
+		hi, _ := strconv.Atoi(m[2])
+		for _, v := range []int{lo, hi} {
+			if err := CheckEnv(map[string]string{name: strconv.Itoa(v)}); err != nil {
+				t.Errorf("%s=%d, in the range stated (%d to %d): %v", name, v, lo, hi, err)
+			}
+		}
+		for _, v := range []int{lo - 1, hi + 1} {
+			if err := CheckEnv(map[string]string{name: strconv.Itoa(v)}); err == nil || !ends.MatchString(err.Error()) {
+				t.Errorf("%s=%d, outside the range stated (%d to %d): %v; want it refused with the range", name, v, lo, hi, err)
+			}
+		}
 	}
 }

@@ -138,7 +138,7 @@ func TestAllToAllHonoursIBHCA(t *testing.T) {
 	}
 	for env, want := range map[string]string{
 		"NCCL_IB_DISABLE=x":    `NCCL_IB_DISABLE="x": give a whole number from 0 to 1024`,
-		"NCCL_MAX_NCHANNELS=0": "NCCL_MAX_NCHANNELS=0: give at least one channel",
+		"NCCL_MAX_NCHANNELS=0": `NCCL_MAX_NCHANNELS="0": give a whole number from 1 to 1024`,
 	} {
 		k, v, _ := strings.Cut(env, "=")
 		if err := CheckEnv(map[string]string{k: v}); err == nil || err.Error() != want {

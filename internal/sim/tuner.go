@@ -741,18 +741,19 @@ func CheckEnv(env map[string]string) error {
 		}
 	}
 	for _, name := range []string{"NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_P2P_DISABLE", "NCCL_PXN_DISABLE", "NCCL_IB_DISABLE"} {
+		least := 0
+		if name == "NCCL_MAX_NCHANNELS" {
+			least = 1 // a call runs on at least one channel
+		}
 		if s, ok := env[name]; ok {
-			if n, err := strconv.Atoi(strings.TrimSpace(s)); err != nil || n < 0 || n > 1024 {
-				return fmt.Errorf("%s=%q: give a whole number from 0 to 1024", name, s)
+			if n, err := strconv.Atoi(strings.TrimSpace(s)); err != nil || n < least || n > 1024 {
+				return fmt.Errorf("%s=%q: give a whole number from %d to 1024", name, s, least)
 			}
 		}
 	}
 	lo, hi := envInt(env, "NCCL_MIN_NCHANNELS", 0), envInt(env, "NCCL_MAX_NCHANNELS", 64)
-	switch {
-	case hi < 1:
-		return fmt.Errorf("NCCL_MAX_NCHANNELS=%d: give at least one channel", hi)
-	case lo > hi && env["NCCL_MAX_NCHANNELS"] != "":
-		return fmt.Errorf("NCCL_MIN_NCHANNELS=%d and NCCL_MAX_NCHANNELS=%d: give a range of at least one channel", lo, hi)
+	if lo > hi && env["NCCL_MAX_NCHANNELS"] != "" {
+		return fmt.Errorf("NCCL_MIN_NCHANNELS=%d and NCCL_MAX_NCHANNELS=%d: give a range of at least one channel (NCCL_MIN_NCHANNELS at most NCCL_MAX_NCHANNELS)", lo, hi)
 	}
 	return nil
 }
