@@ -262,7 +262,11 @@ func writeFleet(w io.Writer, format string, rep *fleet.Report) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	case "markdown":
-		fmt.Fprintf(w, "**gpubench fleet**: %d nodes, %d tests in %d rounds, floor %.0f%% of expected\n\n", len(rep.Nodes), rep.Tests, rep.Rounds, 100*rep.Floor)
+		nodes := fmt.Sprint(len(rep.Nodes))
+		if len(rep.NotReached) > 0 {
+			nodes = fmt.Sprintf("%d of %d", len(rep.Nodes), len(rep.Nodes)+len(rep.NotReached))
+		}
+		fmt.Fprintf(w, "**gpubench fleet**: %s nodes, %d tests in %d rounds, floor %.0f%% of expected\n\n", nodes, rep.Tests, rep.Rounds, 100*rep.Floor)
 		if rep.Interrupted {
 			fmt.Fprint(w, "Stopped early (interrupted): the nodes and rounds that finished, nothing of the one under way.\n\n")
 		}
@@ -279,15 +283,23 @@ func writeFleet(w io.Writer, format string, rep *fleet.Report) error {
 				fmt.Fprintf(w, "- diag on %s: %s\n", n.Host, strings.Join(n.Diag, "; "))
 			}
 		}
-		if rep.Healthy() {
+		if rep.Interrupted {
+			fmt.Fprintf(w, "- %s\n", interruptedLine(rep))
+		} else if rep.Healthy() {
 			fmt.Fprintf(w, "- %s\n", healthyLine(rep))
+		} else if len(rep.NotTested) > 0 {
+			fmt.Fprintf(w, "- not tested: %s\n", strings.Join(rep.NotTested, "; "))
 		}
 		for _, s := range rep.Summary() {
 			fmt.Fprintf(w, "- %s\n", s)
 		}
 		return nil
 	case "table":
-		fmt.Fprintf(w, "# gpubench fleet: %d node%s; %d test%s in %d round%s; floor %.0f%% of expected\n", len(rep.Nodes), plural(len(rep.Nodes)), rep.Tests, plural(rep.Tests), rep.Rounds, plural(rep.Rounds), 100*rep.Floor)
+		nodes := fmt.Sprintf("%d node%s", len(rep.Nodes), plural(len(rep.Nodes)))
+		if len(rep.NotReached) > 0 {
+			nodes = fmt.Sprintf("%d of %d nodes", len(rep.Nodes), len(rep.Nodes)+len(rep.NotReached))
+		}
+		fmt.Fprintf(w, "# gpubench fleet: %s; %d test%s in %d round%s; floor %.0f%% of expected\n", nodes, rep.Tests, plural(rep.Tests), rep.Rounds, plural(rep.Rounds), 100*rep.Floor)
 		if rep.Interrupted {
 			fmt.Fprintln(w, "# Stopped early (interrupted): the nodes and rounds that finished, nothing of the one under way")
 		}
@@ -303,9 +315,14 @@ func writeFleet(w io.Writer, format string, rep *fleet.Report) error {
 				fmt.Fprintf(w, "# diag on %s: %s\n", n.Host, strings.Join(n.Diag, "; "))
 			}
 		}
-		if rep.Healthy() {
+		if rep.Interrupted {
+			fmt.Fprintf(w, "# %s\n", interruptedLine(rep))
+		} else if rep.Healthy() {
 			_, err := fmt.Fprintf(w, "# %s\n", healthyLine(rep))
 			return err
+		}
+		if len(rep.NotTested) > 0 {
+			fmt.Fprintf(w, "# not tested: %s\n", strings.Join(rep.NotTested, "; "))
 		}
 		for _, s := range rep.Summary() {
 			fmt.Fprintf(w, "# suspect: %s\n", s)
@@ -315,19 +332,46 @@ func writeFleet(w io.Writer, format string, rep *fleet.Report) error {
 	return fmt.Errorf("unknown --output %q for fleet: use table, json or markdown", format)
 }
 
+// interruptedLine says that an interrupted run gives no verdict of the fleet, and what it did not
+// test: the nodes it did not reach, the rounds across nodes.
+func interruptedLine(rep *fleet.Report) string {
+	var parts []string
+	if u := rep.NotReached; len(u) > 8 {
+		parts = append(parts, fmt.Sprintf("%d nodes (%s and %d others)", len(u), strings.Join(u[:8], ", "), len(u)-8))
+	} else if len(u) > 0 {
+		parts = append(parts, fmt.Sprintf("%d node%s (%s)", len(u), plural(len(u)), strings.Join(u, ", ")))
+	}
+	if len(rep.Rails) == 0 && len(rep.Nodes)+len(rep.NotReached) > 1 {
+		parts = append(parts, "the rails and the groups across nodes")
+	}
+	line := "interrupted: no verdict of the fleet"
+	if len(parts) > 0 {
+		line += "; not tested: " + strings.Join(parts, "; ")
+	}
+	return line
+}
+
 // healthyLine says what a healthy report found healthy: its NICs only if a rail tested them.
 func healthyLine(rep *fleet.Report) string {
 	why := "no rail" // a machine of GPUs without NICs
 	if len(rep.Nodes) == 1 {
 		why = "one node"
 	}
+	line := ""
 	for _, r := range rep.Rails {
 		if r.Status != fleet.Untested {
-			return "every node, GPU and NIC healthy"
+			line = "every node, GPU and NIC healthy"
+			break
 		}
 		why = cmp.Or(r.Why, "untested")
 	}
-	return fmt.Sprintf("every node and GPU healthy; NICs not tested (%s)", why)
+	if line == "" {
+		line = fmt.Sprintf("every node and GPU healthy; NICs not tested (%s)", why)
+	}
+	if len(rep.NotTested) > 0 {
+		line = strings.Replace(line, " healthy", " tested healthy", 1) + "; not tested: " + strings.Join(rep.NotTested, "; ")
+	}
+	return line
 }
 
 // railLine says how a rail's test went: its verdict, its figure or error, and the nodes it did
@@ -341,7 +385,7 @@ func railLine(r fleet.Rail) string {
 	case f != nil && f.Error != "":
 		s += ": " + f.Error
 	case f != nil:
-		s += fmt.Sprintf(", %.0f%% of expected", 100*f.Ratio)
+		s += fmt.Sprintf(", %.0f%% of expected", fleet.Percent(f.Ratio))
 	}
 	if u := r.Untested; len(u) > 8 {
 		s += fmt.Sprintf("; not tested on %s and %d other nodes", strings.Join(u[:8], ", "), len(u)-8)
@@ -358,7 +402,7 @@ func pct(f *fleet.Figure) string {
 	case f.Error != "":
 		return "error"
 	}
-	return fmt.Sprintf("%.0f%%", 100*f.Ratio)
+	return fmt.Sprintf("%.0f%%", fleet.Percent(f.Ratio))
 }
 
 // drainCommands are the commands that would take the suspect nodes out of service, for an
@@ -482,7 +526,7 @@ func (f *fleetFlags) acrossProcesses(cmd *cobra.Command, e *env, g *globals, pro
 		return nil, runtimeErr(fmt.Errorf("rank %d: %w", proc.Rank, err))
 	}
 	if simulated && proc.Size != len(x.nodes) {
-		err := usageErr("gpubench fleet runs one process per node: %d processes for the %d nodes of %s; start %d", proc.Size, len(x.nodes), x.topo.Name, len(x.nodes))
+		err := usageErr("gpubench fleet runs one process per node: %d processes for the %d nodes of %s; start %d, or give --nodes %d", proc.Size, len(x.nodes), x.topo.Name, len(x.nodes), proc.Size)
 		grp.Close(err)
 		return nil, err
 	}

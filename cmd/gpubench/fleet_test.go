@@ -364,7 +364,7 @@ func TestFleetLaunchRefused(t *testing.T) {
 		args func(rank int) []string
 		want string
 	}{
-		{"world of 2, 1 node", func(int) []string { return base }, "gpubench: gpubench fleet runs one process per node: 2 processes for the 1 nodes of dgx-h100; start 1\n"},
+		{"world of 2, 1 node", func(int) []string { return base }, "gpubench: gpubench fleet runs one process per node: 2 processes for the 1 nodes of dgx-h100; start 1, or give --nodes 2\n"},
 		{"--nodes", func(r int) []string { return append(slices.Clone(base), "--nodes", fmt.Sprint(2+r)) }, "--nodes 3"},
 		{"--seed", func(r int) []string { return append(slices.Clone(base), "--nodes", "2", "--seed", fmt.Sprint(1+r)) }, "was started with --seed 2, rank 0 with --seed 1: start every process"},
 		{"--sim-jitter", func(r int) []string {
@@ -524,6 +524,50 @@ func TestFleetOneNVLinkDomain(t *testing.T) {
 		var b strings.Builder
 		if err := writeFleet(&b, format, &rep); err != nil || !strings.Contains(b.String(), want) || strings.Contains(b.String(), "NIC healthy") {
 			t.Errorf("%s: %v\n%s", format, err, b.String())
+		}
+	}
+}
+
+// A healthy run never says healthy what no test measured: with one GPU a node no test checks a
+// GPU's data, and with fewer GPUs a node than NICs the NICs on no GPU's rail carry nothing.
+func TestFleetSaysWhatWasNotTested(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--gpus-per-node", "1", "--sim-fault", "corrupt=3"}, "; not tested: the GPUs' data on their own (one GPU a node: no test of a node checks it); NICs mlx5_1, mlx5_2, mlx5_3, mlx5_4, mlx5_5, mlx5_6, mlx5_7 (no GPU of the run on their rails)\n"},
+		{[]string{"--gpus-per-node", "2", "--sim-fault", "slow-nic=dgx-h100-3/mlx5_5,0.4"}, "# every node, GPU and NIC tested healthy; not tested: NICs mlx5_2, mlx5_3, mlx5_4, mlx5_5, mlx5_6, mlx5_7 (no GPU of the run on their rails)\n"},
+		{nil, "# every node, GPU and NIC healthy\n"},
+	} {
+		out, errOut, code := gpubench(t, append([]string{"fleet", "--backend", "sim", "--nodes", "4"}, tc.args...)...)
+		if code != 0 || !strings.HasSuffix(out, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q\n%s\nwant it to end %q", tc.args, code, errOut, out, tc.want)
+		}
+	}
+	out, _, code := gpubench(t, "fleet", "--backend", "sim", "--nodes", "4", "--size", "1MiB", "--gpus-per-node", "2", "--output", "json")
+	var rep struct {
+		NotTested []string `json:"not_tested"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 || len(rep.NotTested) != 1 {
+		t.Errorf("json: exit %d, %v, not_tested %q", code, err, rep.NotTested)
+	}
+}
+
+// An interrupted run gives no verdict of the fleet: it says which nodes and rounds it did not
+// test, never that every node is healthy.
+func TestFleetInterruptedNoVerdict(t *testing.T) {
+	rep := &fleet.Report{Nodes: []fleet.Node{{Host: "dgx-h100-0", Status: fleet.Healthy}, {Host: "dgx-h100-1", Status: fleet.Healthy}},
+		Rails: []fleet.Rail{}, Suspects: []fleet.Suspect{}, Tests: 6, Rounds: 1, Floor: 0.75, Interrupted: true, NotReached: []string{"dgx-h100-2", "dgx-h100-3"}}
+	for _, format := range []string{"table", "markdown"} {
+		var b strings.Builder
+		if err := writeFleet(&b, format, rep); err != nil {
+			t.Fatal(err)
+		}
+		out := b.String()
+		if strings.Contains(out, "every node") || !strings.Contains(out, "2 of 4") ||
+			!strings.Contains(out, "interrupted: no verdict of the fleet; not tested: 2 nodes (dgx-h100-2, dgx-h100-3); the rails and the groups across nodes\n") {
+			t.Errorf("%s:\n%s", format, out)
 		}
 	}
 }

@@ -120,9 +120,14 @@ type Report struct {
 	Tests    int       `json:"tests"`
 	Rounds   int       `json:"rounds"`
 	Floor    float64   `json:"floor"`
+	// NotTested says what no test of the run measured, each with why: the NICs on no rail of the
+	// run's GPUs, the GPUs' data where no test checks it (one GPU a node).
+	NotTested []string `json:"not_tested,omitempty"`
 	// Interrupted: the run was stopped (its context ended); the report holds the nodes and the
 	// rounds that finished before, and nothing of the one under way.
 	Interrupted bool `json:"interrupted,omitempty"`
+	// NotReached names the nodes an interrupted run stopped before testing on their own.
+	NotReached []string `json:"not_reached,omitempty"`
 }
 
 // Healthy reports whether every node and every rail tested is, and nothing is suspect: a rail
@@ -212,10 +217,14 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		}
 		f.nodes, f.hosts = f.nodes[*k:*k+1], f.hosts[*k:*k+1]
 	}
+	if len(f.nodes[0]) == 1 {
+		f.rep.NotTested = append(f.rep.NotTested, "the GPUs' data on their own (one GPU a node: no test of a node checks it)")
+	}
 	f.progress("%d nodes of %d GPUs: each node on its own", len(f.nodes), len(f.nodes[0]))
 	f.nodeRound()
 	if f.ctx.Err() != nil {
 		f.rep.Interrupted = true
+		f.rep.NotReached = slices.Clone(f.hosts[len(f.rep.Nodes):])
 		return f.report()
 	}
 	return f.acrossNodes()
@@ -475,7 +484,7 @@ func (f *fleet) nodeRound() {
 				node.AllToAll = fig
 			}
 			if o.failed() && node.Status != Failed {
-				node.Status, node.Why = Failed, f.failure(n, c.Name, o, fails, runs)
+				node.Status, node.Why = Failed, f.failure(n, c.Name, o, fails, runs, f.hungGPU(o, gpus, shape))
 			}
 			if o.hang != nil {
 				break // a hung GPU stays hung: the node's other tests would only hang too
@@ -483,10 +492,10 @@ func (f *fleet) nodeRound() {
 		}
 		if node.Status == Healthy {
 			var o outcome
-			node.P2P, f.slow[n], o = f.p2pNode(gpus, shape)
+			node.P2P, f.slow[n], o = f.p2pNode(f.b, gpus, shape)
 			if o.failed() {
-				fails, runs := f.retry(o, func() outcome { _, _, again := f.p2pNode(gpus, shape); return again })
-				node.Status, node.Why = Failed, f.failure(n, "p2p", o, fails, runs)
+				fails, runs := f.retry(o, func() outcome { _, _, again := f.p2pNode(f.b, gpus, shape); return again })
+				node.Status, node.Why = Failed, f.failure(n, "p2p", o, fails, runs, -1)
 			}
 		}
 		if f.opt.Diag != nil && len(f.nodes) == 1 {
@@ -553,9 +562,9 @@ func (f *fleet) judgeNodes() []int {
 			}
 			switch {
 			case fig.Ratio < f.opt.Floor:
-				node.Status, node.Why = Degraded, fmt.Sprintf("%s %.1f GB/s busbw, %.0f%% of the expected %.1f", c, fig.BusBW, 100*fig.Ratio, fig.Expected)
+				node.Status, node.Why = Degraded, fmt.Sprintf("%s %.1f GB/s busbw, %.0f%% of the expected %.1f", c, fig.BusBW, Percent(fig.Ratio), fig.Expected)
 			case fig.Ratio < low:
-				node.Status, node.Why = Degraded, fmt.Sprintf("%s %.1f GB/s busbw, an outlier among the nodes (%.0f%% of expected, the fleet's median %.0f%%)", c, fig.BusBW, 100*fig.Ratio, 100*median(ratios))
+				node.Status, node.Why = Degraded, fmt.Sprintf("%s %.1f GB/s busbw, an outlier among the nodes (%.0f%% of expected, the fleet's median %.0f%%)", c, fig.BusBW, Percent(fig.Ratio), Percent(median(ratios)))
 			default:
 				continue
 			}
@@ -592,20 +601,30 @@ func gpuName(t *gpu.Topology, g int) string {
 
 // failure names what failed on node n in test what, and records the suspect: the GPU that hung
 // or whose output was wrong (its rank, its index on the node; or a copy's device), or the node
-// when the error names none.
-func (f *fleet) failure(n int, what string, o outcome, fails, runs int) string {
+// when the error names none. A hang that several GPUs did not finish names the GPU hung, its
+// index on the node, when hungGPU found it, and the node otherwise: a GPU that hangs holds up
+// every rank waiting on it, so the ranks that did not finish do not say which one it was.
+func (f *fleet) failure(n int, what string, o outcome, fails, runs, hung int) string {
 	var ranks []int
 	var why string
 	switch {
-	case o.hang != nil && o.hang.Devices:
-		for _, d := range o.hang.Ranks {
-			if i := slices.Index(f.nodes[n], d); i >= 0 {
-				ranks = append(ranks, i)
-			}
-		}
-		why = fmt.Sprintf("%s hung: %v", what, o.hang)
 	case o.hang != nil:
 		ranks, why = o.hang.Ranks, fmt.Sprintf("%s hung: %v", what, o.hang)
+		if o.hang.Devices {
+			ranks = nil
+			for _, d := range o.hang.Ranks {
+				if i := slices.Index(f.nodes[n], d); i >= 0 {
+					ranks = append(ranks, i)
+				}
+			}
+		}
+		switch {
+		case len(ranks) < 2:
+		case hung >= 0:
+			ranks, why = []int{hung}, fmt.Sprintf("%s; GPU %d hung alone in the node's P2P copies, run on it opened again", why, hung)
+		default:
+			ranks, why = nil, fmt.Sprintf("%s (a GPU that hangs holds up every rank waiting on it: which one hung cannot be told)", why)
+		}
 	case len(o.wrong) > 0:
 		ranks, why = o.wrong, fmt.Sprintf("%s delivered wrong data", what)
 	default:
@@ -620,6 +639,32 @@ func (f *fleet) failure(n int, what string, o outcome, fails, runs int) string {
 		f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "gpu", Host: f.hosts[n], GPU: &g, Status: Failed, Why: why})
 	}
 	return why
+}
+
+// hungGPU finds which GPU of a node hung in o, a test that several of its GPUs did not finish (a
+// GPU that hangs holds up every rank waiting on it): it opens the cluster again (a hung kernel
+// holds its GPUs) and runs the node's P2P copies, pair by pair, which name the one GPU that hangs.
+// It returns that GPU's index on the node, or -1: the test did not hang on several GPUs, the
+// cluster opens as the same backend (real GPUs, still held), or the copies did not name one GPU.
+func (f *fleet) hungGPU(o outcome, gpus []int, shape string) int {
+	if o.hang == nil || len(o.hang.Ranks) < 2 {
+		return -1
+	}
+	b, err := f.opt.Open(nil, false)
+	if err != nil {
+		return -1
+	}
+	if b == f.b {
+		return -1 // real GPUs open as the same backend: it stays open
+	}
+	defer b.Close()
+	tests := f.rep.Tests
+	_, _, again := f.p2pNode(b, gpus, shape)
+	f.rep.Tests = tests + 1
+	if again.hang == nil || !again.hang.Devices || len(again.hang.Ranks) != 1 {
+		return -1
+	}
+	return slices.Index(gpus, again.hang.Ranks[0])
 }
 
 // suspectNode looks inside a degraded node for the GPU at fault: the GPU common to every pair
@@ -643,13 +688,13 @@ func (f *fleet) suspectNode(n int, why string) {
 	f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "node", Host: f.hosts[n], Status: Degraded, Why: why})
 }
 
-// p2pNode measures a node's unidirectional P2P copies and sets them beside the fault-free
+// p2pNode measures a node's unidirectional P2P copies on cluster and sets them beside the fault-free
 // machine's (measured once per node shape): the slowest pair's figure, and the ordered pairs
 // under the floor; or, when the copies hang or fail, why (a hang names device ordinals). Pairs
 // under the floor are measured again, up to Repeat times in all, and stay under it only if every
 // measurement is: one noisy sample names no one. Nothing where the backends cannot copy.
-func (f *fleet) p2pNode(gpus []int, shape string) (*Figure, [][2]int, outcome) {
-	b, okB := f.b.(p2p.Backend)
+func (f *fleet) p2pNode(cluster gpu.Backend, gpus []int, shape string) (*Figure, [][2]int, outcome) {
+	b, okB := cluster.(p2p.Backend)
 	t, okT := f.twin.(p2p.Backend)
 	if !okB || !okT || len(gpus) < 2 {
 		return nil, nil, outcome{}
@@ -739,6 +784,15 @@ func slowPairs(got, want *p2p.Matrix, gpus []int, floor float64) [][2]int {
 func (f *fleet) railRound() error {
 	f.rep.Rounds++
 	base := f.good()
+	var off []string // NICs on no rail of the run's GPUs
+	for _, c := range f.topo.Nodes[0].NICs {
+		if !slices.ContainsFunc(f.nodes[0], func(g int) bool { return f.topo.NICOf(g) == c.ID }) {
+			off = append(off, c.ID)
+		}
+	}
+	if len(off) > 0 && !f.topo.OneDomain() {
+		f.rep.NotTested = append(f.rep.NotTested, fmt.Sprintf("NIC%s %s (no GPU of the run on %s rail%s)", plural(len(off)), strings.Join(off, ", "), map[bool]string{true: "its", false: "their"}[len(off) == 1], plural(len(off))))
+	}
 	for k := range f.nodes[0] {
 		nic := f.topo.NICOf(f.nodes[0][k])
 		if nic == "" {
@@ -769,7 +823,11 @@ func (f *fleet) railRound() error {
 		rail := Rail{Rail: k, NIC: nic, Status: Untested, Why: "fewer than two nodes to test it across"}
 		what := fmt.Sprintf("rail %d's all-reduce through %s", k, nic)
 		test, done := f.crossTest(k, env, b, twin, what)
-		first, found, untested := f.hunt(set, test)
+		hunt := f.hunt
+		if f.sharedDomains() {
+			hunt = f.huntPairs
+		}
+		first, found, untested := hunt(set, test)
 		done()
 		if b != nil {
 			b.Close()
@@ -882,6 +940,11 @@ func (f *fleet) crossTest(rail int, env map[string]string, b, twin gpu.Backend, 
 			v.drop = append(v.drop, n)
 			f.bad[n] = true
 			f.markNode(n, Failed, why)
+			if len(hung[n]) > 1 { // one GPU that hangs holds up the others: which one cannot be told
+				f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "node", Host: f.hosts[n], Status: Failed,
+					Why: why + " (a GPU that hangs holds up every rank waiting on it: which one hung cannot be told)"})
+				continue
+			}
 			for _, l := range hung[n] {
 				f.rep.Suspects = append(f.rep.Suspects, Suspect{Kind: "gpu", Host: f.hosts[n], GPU: &l, Status: Failed, Why: why})
 			}
@@ -1039,6 +1102,156 @@ func (f *fleet) hunt(set []int, test func([]int) verdict) (first *verdict, found
 		untested = append(untested, set...)
 	}
 	return first, found, untested
+}
+
+// sharedDomains reports whether an NVLink domain holds several nodes (GB200 NVL72 racks): a
+// rail's test of nodes in one domain crosses none of their NICs, and one across domains only
+// the NICs its rings enter and leave by, so no test of many nodes measures each NIC.
+func (f *fleet) sharedDomains() bool {
+	seen := map[int]bool{}
+	for _, gpus := range f.nodes {
+		d := f.topo.DomainOf(gpus[0])
+		if seen[d] {
+			return true
+		}
+		seen[d] = true
+	}
+	return false
+}
+
+// huntPairs is hunt for a rail whose NVLink domains hold several nodes: each node is tested with
+// one node of another domain, the two alone, which the rail's traffic crosses by each one's NIC;
+// a node left over (its domain holds more than the others) is tested beside a node a pair cleared.
+// A pair that falls short or fails has each of its nodes tested beside a cleared node of another
+// domain, Repeat times, and named if it falls short every time; with no cleared node, the pair is
+// confirmed as it is, and both named. The verdict standing for the rail is the first pair that
+// fell short or failed, else the slowest pair; nil when no two nodes of different domains were
+// left to test. Nodes a test drops (a GPU that hung, a process that left) are left untested.
+func (f *fleet) huntPairs(set []int, test func([]int) verdict) (first *verdict, found []finding, untested []int) {
+	domain := func(n int) int { return f.topo.DomainOf(f.nodes[n][0]) }
+	byDomain := map[int][]int{}
+	for _, n := range set {
+		byDomain[domain(n)] = append(byDomain[domain(n)], n)
+	}
+	var pairs [][]int
+	var left []int
+	for {
+		ds := slices.Collect(maps.Keys(byDomain))
+		slices.SortFunc(ds, func(a, b int) int { return cmp.Or(cmp.Compare(len(byDomain[b]), len(byDomain[a])), cmp.Compare(a, b)) })
+		if len(ds) == 0 {
+			break
+		}
+		if len(ds) == 1 {
+			left = byDomain[ds[0]]
+			break
+		}
+		a, b := byDomain[ds[0]][0], byDomain[ds[1]][0]
+		pairs = append(pairs, []int{min(a, b), max(a, b)})
+		for _, d := range ds[:2] {
+			if byDomain[d] = byDomain[d][1:]; len(byDomain[d]) == 0 {
+				delete(byDomain, d)
+			}
+		}
+	}
+	f.depth = max(f.depth, 1)
+	cleared := map[int]bool{}
+	var short [][]int
+	stand := func(v verdict) {
+		switch {
+		case first == nil, first.ok && !v.ok, first.ok && v.ok && v.fig.Ratio < first.fig.Ratio:
+			first = &v
+		}
+	}
+	for _, p := range pairs {
+		v := test(p)
+		if len(v.drop) > 0 {
+			untested = append(untested, v.drop...)
+			for _, n := range without(p, v.drop) {
+				left = append(left, n)
+			}
+			continue
+		}
+		stand(v)
+		if v.ok {
+			cleared[p[0]], cleared[p[1]] = true, true
+		} else {
+			short = append(short, p)
+		}
+	}
+	// partner is a cleared node of another domain than n's, to test n beside.
+	partner := func(n int) (int, bool) {
+		for _, c := range set {
+			if cleared[c] && domain(c) != domain(n) && !slices.Contains(untested, c) {
+				return c, true
+			}
+		}
+		return 0, false
+	}
+	// confirm tests nodes Repeat times, stopping at a pass or a hang; ok when every run failed.
+	confirm := func(nodes []int) (finding, bool) {
+		x := finding{node: nodes[0]}
+		for range f.opt.Repeat {
+			v := test(nodes)
+			if len(v.drop) > 0 {
+				untested = append(untested, v.drop...)
+				return x, false
+			}
+			if v.ok {
+				return x, false
+			}
+			stand(v)
+			x.runs++
+			if v.fig.Error != "" {
+				x.errs++
+				x.err = cmp.Or(x.err, v.fig.Error)
+			}
+			if x.hung = v.hung; x.hung {
+				break
+			}
+		}
+		f.confirmed[nodes[0]] = true
+		return x, true
+	}
+	for _, n := range left {
+		c, ok := partner(n)
+		if !ok {
+			untested = append(untested, n)
+			continue
+		}
+		if x, bad := confirm([]int{n, c}); bad {
+			found = append(found, x)
+		} else if !slices.Contains(untested, n) {
+			cleared[n] = true
+		}
+	}
+	for _, p := range short {
+		_, okA := partner(p[0])
+		_, okB := partner(p[1])
+		if !okA || !okB { // no node cleared to tell them apart: the pair as it is
+			if x, bad := confirm(p); bad {
+				x.pair = true
+				for _, n := range p {
+					x.node = n
+					found = append(found, x)
+				}
+			}
+			continue
+		}
+		for _, n := range p {
+			c, _ := partner(n)
+			if x, bad := confirm([]int{n, c}); bad {
+				found = append(found, x)
+			}
+		}
+	}
+	return first, found, untested
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }
 
 func without(set, drop []int) []int {
@@ -1297,3 +1510,7 @@ func (r *Report) Summary() []string {
 	}
 	return out
 }
+
+// Percent is a ratio in whole percent, rounded down, so that a figure under a floor of 75% never
+// reads 75% (the millionth of a percent forgives a ratio of 1 computed as 0.99999999).
+func Percent(ratio float64) float64 { return math.Floor(100*ratio + 1e-6) }

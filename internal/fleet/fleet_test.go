@@ -112,6 +112,9 @@ func TestInterrupted(t *testing.T) {
 				healthy++
 			}
 		}
+		if len(rep.NotReached) != 4-tc.nodes {
+			t.Errorf("stopped at %q: not reached %q; want the %d nodes not tested", tc.at, rep.NotReached, 4-tc.nodes)
+		}
 		if !rep.Interrupted || len(rep.Nodes) != tc.nodes || healthy != tc.nodes || len(rep.Rails) != 0 || len(rep.Suspects) != 0 {
 			t.Errorf("stopped at %q: interrupted %v, %d nodes (%d healthy), %d rails, suspects %+v; want %d healthy nodes and nothing else",
 				tc.at, rep.Interrupted, len(rep.Nodes), healthy, len(rep.Rails), rep.Suspects, tc.nodes)
@@ -346,5 +349,118 @@ func TestNaturalCompare(t *testing.T) {
 	slices.SortFunc(hosts, naturalCompare)
 	if want := []string{"a", "dgx-7", "dgx-42", "dgx-42a", "dgx-042b", "dgx-100"}; !slices.Equal(hosts, want) {
 		t.Errorf("%q, want %q", hosts, want)
+	}
+}
+
+// A NIC link that drops every call fails the rail through that NIC, and names that NIC: the
+// rails' calls cross the NIC NCCL_IB_HCA leaves them, not every NIC near their GPU (on a DGX
+// H100, mlx5_2 and mlx5_3 share GPU 2's and GPU 3's PCIe switch).
+func TestFlakyNICLink(t *testing.T) {
+	for _, tc := range []struct {
+		nic, sw string
+		rail    int
+	}{{"mlx5_3", "pcie1", 3}, {"mlx5_7", "pcie3", 7}, {"mlx5_2", "pcie1", 2}} {
+		rep, err := Run(context.Background(), Options{Open: openSim(4, 8,
+			sim.Fault{Kind: "flaky-link", A: "dgx-h100-2/" + tc.nic, B: "dgx-h100-2/" + tc.sw, Every: 1}), Floor: 0.75, Repeat: 3, Group: 16, Bytes: 1 << 20, Timeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Suspects) != 1 || rep.Suspects[0].Kind != "nic" || rep.Suspects[0].Host != "dgx-h100-2" || rep.Suspects[0].NIC != tc.nic ||
+			*rep.Suspects[0].Rail != tc.rail || rep.Suspects[0].Status != Failed {
+			t.Errorf("flaky %s: suspects %+v; want NIC %s of dgx-h100-2 (rail %d) failed", tc.nic, rep.Suspects, tc.nic, tc.rail)
+		}
+		for _, r := range rep.Rails {
+			if want := Healthy; r.Rail != tc.rail && r.Status != want || r.Rail == tc.rail && r.Status != Failed {
+				t.Errorf("flaky %s: rail %+v", tc.nic, r)
+			}
+		}
+	}
+}
+
+// A GPU that hangs partway through its node's tests holds up every rank waiting on it: the GPU is
+// named alone, found by the node's P2P copies on the cluster opened again, wherever in the tests
+// it starts to hang; where the cluster cannot be opened again (real GPUs stay held), the node is
+// named, never its GPUs that did not hang.
+func TestHangMidNodeTest(t *testing.T) {
+	for after := 0; after <= 16; after++ {
+		rep, err := Run(context.Background(), Options{Open: openSim(2, 8, sim.Fault{Kind: "hang", Device: 13, After: after}), Floor: 0.75, Repeat: 3, Group: 16, Bytes: 1 << 20, Timeout: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Suspects) != 1 || rep.Suspects[0].Kind != "gpu" || rep.Suspects[0].Host != "dgx-h100-1" || *rep.Suspects[0].GPU != 5 || rep.Suspects[0].Status != Failed {
+			t.Errorf("hang=13@%d: suspects %+v; want GPU 5 of dgx-h100-1 alone", after, rep.Suspects)
+		}
+	}
+	var held gpu.Backend // the cluster, opened once: a hung GPU stays hung
+	open := func(env map[string]string, expected bool) (gpu.Backend, error) {
+		if expected {
+			return openSim(1, 8)(env, true)
+		}
+		if held == nil {
+			b, err := openSim(1, 8, sim.Fault{Kind: "hang", Device: 5, After: 1})(env, false)
+			if err != nil {
+				return nil, err
+			}
+			held = &heldOpen{b}
+		}
+		return held, nil
+	}
+	rep, err := Run(context.Background(), Options{Open: open, Floor: 0.75, Repeat: 3, Group: 16, Bytes: 1 << 20, Timeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Suspects) != 1 || rep.Suspects[0].Kind != "node" || !strings.Contains(rep.Suspects[0].Why, "which one hung cannot be told") {
+		t.Errorf("held GPUs: suspects %+v; want the node, saying which GPU hung cannot be told", rep.Suspects)
+	}
+}
+
+// heldOpen is a backend that each Open returns again, as real GPUs are: Close leaves it open.
+type heldOpen struct{ gpu.Backend }
+
+func (heldOpen) Close() error { return nil }
+
+// openPreset opens nodes of the simulated preset topo, with faults on the cluster and none on the
+// machine it is set beside.
+func openPreset(topo string, nodes int, faults ...sim.Fault) func(map[string]string, bool) (gpu.Backend, error) {
+	return func(env map[string]string, expected bool) (gpu.Backend, error) {
+		t, err := sim.LoadTopology(topo)
+		if err == nil {
+			t, err = t.WithNodes(nodes)
+		}
+		if err != nil {
+			return nil, err
+		}
+		o := sim.Options{Env: env}
+		if !expected {
+			o.Faults = faults
+		}
+		return sim.New(t, o)
+	}
+}
+
+// On racks of GB200 trays, an NVLink domain of 18 nodes, a rail's test of many trays crosses
+// only the NICs its rings enter and leave each rack by, and one of trays in one rack none: each
+// tray's NIC is tested with one tray of another rack, the two alone, and a slow NIC is named
+// wherever its tray sits, never said healthy.
+func TestSlowNICAcrossRacks(t *testing.T) {
+	for _, tc := range []struct{ nodes, tray int }{{36, 20}, {36, 0}, {36, 17}, {36, 35}, {36, 18}, {20, 5}, {20, 19}} {
+		host := fmt.Sprintf("nvl72-tray-%d", tc.tray)
+		rep, err := Run(context.Background(), Options{Open: openPreset("gb200-nvl72", tc.nodes, sim.Fault{Kind: "slow-nic", A: host + "/mlx5_1", Factor: 0.1}),
+			Floor: 0.75, Repeat: 3, Group: 16, Bytes: 16 << 20, Timeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Suspects) != 1 || rep.Suspects[0].Kind != "nic" || rep.Suspects[0].Host != host || rep.Suspects[0].NIC != "mlx5_1" || rep.Healthy() {
+			t.Errorf("%d trays, slow mlx5_1 on %s: suspects %+v, rails %+v; want that NIC alone", tc.nodes, host, rep.Suspects, rep.Rails)
+		}
+	}
+}
+
+// Percentages round down: a figure under a 75% floor never reads 75%.
+func TestPercentRoundsDown(t *testing.T) {
+	for r, want := range map[float64]float64{0.7499: 74, 0.75: 75, 0.999999999: 100, 1: 100, 0.0049: 0} {
+		if got := Percent(r); got != want {
+			t.Errorf("Percent(%v) = %v; want %v", r, got, want)
+		}
 	}
 }

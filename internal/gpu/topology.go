@@ -1068,6 +1068,7 @@ func (t *Topology) RingFlowsOn(gpus []int, nicOK func(id string) bool) (flows []
 		}
 		byDomain[index[d]] = append(byDomain[index[d]], g)
 	}
+	nics := map[int][]int{} // domain -> the NICs of its hosts that hold GPUs of the rings
 	hop := func(a, b int, nic func(domain int) int) {
 		if a == b {
 			return
@@ -1075,7 +1076,7 @@ func (t *Topology) RingFlowsOn(gpus []int, nicOK func(id string) bool) (flows []
 		p := t.Route(a, b)
 		switch da, db := t.DomainOf(a), t.DomainOf(b); {
 		case da != db:
-			p = t.RouteVia(a, b, nic(da), nic(db))
+			p = t.RouteVia(a, b, t.hostNIC(a, nic(da), nics[da]), t.hostNIC(b, nic(db), nics[db]))
 		case p.Hops == nil && t.gpus[a].node != t.gpus[b].node: // a domain's hosts without NVLink between them
 			p = t.own().netRoute(a, b)
 		}
@@ -1087,7 +1088,6 @@ func (t *Topology) RingFlowsOn(gpus []int, nicOK func(id string) bool) (flows []
 		}
 		return flows, 1
 	}
-	nics := map[int][]int{}  // domain -> the NICs of its hosts that hold GPUs of the rings
 	nicHost := map[int]int{} // NIC vertex -> its host
 	rings = math.MaxInt
 	for d, i := range index {
@@ -1135,6 +1135,26 @@ func (t *Topology) RingFlowsOn(gpus []int, nicOK func(id string) bool) (flows []
 	return flows, rings
 }
 
+// hostNIC is the NIC by which GPU g's traffic leaves its domain where the ring names nic: nic on
+// g's host, and on a domain of several hosts whose ring enters on one host and leaves from another
+// (one GPU a host: a rail across GB200 trays), the NIC of allowed on g's host, its own first, as
+// NCCL's network transport leaves a host by a NIC of its own.
+func (t *Topology) hostNIC(g, nic int, allowed []int) int {
+	host := t.gpus[g].node
+	if nic < 0 || slices.Contains(t.NICs(host), nic) {
+		return nic
+	}
+	if slices.Contains(allowed, t.nic[g]) {
+		return t.nic[g]
+	}
+	for _, v := range allowed {
+		if slices.Contains(t.NICs(host), v) {
+			return v
+		}
+	}
+	return nic
+}
+
 // ringThroughNIC orders one domain's GPUs to enter at the GPU nearest the NIC (on host) and leave
 // from the next-nearest one; the others keep their order between. GPUs of the domain's other hosts, which
 // do not reach the NIC over PCIe, are entry or exit only when no nearer GPU is left.
@@ -1160,6 +1180,15 @@ func (t *Topology) ringThroughNIC(local []int, nic, host int, reverse bool) []in
 	entry, exit := byDist[0], byDist[1]
 	if reverse && dist[entry] == dist[exit] {
 		entry, exit = exit, entry
+	}
+	if dist[exit] == math.MaxInt { // no other GPU near the NIC: leave from the one after the entry,
+		// by its own host's NIC (hostNIC), so that rings entering on different hosts leave from
+		// different ones, as NCCL's channels spread over the domain's NICs
+		step := 1
+		if reverse {
+			step = len(local) - 1
+		}
+		exit = local[(slices.Index(local, entry)+step)%len(local)]
 	}
 	order := []int{entry}
 	for _, g := range local {

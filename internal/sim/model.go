@@ -81,7 +81,8 @@ type model struct {
 	heads   int  // NICs per NVLink domain, the fewest (CollNet's heads)
 	sameCh  bool // ring channels all take the same path (one NVLink node)
 	rings   int
-	ringBus float64 // ring Simple bus bandwidth, GB/s
+	flows   []gpu.Flow // the rings' flows, over the NICs NCCL_IB_HCA leaves: the links a call crosses
+	ringBus float64    // ring Simple bus bandwidth, GB/s
 	// netGBs is the NICs of an NVLink domain together, GB/s, the least of any domain, of those
 	// NCCL_IB_HCA leaves; netBus what the network's links carry the rings, as bus bandwidth, GB/s
 	// (several domains only, both).
@@ -202,7 +203,7 @@ func newModel(t *gpu.Topology, devs []int, env map[string]string) *model {
 	}
 	if m.n > 1 {
 		flows, rings := t.BestRingFlows(devs, m.env.hca, func(f []gpu.Flow) float64 { us, _ := m.linkLoad(f); return us })
-		m.rings = rings
+		m.rings, m.flows = rings, flows
 		m.staged = slices.ContainsFunc(flows, throughHost)
 		us, limit := m.linkLoad(flows)
 		m.ringBus, m.limit = float64(rings)/(us*1e3), limit

@@ -350,7 +350,7 @@ func (b *Backend) NewComm(devices []int) (gpu.Comm, error) {
 	}
 	devs := append([]int(nil), devices...)
 	c := &comm{b: b, devs: devs, host: devs, m: newModel(b.topo, devices, b.opt.Env)}
-	c.flaky = b.flakyOn(devs)
+	c.flaky = b.flakyOn(c.m.flows)
 	return c, nil
 }
 
@@ -362,12 +362,12 @@ type flakyLink struct {
 	calls int // calls that crossed it so far
 }
 
-// flakyOn lists the flaky links the rings through devs cross.
-func (b *Backend) flakyOn(devs []int) []*flakyLink {
-	if len(b.flaky) == 0 || len(devs) < 2 {
+// flakyOn lists the flaky links that flows, a communicator's rings (over the NICs NCCL_IB_HCA
+// leaves, as its model routes them), cross.
+func (b *Backend) flakyOn(flows []gpu.Flow) []*flakyLink {
+	if len(b.flaky) == 0 {
 		return nil
 	}
-	flows, _ := b.topo.RingFlows(devs)
 	var out []*flakyLink
 	for _, fl := range b.flaky {
 	search:

@@ -118,6 +118,7 @@ func (b *Backend) JoinComm(ctx context.Context, id []byte, size, rank, dev int) 
 	b.mu.Unlock()
 	devs := ready.Devs
 	j.c = &comm{b: b, devs: devs, host: []int{dev}, m: newModel(b.topo, devs, b.opt.Env)}
+	j.c.flaky = b.flakyOn(j.c.m.flows) // every process counts the calls, and all make the same ones
 	return j, nil
 }
 

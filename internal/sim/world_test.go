@@ -300,3 +300,24 @@ func TestJoinCommMeetsPastMaxDeferred(t *testing.T) {
 		}
 	}
 }
+
+// A flaky link fails a communicator's calls across processes as it fails one process's: every
+// rank's call that crosses it, each process counting the calls it makes.
+func TestJoinCommFlakyLink(t *testing.T) {
+	f, err := sim.ParseFault("flaky-link=dgx-h100-0/mlx5_0,dgx-h100-0/pcie0,1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hub := faulty(t, nil)
+	defer hub.Close()
+	devs := []int{0, 8}
+	errs := joinEach(t, hub, devs, []sim.Fault{f}, func(rank int, b *sim.Backend, c gpu.Comm) error {
+		_, _, err := reduceJoined(b, c, devs, rank, 1<<10)
+		return err
+	})
+	for rank, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "flaky") {
+			t.Errorf("rank %d: %v; want the flaky link's failure", rank, err)
+		}
+	}
+}
