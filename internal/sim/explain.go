@@ -404,22 +404,27 @@ func (m *model) regimes(kind collKind, bytes int64, chosen Candidate, grain int6
 		c := pick(units)
 		return c.Algo == chosen.Algo && c.Proto == chosen.Proto
 	}
+	// boundary is the least unit count above lo, up to hi, whose pick is as hi's where lo's is not.
+	boundary := func(lo, hi int64) int64 {
+		want := same(hi)
+		for hi-lo > 1 {
+			if mid := lo + (hi-lo)/2; same(mid) == want {
+				hi = mid
+			} else {
+				lo = mid
+			}
+		}
+		return hi
+	}
 	at := max(bytes/grain, 1) // bytes, in multiples of grain
 	// Below: hi holds the chosen pick; find the first power of two under it that does not.
 	hi := at
 	for p := ScanMaxBytes; p >= ScanMinBytes; p /= 2 {
 		if q := p / grain; q >= 1 && q < hi {
 			if !same(q) {
-				lo := q
-				for hi-lo > 1 {
-					if mid := lo + (hi-lo)/2; same(mid) {
-						hi = mid
-					} else {
-						lo = mid
-					}
-				}
-				other := pick(lo)
-				below = &RegimeChange{Bytes: hi * grain, Algo: other.Algo, Proto: other.Proto}
+				b := boundary(q, hi)
+				other := pick(b - 1)
+				below = &RegimeChange{Bytes: b * grain, Algo: other.Algo, Proto: other.Proto}
 				break
 			}
 			hi = q
@@ -429,16 +434,9 @@ func (m *model) regimes(kind collKind, bytes int64, chosen Candidate, grain int6
 	for p := ScanMinBytes; p <= ScanMaxBytes; p *= 2 {
 		if q := p / grain; q > lo {
 			if !same(q) {
-				hi := q
-				for hi-lo > 1 {
-					if mid := lo + (hi-lo)/2; same(mid) {
-						lo = mid
-					} else {
-						hi = mid
-					}
-				}
-				other := pick(hi)
-				above = &RegimeChange{Bytes: hi * grain, Algo: other.Algo, Proto: other.Proto}
+				b := boundary(lo, q)
+				other := pick(b)
+				above = &RegimeChange{Bytes: b * grain, Algo: other.Algo, Proto: other.Proto}
 				break
 			}
 			lo = q
