@@ -1166,9 +1166,7 @@ func (f *fleet) huntPairs(set []int, test func([]int) verdict) (first *verdict, 
 		v := test(p)
 		if len(v.drop) > 0 {
 			untested = append(untested, v.drop...)
-			for _, n := range without(p, v.drop) {
-				left = append(left, n)
-			}
+			left = append(left, without(p, v.drop)...)
 			continue
 		}
 		stand(v)
