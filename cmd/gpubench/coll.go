@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/gpubench/gpubench/internal/coll"
 	"github.com/gpubench/gpubench/internal/cuda"
 	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/input"
 	"github.com/gpubench/gpubench/internal/launch"
 	"github.com/gpubench/gpubench/internal/nccl"
 	"github.com/gpubench/gpubench/internal/report"
@@ -32,6 +34,7 @@ type collFlags struct {
 	timeout              int
 	graph, blocking      int
 	perIter              bool
+	minBusBW             *float64 // NCCL_TESTS_MIN_BW
 	out                  string
 	launch               launchFlags
 	expect               expectFlags
@@ -49,7 +52,7 @@ var unsupportedFlags = []struct{ short, long, def, why string }{
 	{"y", "stream_null", "0", "gpubench runs each rank on its own non-blocking stream: drop -y"},
 	{"S", "report_timestamps", "0", "rows carry no timestamp: --out FILE streams each row as it is measured, after the run's start_time"},
 	{"J", "output_file", "", "gpubench writes its own JSON: use --output json, or --out FILE for JSON lines as the run goes"},
-	{"x", "cta_policy", "", "gpubench does not set NCCL's CTA policy: drop -x"},
+	{"x", "cta_policy", "-1", "gpubench does not set NCCL's CTA policy (-1, nccl-tests' default, leaves it unset): drop -x"},
 	{"D", "device_implementation", "0", "gpubench calls NCCL's host API only: drop -D"},
 	{"V", "device_cta_count", "16", "gpubench calls NCCL's host API only: drop -V"},
 	{"M", "memory", "0", "gpubench prints no memory report: drop -M"},
@@ -233,7 +236,7 @@ func (f *collFlags) options(cmd *cobra.Command, c *coll.Collective, seed uint64)
 	if f.cycles == 0 {
 		opt.Cycles = -1
 	}
-	if changed("per_iter_skip") && !opt.PerIter {
+	if f.perIterSkip != 0 && !opt.PerIter { // 0, the default, skips nothing, with or without -I
 		return opt, usageErr("-K %d skips the first iterations of the per-iteration times: add -I 1 (--per-iter)", f.perIterSkip)
 	}
 	if changed("per_iter_skip") && (f.perIterSkip < 0 || f.perIterSkip >= f.iters) {
@@ -329,7 +332,7 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 		}
 		ctx = wd.group.Context()
 	}
-	r := &report.CollRun{Version: e.version, Coll: c, Backend: b.Name(), Opt: opt, PID: e.pid, Start: e.now(), DataCap: dataCap, Threads: threads}
+	r := &report.CollRun{Version: e.version, Coll: c, Backend: b.Name(), Opt: opt, PID: e.pid, Start: e.now(), DataCap: dataCap, Threads: threads, MinBusBW: f.minBusBW}
 	if t := b.Topology(); t != nil {
 		r.Topology = t.Name
 	}
@@ -369,6 +372,27 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 	return f.measure(ctx, e, g, b, opt, r, w, wd, proc.Rank == 0)
 }
 
+// testsEnv reads the variables nccl-tests' programs read: NCCL_TESTS_MIN_BW, the average bus
+// bandwidth (GB/s) under 0.9 of which the run fails, as nccl-tests fails it (nil when unset);
+// and refuses those that shape a run in ways gpubench does not (NCCL_TESTS_SPLIT and
+// NCCL_TESTS_SPLIT_MASK split the ranks into communicators, NCCL_TESTS_DEVICE offsets the GPUs).
+func testsEnv() (*float64, error) {
+	for _, k := range []string{"NCCL_TESTS_SPLIT", "NCCL_TESTS_SPLIT_MASK", "NCCL_TESTS_DEVICE"} {
+		if v := os.Getenv(k); v != "" {
+			return nil, usageErr("%s=%s asks for what gpubench does not do (nccl-tests' split communicators or device offset): unset it", k, input.Safe(v))
+		}
+	}
+	v, ok := os.LookupEnv("NCCL_TESTS_MIN_BW")
+	if !ok {
+		return nil, nil
+	}
+	bw, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if err != nil || !(bw >= 0 && bw <= 1e9) {
+		return nil, usageErr("invalid NCCL_TESTS_MIN_BW=%q: give the average bus bandwidth in GB/s the run must reach (it fails under 0.9 of it), e.g. 300", input.Safe(v))
+	}
+	return &bw, nil
+}
+
 // prepare turns the flags into options and finds this process's place among the others; every
 // error is a usage error, and nothing has been written yet.
 func (f *collFlags) prepare(cmd *cobra.Command, e *env, g *globals, c *coll.Collective) (coll.Options, launch.Process, string, error) {
@@ -382,6 +406,15 @@ func (f *collFlags) prepare(cmd *cobra.Command, e *env, g *globals, c *coll.Coll
 	}
 	if err := f.expect.check(cmd); err != nil {
 		return opt, proc, "", err
+	}
+	if f.minBusBW, err = testsEnv(); err != nil {
+		return opt, proc, "", err
+	}
+	if f.op == "all" && c.Reduces {
+		fmt.Fprintln(e.stderr, "gpubench: -o all runs sum, prod, max, min and avg; nccl-tests' -o all also runs mulsum (NCCL's premultiplied sum), which gpubench does not")
+	}
+	if f.dtype == "all" {
+		fmt.Fprintf(e.stderr, "gpubench: -d all runs %s; nccl-tests' -d all also runs f8e4m3 and f8e5m2 on Hopper and later GPUs, which gpubench does not\n", strings.Join(typeList(), ", "))
 	}
 	if !c.Rooted && f.root != 0 {
 		fmt.Fprintf(e.stderr, "gpubench: -r %d ignored: %s has no root (-r is for broadcast and reduce)\n", f.root, c.Name)
@@ -456,6 +489,8 @@ func (f *collFlags) measure(ctx context.Context, e *env, g *globals, b gpu.Backe
 		return runtimeErr(runErr)
 	case s.OutOfBounds > 0:
 		return &exitError{code: exitCheck, err: fmt.Errorf("%s: %d results had wrong data (see #wrong), in the output of %s", c.Name, s.OutOfBounds, report.WrongRanksText(s))}
+	case r.AvgBusBWFailed():
+		return &exitError{code: exitCheck, err: fmt.Errorf("%s: the average bus bandwidth, %.6g GB/s, is under 0.9 of NCCL_TESTS_MIN_BW=%g", c.Name, s.AvgBusBW, *r.MinBusBW)}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -90,5 +91,36 @@ func TestCollFlagsToOptions(t *testing.T) {
 		if _, err := collOptions(t, c.coll, strings.Fields(c.args)...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s %s: %v; want %q", c.coll, c.args, err, c.want)
 		}
+	}
+}
+
+// nccl-tests' own variables: NCCL_TESTS_MIN_BW fails a run whose average bus bandwidth is under
+// 0.9 of it, with OK or FAILED after the footer's average, as nccl-tests prints it; the ones
+// that split the ranks or offset the devices, which gpubench does not do, are refused.
+func TestNCCLTestsEnv(t *testing.T) {
+	args := []string{"allreduce", "--backend", "sim", "-b", "1M", "-e", "1M", "-g", "4"}
+	t.Setenv("NCCL_TESTS_MIN_BW", "1000")
+	out, errOut, code := gpubench(t, args...)
+	if code != exitCheck || !strings.Contains(out, "\n# Avg bus bandwidth    : 70.4213 FAILED\n") ||
+		errOut != "gpubench: allreduce: the average bus bandwidth, 70.4213 GB/s, is under 0.9 of NCCL_TESTS_MIN_BW=1000\n" {
+		t.Errorf("1000 GB/s: exit %d, stderr %q\n%s", code, errOut, out)
+	}
+	t.Setenv("NCCL_TESTS_MIN_BW", "78")
+	if out, errOut, code = gpubench(t, args...); code != 0 || !strings.Contains(out, "\n# Avg bus bandwidth    : 70.4213 OK\n") {
+		t.Errorf("78 GB/s (0.9 of it is 70.2): exit %d, stderr %q\n%s", code, errOut, out)
+	}
+	if out, _, _ = gpubench(t, append(args, "--output", "json")...); !strings.Contains(out, `"min_busbw_gbs": 78`) {
+		t.Errorf("json without min_busbw_gbs:\n%s", out)
+	}
+	for k, v := range map[string]string{"NCCL_TESTS_MIN_BW": "fast", "NCCL_TESTS_SPLIT": "MOD 2", "NCCL_TESTS_DEVICE": "4"} {
+		t.Run(k, func(t *testing.T) {
+			t.Setenv("NCCL_TESTS_MIN_BW", "")
+			os.Unsetenv("NCCL_TESTS_MIN_BW")
+			t.Setenv(k, v)
+			out, errOut, code := gpubench(t, args...)
+			if code != exitUsage || out != "" || !strings.Contains(errOut, k) || strings.Count(errOut, "\n") != 1 {
+				t.Errorf("%s=%s: exit %d, stdout %q, stderr %q; want one line naming it, exit 2", k, v, code, out, errOut)
+			}
+		})
 	}
 }

@@ -111,6 +111,7 @@ func TestNCCLTestsFlagsDropIn(t *testing.T) {
 		{"-K 3", "-K 3 skips the first iterations of the per-iteration times: add -I 1 (--per-iter)"},
 		{"-I 1 -K 30", "invalid -K 30"},
 		{"-t 0", "invalid -t 0"},
+		{"-x 0", "-x 0 (--cta_policy)"},
 	} {
 		args := append([]string{"allreduce", "--backend", "sim", "-b", "1K", "-e", "1K"}, strings.Fields(c.args)...)
 		out, errOut, code := gpubench(t, args...)
@@ -119,7 +120,7 @@ func TestNCCLTestsFlagsDropIn(t *testing.T) {
 		}
 	}
 	// The defaults of the refused flags, as nccl-tests' own scripts pass them, are taken.
-	if _, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "-b", "1K", "-e", "1K", "-m", "1", "-p", "0", "-R", "0", "--cudagraph", "1"); code != 0 {
+	if _, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "-b", "1K", "-e", "1K", "-m", "1", "-p", "0", "-R", "0", "--cudagraph", "1", "-K", "0", "-x", "-1"); code != 0 {
 		t.Errorf("default values: exit %d, %s", code, errOut)
 	}
 }

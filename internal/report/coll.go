@@ -38,8 +38,28 @@ type CollRun struct {
 	// Threads is how many host threads launch a process's GPUs (nccl-tests' nThread); 0 means 1.
 	Threads int
 	// Expect, with --expect, says where the rows' Expected figures come from; nil without.
-	Expect  *Expectation
-	Summary *coll.Summary
+	Expect *Expectation
+	// MinBusBW is NCCL_TESTS_MIN_BW: the run fails when its average bus bandwidth is under 0.9 of
+	// it, as nccl-tests fails it (nil: not checked).
+	MinBusBW *float64
+	Summary  *coll.Summary
+}
+
+// AvgBusBWFailed says whether the run's average bus bandwidth is under 0.9 of NCCL_TESTS_MIN_BW.
+func (r *CollRun) AvgBusBWFailed() bool {
+	return r.MinBusBW != nil && r.Summary != nil && r.Summary.AvgBusBW < 0.9**r.MinBusBW
+}
+
+// avgBusBWVerdict is what nccl-tests prints after the average bus bandwidth: OK or FAILED against
+// NCCL_TESTS_MIN_BW, nothing without it.
+func (r *CollRun) avgBusBWVerdict() string {
+	switch {
+	case r.MinBusBW == nil:
+		return ""
+	case r.AvgBusBWFailed():
+		return "FAILED"
+	}
+	return "OK"
 }
 
 // CollWriter writes a run as it happens: Start once the devices are known, Row per measured size,
@@ -337,8 +357,12 @@ func (t *tableWriter) Start(r *CollRun) error {
 	if o.Comm != nil {
 		perProcess = 1
 	}
-	fmt.Fprintf(t.w, "# nThread %d nGpus %d minBytes %d maxBytes %d step: %s warmup iters: %d iters: %d agg iters: 1 validation: %d graph: %d\n",
-		threads, perProcess/threads, s.Sweep.Min, s.Sweep.Max, stepText(s.Sweep), o.Warmup, o.Iters, o.Check, o.Graph)
+	maxBytes := s.Sweep.Max
+	if s.ClampedFrom > 0 { // as nccl-tests: the size asked for here, the cut in a note below
+		maxBytes = s.ClampedFrom
+	}
+	fmt.Fprintf(t.w, "# nThread %d nGpus %d minBytes %d maxBytes %d step: %s warmup iters: %d iters: %d agg iters: 1 validation: %d graph: %d unalign: 0\n",
+		threads, perProcess/threads, s.Sweep.Min, maxBytes, stepText(s.Sweep), o.Warmup, o.Iters, o.Check, o.Graph)
 	if line, ok := blockingLines[o.Blocking]; ok {
 		fmt.Fprintln(t.w, line)
 	}
@@ -448,7 +472,7 @@ func (t *tableWriter) End(r *CollRun) error {
 		ok = "FAILED"
 	}
 	fmt.Fprintf(t.w, "# Out of bounds values : %d %s\n", s.OutOfBounds, ok)
-	fmt.Fprintf(t.w, "# Avg bus bandwidth    : %g \n", round(s.AvgBusBW, 6))
+	fmt.Fprintf(t.w, "# Avg bus bandwidth    : %g %s\n", round(s.AvgBusBW, 6), r.avgBusBWVerdict())
 	for _, n := range footerNotes(r) {
 		fmt.Fprintf(t.w, "# %s\n", n)
 	}
@@ -497,6 +521,7 @@ func CollJSON(r *CollRun) *results.Coll {
 		Results:     []results.Row{},
 		OutOfBounds: results.Bounds{Count: s.OutOfBounds, OK: s.OutOfBounds == 0},
 		AvgBusBW:    s.AvgBusBW,
+		MinBusBW:    r.MinBusBW,
 		ZeroBusBW:   r.Coll.Factor(len(s.Devices)) == 0,
 		Interrupted: s.Interrupted,
 		WrongRanks:  WrongRanks(s),
@@ -717,7 +742,11 @@ func (m *markdownWriter) Row(r *CollRun, res coll.Result) error {
 
 func (m *markdownWriter) End(r *CollRun) error {
 	s := r.Summary
-	fmt.Fprintf(m.w, "\nOut of bounds values: %d. Average bus bandwidth: %g GB/s.\n", s.OutOfBounds, round(s.AvgBusBW, 6))
+	fmt.Fprintf(m.w, "\nOut of bounds values: %d. Average bus bandwidth: %g GB/s", s.OutOfBounds, round(s.AvgBusBW, 6))
+	if v := r.avgBusBWVerdict(); v != "" {
+		fmt.Fprintf(m.w, ", %s against NCCL_TESTS_MIN_BW %g", v, *r.MinBusBW)
+	}
+	fmt.Fprintln(m.w, ".")
 	for _, n := range footerNotes(r) {
 		fmt.Fprintf(m.w, "\n> %s\n", strings.Join(strings.Fields(n), " "))
 	}

@@ -21,6 +21,7 @@ var start = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 // rows are timing-only, wrong data in one rank's output, the slowest rank, and a hang that
 // stopped it.
 func sampleColl() *CollRun {
+	minBusBW := 0.2 // NCCL_TESTS_MIN_BW: the average, 0.1, fails it
 	devs := []gpu.Device{
 		{Ordinal: 0, Name: "NVIDIA H100 80GB HBM3", PCIBusID: "0000:18:00.0", MemoryBytes: 85520809984, Host: "node-a.cluster"},
 		{Ordinal: 1, Name: "NVIDIA H100 80GB HBM3", PCIBusID: "0000:2a:00.0", MemoryBytes: 85520809984, Host: "node-a.cluster"},
@@ -49,6 +50,7 @@ func sampleColl() *CollRun {
 			PerIter: true, PerIterSkip: 1, CPUTime: true, Cycles: 2},
 		PID: 4242, PIDs: []int{4242, 4243, 5150, 5151}, Launch: "mpirun, 4 processes, rendezvous node-a:29500",
 		Start: start, DataCap: 8 << 20, Expect: &Expectation{Source: "the simulator on topology dgx-h100x2", Floor: 0.75},
+		MinBusBW: &minBusBW,
 		Summary: &coll.Summary{
 			Devices: devs, Sweep: coll.Sweep{Min: 1024, Max: 1 << 20, Factor: 1024}, ClampedFrom: 1 << 30,
 			Results:     []coll.Result{row(0, 1024, false), row(0, 1<<20, true), row(1, 1024, false)},

@@ -27,6 +27,7 @@ type Coll struct {
 	Results     []Row      `json:"results"`
 	OutOfBounds Bounds     `json:"out_of_bounds"`
 	AvgBusBW    float64    `json:"avg_busbw_gbs"`
+	MinBusBW    *float64   `json:"min_busbw_gbs,omitempty"` // NCCL_TESTS_MIN_BW: the run fails under 0.9 of it
 	Best        *Best      `json:"best"`
 	BusPeak     *BusPeak   `json:"bus_peak"`
 	// TimingOnlyFrom is the first size that carried no data.
