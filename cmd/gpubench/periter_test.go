@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -143,5 +145,51 @@ func TestPlotAndServeOutputs(t *testing.T) {
 		if out, errOut, code := gpubench(t, args...); code != exitUsage || out != "" || !strings.Contains(errOut, `unknown --output "csv"`) {
 			t.Errorf("%v: exit %d, %q, %q", args, code, out, errOut)
 		}
+	}
+}
+
+// With -I 1 the table is nccl-tests' -I 1 layout, so that a script written for it finds each
+// column where nccl-tests puts it: a placement's time, algbw, busbw, #wrong, i_min, i_max, i_p99
+// and i_cv%, out of place then in place (the in-place time is field 14), then gpubench's own.
+func TestPerIterIsNCCLTestsLayout(t *testing.T) {
+	t.Parallel()
+	out, _, code := gpubench(t, "allreduce", "--backend", "sim", "-b", "1M", "-e", "1M", "-I", "1", "-K", "2", "--output", "json")
+	table, _, code2 := gpubench(t, "allreduce", "--backend", "sim", "-b", "1M", "-e", "1M", "-I", "1", "-K", "2")
+	if code != 0 || code2 != 0 {
+		t.Fatalf("exit %d and %d", code, code2)
+	}
+	var doc struct {
+		Results []struct {
+			InPlace struct {
+				TimeUS  float64 `json:"time_us"`
+				PerIter struct {
+					TimesUS []float64 `json:"times_us"`
+					MaxUS   float64   `json:"max_us"`
+				} `json:"per_iter"`
+			} `json:"in_place"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || len(doc.Results) != 1 {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(table, "\n# Per-Iteration Report: simulated stream timing; i_* uses max over process rows; summary skips first 2 iterations \n") {
+		t.Errorf("no Per-Iteration Report line:\n%s", table)
+	}
+	var head, row []string
+	for _, l := range strings.Split(table, "\n") {
+		if f := strings.Fields(l); len(f) > 1 && f[1] == "size" {
+			head = f[1:]
+		} else if len(f) > 0 && f[0] == "1048576" {
+			row = f
+		}
+	}
+	want := []string{"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%", "time", "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%"}
+	if len(head) < len(want) || !slices.Equal(head[:len(want)], want) {
+		t.Fatalf("header %q; want it to start %q", head, want)
+	}
+	ip := doc.Results[0].InPlace
+	least := slices.Min(ip.PerIter.TimesUS[2:]) // -K 2
+	if len(row) < 21 || row[13] != fmt.Sprintf("%.2f", ip.TimeUS) || row[17] != fmt.Sprintf("%.2f", least) || row[18] != fmt.Sprintf("%.2f", ip.PerIter.MaxUS) {
+		t.Errorf("row %q; want the in-place time %.2f at field 14, i_min %.2f and i_max %.2f at 18 and 19", row, ip.TimeUS, least, ip.PerIter.MaxUS)
 	}
 }

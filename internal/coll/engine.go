@@ -129,9 +129,9 @@ type Expected struct {
 // IterStats describe the times of one placement's timed iterations, each measured on the
 // devices' streams; across processes an iteration takes as long as its slowest rank.
 type IterStats struct {
-	TimesUS                            []float64
-	MeanUS, P50US, P95US, P99US, MaxUS float64
-	CV                                 float64 // standard deviation / mean
+	TimesUS                                   []float64
+	MinUS, MeanUS, P50US, P95US, P99US, MaxUS float64
+	CV                                        float64 // standard deviation / mean
 }
 
 // NewIterStats computes the statistics of per-iteration times (µs); percentiles are the
@@ -152,7 +152,7 @@ func newIterStats(all []float64, skip int) *IterStats {
 		i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
 		return sorted[max(i, 0)]
 	}
-	s.P50US, s.P95US, s.P99US, s.MaxUS = pct(50), pct(95), pct(99), sorted[len(sorted)-1]
+	s.MinUS, s.P50US, s.P95US, s.P99US, s.MaxUS = sorted[0], pct(50), pct(95), pct(99), sorted[len(sorted)-1]
 	for _, t := range times {
 		s.MeanUS += t
 	}

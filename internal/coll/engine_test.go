@@ -337,7 +337,7 @@ func TestPerIterationTimes(t *testing.T) {
 
 func TestIterStats(t *testing.T) {
 	s := coll.NewIterStats([]float64{5, 1, 4, 2, 3, 6, 7, 8, 9, 10})
-	if s.P50US != 5 || s.P95US != 10 || s.P99US != 10 || s.MaxUS != 10 || s.MeanUS != 5.5 || math.Abs(s.CV-0.5222) > 1e-4 {
+	if s.MinUS != 1 || s.P50US != 5 || s.P95US != 10 || s.P99US != 10 || s.MaxUS != 10 || s.MeanUS != 5.5 || math.Abs(s.CV-0.5222) > 1e-4 {
 		t.Errorf("%+v", s)
 	}
 }

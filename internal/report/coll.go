@@ -366,6 +366,17 @@ func (t *tableWriter) Start(r *CollRun) error {
 	if line, ok := blockingLines[o.Blocking]; ok {
 		fmt.Fprintln(t.w, line)
 	}
+	if o.PerIter { // nccl-tests' -I 1 line; the simulator's iterations are timed on its clock
+		timing := "CUDA event"
+		if r.Backend == "sim" {
+			timing = "simulated stream"
+		}
+		skip := ""
+		if o.PerIterSkip > 0 {
+			skip = fmt.Sprintf("; summary skips first %d iterations", o.PerIterSkip)
+		}
+		fmt.Fprintf(t.w, "# Per-Iteration Report: %s timing; i_* uses max over process rows%s \n", timing, skip)
+	}
 	fmt.Fprintf(t.w, "#\n# Using devices\n")
 	for rank, d := range s.Devices {
 		host, _, _ := strings.Cut(d.Host, ".")
@@ -375,43 +386,73 @@ func (t *tableWriter) Start(r *CollRun) error {
 		fmt.Fprintf(t.w, "#\n# %s\n", n)
 	}
 	fmt.Fprintf(t.w, "#\n")
-	var iterHead [3]string
-	if o.PerIter {
-		iterHead = [3]string{
-			"        out-of-place per iteration                in-place per iteration          ",
-			fmt.Sprintf("  %7s  %7s  %7s  %7s  %5s  %4s", "p50", "p95", "p99", "max", "cv", "slow") + fmt.Sprintf("  %7s  %7s  %7s  %7s  %5s  %4s", "p50", "p95", "p99", "max", "cv", "slow"),
-			fmt.Sprintf("  %7s  %7s  %7s  %7s  %5s  %4s", "(us)", "(us)", "(us)", "(us)", "(%)", "rank") + fmt.Sprintf("  %7s  %7s  %7s  %7s  %5s  %4s", "(us)", "(us)", "(us)", "(us)", "(%)", "rank"),
-		}
-	}
-	if r.Expect != nil {
-		iterHead[0] += fmt.Sprintf("  %8s  %6s  %6s", "expected", "out", "in")
-		iterHead[1] += fmt.Sprintf("  %8s  %6s  %6s", "busbw", "vs exp", "vs exp")
-		iterHead[2] += fmt.Sprintf("  %8s  %6s  %6s", "(GB/s)", "(%)", "(%)")
-	}
-	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          %s\n", "", "", "", "", "", iterHead[0])
 	timeHead := "time"
 	if o.CPUTime { // as nccl-tests heads it, so that no reader takes it for the completion time
 		timeHead = "cputime"
 	}
-	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %s\n",
-		"size", "count", "type", "redop", "root", timeHead, "algbw", "busbw", "#wrong", timeHead, "algbw", "busbw", "#wrong", iterHead[1])
-	_, err := fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s %s\n",
-		"(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", iterHead[2])
+	// nccl-tests' columns (with -I 1, each placement's per-iteration min, max, p99 and cv beside it,
+	// as its -I 1 prints them), then gpubench's own: with -I 1 each placement's median, 95th
+	// percentile and slowest rank, and with --expect the expected busbw.
+	head := [3]string{"           out-of-place                       in-place          ",
+		fmt.Sprintf("  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s ", timeHead, "algbw", "busbw", "#wrong", timeHead, "algbw", "busbw", "#wrong"),
+		fmt.Sprintf("  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s ", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")}
+	if o.PerIter {
+		place := func(names ...any) string {
+			return fmt.Sprintf("  %7s  %6s  %6s  %6s  %7s  %7s  %7s  %7s", names...)
+		}
+		head = [3]string{"              out-of-place (+ per-iteration)                                in-place (+ per-iteration)",
+			place(timeHead, "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%") + place(timeHead, "algbw", "busbw", "#wrong", "i_min", "i_max", "i_p99", "i_cv%"),
+			place("(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(%)") + place("(us)", "(GB/s)", "(GB/s)", "", "(us)", "(us)", "(us)", "(%)")}
+		head[0] += "   out-of-place        in-place      "
+		head[1] += fmt.Sprintf("  %7s  %7s  %4s  %7s  %7s  %4s", "p50", "p95", "slow", "p50", "p95", "slow")
+		head[2] += fmt.Sprintf("  %7s  %7s  %4s  %7s  %7s  %4s", "(us)", "(us)", "rank", "(us)", "(us)", "rank")
+	}
+	if r.Expect != nil {
+		head[0] += fmt.Sprintf("  %8s  %6s  %6s", "expected", "out", "in")
+		head[1] += fmt.Sprintf("  %8s  %6s  %6s", "busbw", "vs exp", "vs exp")
+		head[2] += fmt.Sprintf("  %8s  %6s  %6s", "(GB/s)", "(%)", "(%)")
+	}
+	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s%s\n", "", "", "", "", "", head[0])
+	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s%s\n", "size", "count", "type", "redop", "root", head[1])
+	_, err := fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s%s\n", "(B)", "(elements)", "", "", "", head[2])
 	return err
 }
 
-// iterCells are a placement's per-iteration columns: p50, p95, p99, max, cv and the slowest rank.
+// iterCells are a placement's per-iteration columns as nccl-tests' -I 1 prints them: min, max,
+// p99 and cv (%).
 func iterCells(p coll.Placement) string {
+	s := p.PerIter
+	if s == nil {
+		return fmt.Sprintf("  %7s  %7s  %7s  %7s", "N/A", "N/A", "N/A", "N/A")
+	}
+	return fmt.Sprintf("  %7s  %7s  %7s  %7s", floatStr(s.MinUS, 7), floatStr(s.MaxUS, 7), floatStr(s.P99US, 7), floatStr(100*s.CV, 7))
+}
+
+// iterStatCells are a placement's per-iteration statistics in Markdown's columns: p50, p95, p99,
+// max, cv (%) and the slowest rank.
+func iterStatCells(p coll.Placement) []string {
 	slow := "-"
 	if p.SlowestRank != nil {
 		slow = strconv.Itoa(*p.SlowestRank)
 	}
 	s := p.PerIter
 	if s == nil {
-		return fmt.Sprintf("  %7s  %7s  %7s  %7s  %5s  %4s", "N/A", "N/A", "N/A", "N/A", "N/A", slow)
+		return []string{"N/A", "N/A", "N/A", "N/A", "N/A", slow}
 	}
-	return fmt.Sprintf("  %7s  %7s  %7s  %7s  %5s  %4s", floatStr(s.P50US, 7), floatStr(s.P95US, 7), floatStr(s.P99US, 7),
-		floatStr(s.MaxUS, 7), floatStr(100*s.CV, 5), slow)
+	return []string{floatStr(s.P50US, 7), floatStr(s.P95US, 7), floatStr(s.P99US, 7), floatStr(s.MaxUS, 7), floatStr(100*s.CV, 5), slow}
+}
+
+// moreIterCells are a placement's per-iteration columns nccl-tests does not print: p50, p95 and
+// the slowest rank.
+func moreIterCells(p coll.Placement) string {
+	slow := "-"
+	if p.SlowestRank != nil {
+		slow = strconv.Itoa(*p.SlowestRank)
+	}
+	if s := p.PerIter; s != nil {
+		return fmt.Sprintf("  %7s  %7s  %4s", floatStr(s.P50US, 7), floatStr(s.P95US, 7), slow)
+	}
+	return fmt.Sprintf("  %7s  %7s  %4s", "N/A", "N/A", slow)
 }
 
 // expectCells are the expected busbw and each placement's measured figure as a percentage of the
@@ -454,9 +495,12 @@ func (t *tableWriter) Row(r *CollRun, res coll.Result) error {
 			wrong = strconv.FormatFloat(float64(*p.Wrong), 'g', 6, 64)
 		}
 		line += fmt.Sprintf("  %7s  %6s  %6s  %6s", floatStr(shownTime(r, p), 7), floatStr(p.AlgBW, 6), floatStr(p.BusBW, 6), wrong)
+		if r.Opt.PerIter {
+			line += iterCells(p)
+		}
 	}
 	if r.Opt.PerIter {
-		line += iterCells(res.OutOfPlace) + iterCells(res.InPlace)
+		line += moreIterCells(res.OutOfPlace) + moreIterCells(res.InPlace)
 	}
 	if r.Expect != nil {
 		line += expectCells(res)
@@ -730,7 +774,7 @@ func (m *markdownWriter) Row(r *CollRun, res coll.Result) error {
 	}
 	if r.Opt.PerIter {
 		for _, p := range []coll.Placement{res.OutOfPlace, res.InPlace} {
-			line += " " + strings.Join(strings.Fields(iterCells(p)), " | ") + " |"
+			line += " " + strings.Join(iterStatCells(p), " | ") + " |"
 		}
 	}
 	if r.Expect != nil {

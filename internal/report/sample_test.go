@@ -29,7 +29,7 @@ func sampleColl() *CollRun {
 		{Ordinal: 1, Name: "NVIDIA H100 80GB HBM3", PCIBusID: "0000:2a:00.0", MemoryBytes: 85520809984, Host: "node-b.cluster"},
 	}
 	iter := func(times ...float64) *coll.IterStats {
-		return &coll.IterStats{TimesUS: times, MeanUS: 10.5, P50US: 10, P95US: 12, P99US: 12.5, MaxUS: 13, CV: 0.08}
+		return &coll.IterStats{TimesUS: times, MinUS: 9, MeanUS: 10.5, P50US: 10, P95US: 12, P99US: 12.5, MaxUS: 13, CV: 0.08}
 	}
 	row := func(cycle int, size int64, timingOnly bool) coll.Result {
 		p := coll.Placement{TimeUS: 10.25, AlgBW: 0.1, BusBW: 0.1, CPUTimeUS: 3.5, TimingOnly: timingOnly,
