@@ -355,7 +355,11 @@ func (f *burninFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	case rep.Verdict == burnin.Fail:
 		var failed []string
 		for _, c := range rep.Checks {
-			if c.Verdict == burnin.Fail {
+			switch {
+			case c.Verdict != burnin.Fail:
+			case c.Subject == "all": // the run's own check (the collectives, their calls, a hang), not every GPU's
+				failed = append(failed, c.Check)
+			default:
 				failed = append(failed, c.Check+" on "+subjectText(c.Subject))
 			}
 		}
@@ -377,8 +381,6 @@ func checkP2PSize(b gpu.Backend, size int64) error {
 
 func subjectText(s string) string {
 	switch {
-	case s == "all":
-		return "all GPUs"
 	case strings.Contains(s, "-"):
 		return "GPUs " + strings.Replace(s, "-", "->", 1)
 	}

@@ -85,6 +85,9 @@ func TestBurninFaults(t *testing.T) {
 						t.Errorf("a corrupt GPU 2 also failed %s", k)
 					}
 				}
+				if !strings.HasSuffix(errOut, "gpubench: burnin failed: data, data on GPU 2\n") { // not "data on all GPUs"
+					t.Errorf("stderr %q; want the collectives' data check and GPU 2's", errOut)
+				}
 			}
 			if tc.name == "xid" {
 				if r := failed["3/xid"]; !strings.Contains(r, "XID 48 on GPU 3") {

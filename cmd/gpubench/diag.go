@@ -66,6 +66,10 @@ func (f *diagFlags) run(cmd *cobra.Command, e *env, g *globals, read func(string
 	if g.backend == "sim" && cmd.Flags().Changed("nvml-lib") {
 		return usageErr("--nvml-lib reads a real machine's GPUs: drop it, or drop --backend sim")
 	}
+	if err := refuseBlindFaults(g.faults, map[string]string{"xid": "diag reads no XID events (burnin does)"},
+		"hang, corrupt, slow-link, slow-nic, slow-node or flaky-link"); err != nil {
+		return err
+	}
 	opt := diag.Options{Root: f.root, Env: diagEnviron(), NVMLLib: f.nvmlLib, Quick: f.quick, ReadDevices: read, Context: cmd.Context()}
 	if g.backend == "sim" {
 		b, _, err := g.openSim()

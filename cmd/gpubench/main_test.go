@@ -156,6 +156,8 @@ func TestBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"allreduce", "--sizes", "8GB:8B"}, "larger than the largest"},
+		{[]string{"diag", "--backend", "sim", "--sim-fault", "xid=4"}, "--sim-fault xid=4: diag reads no XID events (burnin does)"},
+		{[]string{"serve", "--backend", "sim", "--metrics", ""}, `invalid --metrics "": give the address to serve on`},
 		{[]string{"allreduce", "--sizes", "0:1K"}, "at least 1 byte"},
 		{[]string{"allreduce", "--sizes", "1XB:2GB"}, "unknown unit"},
 		{[]string{"allreduce", "--sizes", "8B:8GB:x1"}, "at least x2"},

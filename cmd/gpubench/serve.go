@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -43,6 +44,9 @@ func (f *serveFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	}
 	if g.output == "csv" {
 		return usageErr("unknown --output \"csv\" for serve: use table, json or markdown (the metrics go to --metrics)")
+	}
+	if strings.TrimSpace(f.addr) == "" { // burnin takes "" for no metrics; serve is nothing but them
+		return usageErr("invalid --metrics \"\": give the address to serve on, e.g. :9400 or 127.0.0.1:9400 (port 0 picks one)")
 	}
 	if f.interval < metrics.MinInterval || f.interval > metrics.MaxInterval {
 		return usageErr("invalid --sample-interval %v: use %v to %v", f.interval, metrics.MinInterval, metrics.MaxInterval)

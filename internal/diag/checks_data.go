@@ -190,6 +190,7 @@ func checkP2PBandwidth(f *Facts) Result {
 		what = "what the simulator expects of them on " + f.opt.Nominal.Name
 	}
 	var slow []string
+	var common []int // the GPUs every slow pair so far has
 	measured, compared := 0, 0
 	worst := math.Inf(1)
 	for i, a := range res.Devices {
@@ -217,12 +218,22 @@ func checkP2PBandwidth(f *Facts) Result {
 			worst = math.Min(worst, got/nominal)
 			if got < minFraction*nominal {
 				slow = append(slow, fmt.Sprintf("%d->%d %.1f of %.0f GB/s", a.Ordinal, c.Ordinal, got, nominal))
+				if len(slow) == 1 {
+					common = []int{a.Ordinal, c.Ordinal}
+				} else {
+					common = slices.DeleteFunc(common, func(g int) bool { return g != a.Ordinal && g != c.Ordinal })
+				}
 			}
 		}
 	}
 	switch {
 	case measured == 0:
 		return skip("no pair of GPUs can use P2P, so there is no P2P copy to measure", "see the p2p-topology check")
+	case len(slow) > 1 && len(common) == 1: // every slow pair has one GPU: its links, not the pairs'
+		g := common[0]
+		return noted(fail(fmt.Sprintf("look at GPU %d's NVLinks and PCIe link (nvlink, pcie-link checks); gpubench p2p shows every pair", g),
+			fmt.Sprintf("%d of %d pairs copy below %.0f%% of %s, every one to or from GPU %d: %s", len(slow), compared, minFraction*100, what, g, firstFew(slow))).
+			with("gpu", g).with("slow", slow).with("floor_from", floorFrom(expected)))
 	case len(slow) > 0:
 		return noted(fail("look for a degraded PCIe link or NVLink (pcie-link, nvlink checks), ACS or the IOMMU (acs, iommu checks); gpubench p2p shows every pair",
 			fmt.Sprintf("%d of %d pairs copy below %.0f%% of %s: %s", len(slow), compared, minFraction*100, what, firstFew(slow))).with("slow", slow).with("floor_from", floorFrom(expected)))
@@ -453,9 +464,12 @@ func allReduceVerdict(f *Facts, s *coll.Summary) Result {
 	if expected > 0 {
 		r = r.with("expected_gbs", expected).with("floor_from", "expected").with("nominal_gbs", peak).with("limit", limit)
 		r.Finding = fmt.Sprintf("busbw %.1f GB/s over %d GPUs, %.0f%% of the %.1f GB/s the simulator expects of %s (floor %.0f%%; nominal bus peak %.1f GB/s, %s)",
-			got, len(s.Devices), got/expected*100, expected, f.opt.Nominal.Name, minFraction*100, peak, limit)
+			got, len(s.Devices), math.Floor(got/expected*100+1e-6), expected, f.opt.Nominal.Name, minFraction*100, peak, limit) // down: under the floor never reads as it
 		if got < minFraction*expected {
 			r.Status, r.Remedy = Fail, "check the p2p-bandwidth, nvlink and nccl checks above; NCCL_DEBUG=INFO gpubench allreduce shows the transports NCCL picked"
+			if slices.Contains([]string{"infiniband", "roce", "ethernet", "efa", "net"}, limit) { // the network sets the peak: a NIC, its port or its PCIe path
+				r.Remedy = "the network sets this machine's peak: check the rdma-ports, gpu-nic-affinity and gpudirect-rdma checks above and each NIC's port (ibstat); gpubench fleet names a slow NIC among nodes"
+			}
 			return r
 		}
 		r.Status = Pass

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpubench/gpubench/internal/gpu"
 	"github.com/gpubench/gpubench/internal/sim"
 	"github.com/gpubench/gpubench/internal/topo"
 	"github.com/gpubench/gpubench/internal/topo/topotest"
@@ -335,8 +336,47 @@ func TestSimulator(t *testing.T) {
 		t.Fatal(err)
 	}
 	opt := Options{Root: host(t).Root, Sim: "dgx-h100", Backend: slow, Nominal: nominal}
-	expect(t, result(t, opt, "p2p-bandwidth"), Fail, "14 of 56 pairs copy below 75% of what the simulator expects of them on dgx-h100: 0->3 37.1 of 369 GB/s")
+	// Every slow pair has GPU 3: the finding, the fix and the details name it.
+	r := result(t, opt, "p2p-bandwidth")
+	expect(t, r, Fail, "14 of 56 pairs copy below 75% of what the simulator expects of them on dgx-h100, every one to or from GPU 3: 0->3 37.1 of 369 GB/s")
+	if r.Details["gpu"] != 3 || !strings.HasPrefix(r.Remedy, "look at GPU 3's NVLinks") {
+		t.Errorf("p2p-bandwidth names GPU %v, fix %q; want GPU 3 in both", r.Details["gpu"], r.Remedy)
+	}
 	expect(t, result(t, opt, "allreduce-bandwidth"), Fail, "10% of the 447.0 GB/s the simulator expects of dgx-h100")
+	// At 74.6% of the expected figure the finding reads 74%, not a 75% that looks like the floor.
+	fresh, err := sim.LoadTopology("dgx-h100") // the backend slows the links of the topology it is given
+	if err != nil {
+		t.Fatal(err)
+	}
+	near, err := sim.New(fresh, sim.Options{DataCap: 8 << 20, Faults: []sim.Fault{mustFault(t, "slow-link=gpu2,nvswitch,0.74")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, result(t, Options{Root: host(t).Root, Sim: "dgx-h100", Backend: near, Nominal: nominal}, "allreduce-bandwidth"), Fail, "74% of the 447.0 GB/s")
+}
+
+// When the network sets the machine's peak, a short all-reduce is sent to the NICs' checks.
+func TestSimulatorSlowNIC(t *testing.T) {
+	twoNodes := func() *gpu.Topology {
+		top, err := sim.LoadTopology("dgx-h100")
+		if err == nil {
+			top, err = top.WithNodes(2)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return top
+	}
+	top, nominal := twoNodes(), twoNodes() // the backend slows the links of the topology it is given
+	b, err := sim.New(top, sim.Options{DataCap: 8 << 20, Faults: []sim.Fault{mustFault(t, "slow-nic=dgx-h100-0/mlx5_0,0.2")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := result(t, Options{Root: host(t).Root, Sim: top.Name, Backend: b, Nominal: nominal}, "allreduce-bandwidth")
+	expect(t, r, Fail, "of the 432.0 GB/s the simulator expects")
+	if !strings.Contains(r.Remedy, "rdma-ports") || !strings.Contains(r.Remedy, "gpubench fleet") {
+		t.Errorf("remedy %q; want the NICs' checks and fleet", r.Remedy)
+	}
 }
 
 // A GPU that corrupts what it receives fails both data checks, which name it, although the
