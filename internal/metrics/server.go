@@ -30,8 +30,8 @@ const (
 
 // Server limits.
 const (
-	// MaxInFlight bounds the scrapes being answered at once; more wait their turn (until their
-	// request ends) rather than fail.
+	// MaxInFlight bounds the scrapes finding their page at once; more wait their turn (until their
+	// request ends) rather than fail. Writing the page holds no turn.
 	MaxInFlight = 64
 	// CacheAge is how long one encoding of the registry may serve scrapes: many scrapers at once
 	// cost one Gather, and none gets figures older than that.
@@ -102,8 +102,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := h.sem.Acquire(r.Context(), 1); err != nil {
 		return // the scraper went away while waiting its turn
 	}
-	defer h.sem.Release(1)
 	p, err := h.current()
+	// The page is shared and immutable: writing it to a client that does not read holds no turn,
+	// so that stalled connections cannot keep the scrapes that read from being answered.
+	h.sem.Release(1)
 	if err != nil {
 		// One line: a registry's errors come joined by newlines.
 		http.Error(w, "gathering metrics: "+strings.ReplaceAll(err.Error(), "\n", " "), http.StatusInternalServerError)

@@ -430,3 +430,50 @@ func BenchmarkScrape(b *testing.B) {
 	}
 	b.ReportMetric(float64(encode.Nanoseconds()), "encode-ns")
 }
+
+// stalled is a response writer whose client reads nothing: every Write blocks until released.
+type stalled struct {
+	h       http.Header
+	writing chan struct{}
+	release chan struct{}
+}
+
+func (s *stalled) Header() http.Header { return s.h }
+func (s *stalled) WriteHeader(int)     {}
+func (s *stalled) Write(p []byte) (int, error) {
+	s.writing <- struct{}{}
+	<-s.release
+	return len(p), nil
+}
+
+// Clients that stop reading, as many as there are turns, do not keep a scrape that reads from
+// being answered: writing the page holds no turn.
+func TestStalledClientsHoldNoTurn(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "test_value", Help: "A value."}))
+	h := metrics.NewHandler(reg)
+	writing, release := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	for range metrics.MaxInFlight {
+		wg.Go(func() {
+			h.ServeHTTP(&stalled{h: http.Header{}, writing: writing, release: release}, httptest.NewRequest(http.MethodGet, metrics.MetricsPath, nil))
+		})
+		<-writing // each stalls in its write
+	}
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, metrics.MetricsPath, nil))
+		done <- rec
+	}()
+	select {
+	case rec := <-done:
+		if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "test_value 0\n") {
+			t.Errorf("scrape beside stalled clients: %d\n%s", rec.Code, rec.Body)
+		}
+	case <-time.After(10 * time.Second): // only bounds the failure: the scrape waited for a turn
+		t.Errorf("a scrape waited behind %d clients that read nothing", metrics.MaxInFlight)
+	}
+	close(release)
+	wg.Wait()
+}
