@@ -294,6 +294,11 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 			return usageErr("%v", err)
 		}
 	}
+	if _, ok := b.(*sim.Backend); ok && proc.Multi() && opt.CPUTime {
+		// Across processes the simulator queues each call and makes it at the ranks' next meeting,
+		// so the simulated host spends no time launching it: -C would print 0.
+		return usageErr("-C 1 across processes is not simulated (the host's launch time would read 0): drop -C, or run the ranks in one process (-g N)")
+	}
 	n := len(b.Devices())
 	if proc.Multi() {
 		n, opt.NGPUs = proc.Size, 0
@@ -425,12 +430,18 @@ func (f *collFlags) prepare(cmd *cobra.Command, e *env, g *globals, c *coll.Coll
 	if proc, err = f.launch.process(); err != nil {
 		return opt, proc, "", err
 	}
+	if proc.Notice != "" {
+		fmt.Fprintf(e.stderr, "gpubench: %s\n", proc.Notice)
+	}
 	var addr string
 	if proc.Multi() {
 		if addr, err = proc.Address(f.launch.rendezvous); err != nil {
 			return opt, proc, "", usageErr("%s", launchMsg(err))
 		}
 		if opt.NGPUs > 1 {
+			if f.nthreads > 1 { // -t threads of -g GPUs each
+				return opt, proc, "", usageErr("invalid -t %d: across processes each process drives one GPU from one thread; drop -t", f.nthreads)
+			}
 			return opt, proc, "", usageErr("invalid -g %d: across processes each process drives one GPU; drop -g", opt.NGPUs)
 		}
 		g.hubHost = hubHost(addr)

@@ -106,6 +106,9 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	if err != nil {
 		return err
 	}
+	if proc.Notice != "" {
+		fmt.Fprintf(e.stderr, "gpubench: %s\n", proc.Notice)
+	}
 	if g.backend == "cuda" { // before loading CUDA: the launch is wrong whatever the machine has
 		if err := onePerHost(proc); err != nil {
 			return err

@@ -156,6 +156,8 @@ func runOf(b gpu.Backend, g *globals, opt *coll.Options) (string, error) {
 		fmt.Sprintf("-G %d", opt.Graph),
 		fmt.Sprintf("-z %d", opt.Blocking),
 		fmt.Sprintf("--per-iter %v", opt.PerIter),
+		fmt.Sprintf("-N %d", opt.Cycles), // how many times the sweep's calls are made
+		fmt.Sprintf("-C %v", opt.CPUTime),
 		fmt.Sprintf("--seed %d", opt.Seed), // the inputs, and so the expected results
 	}
 	if t := b.Topology(); b.Name() == "sim" && t != nil {

@@ -300,6 +300,7 @@ func TestRanksMustAgreeOnTheData(t *testing.T) {
 		{[]string{"--sim-fault", "corrupt=1"}},
 		{[]string{"--sim-jitter", "0.1"}},
 		{[]string{"-d", "int32"}},
+		{[]string{"-N", "2"}}, // the calls made: rank 0 would wait for ever for a second cycle
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -343,7 +344,9 @@ func TestBadLaunches(t *testing.T) {
 	}{
 		{"rank outside the world", []string{"RANK=4", "WORLD_SIZE=4", "LOCAL_RANK=0"}, nil, "rank 4 is outside a world of 4 ranks (env)"},
 		{"garbled variable", []string{"OMPI_COMM_WORLD_RANK=x", "OMPI_COMM_WORLD_SIZE=2", "OMPI_COMM_WORLD_LOCAL_RANK=0"}, nil, `OMPI_COMM_WORLD_RANK="x" is not a rank`},
-		{"several GPUs per process", []string{"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "MASTER_ADDR=127.0.0.1"}, []string{"-g", "2"}, "across processes each process drives one GPU"},
+		{"several GPUs per process", []string{"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "MASTER_ADDR=127.0.0.1"}, []string{"-g", "2"}, "invalid -g 2: across processes each process drives one GPU"},
+		{"-C across processes", []string{"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "MASTER_ADDR=127.0.0.1"}, []string{"-C", "1"}, "-C 1 across processes is not simulated"},
+		{"several threads per process", []string{"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "MASTER_ADDR=127.0.0.1"}, []string{"-t", "2", "-g", "1"}, "invalid -t 2: across processes each process drives one GPU from one thread"},
 		{"no rendezvous across hosts", []string{"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=16", "OMPI_COMM_WORLD_LOCAL_RANK=0", "OMPI_COMM_WORLD_LOCAL_SIZE=8"}, nil, "set MASTER_ADDR"},
 		{"a world larger than the topology", []string{"RANK=0", "WORLD_SIZE=9", "LOCAL_RANK=0", "MASTER_ADDR=127.0.0.1"}, nil, "9 ranks, but the simulated dgx-h100 has 8 GPUs"},
 		{"rank without world size", nil, []string{"--rank", "1"}, "--rank and --world-size go together"},

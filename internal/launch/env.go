@@ -27,6 +27,10 @@ type Process struct {
 	LocalSize  int    // processes on this host; 0 when the launcher does not say
 	Source     string // who said so: torchrun, env (RANK, WORLD_SIZE), openmpi, mpich, slurm, flags; "" for one process
 	Job        string // the launcher's job id, when it gives one
+	// Notice says that RANK and WORLD_SIZE, set by hand (no torchrun job), are believed over a
+	// launcher that placed this process in a larger world: often a shell that exported them and
+	// then ran mpirun or srun. "" otherwise.
+	Notice string
 	// key is what every rank of the run shares and proves at the rendezvous: --run-key, else
 	// GPUBENCH_RUN_KEY, else the launcher's job id ("" when there is none); keyFrom says which.
 	key, keyFrom string
@@ -166,6 +170,19 @@ func Detect(env func(string) (string, bool), o Overrides) (Process, error) {
 	}
 	if o.RunKey != "" {
 		p.key, p.keyFrom = o.RunKey, "--run-key"
+	}
+	if p.Source == "env" {
+		for _, other := range launchers[1:] {
+			if _, ok := env(other.rank); !ok || other.active != nil && !other.active(env) {
+				continue
+			}
+			// A launcher started inside another makes a larger world (torchrun under srun); a
+			// smaller one is left over from elsewhere.
+			if n, ok, err := value(-1, other.size, other.sizeAlt); err == nil && ok && n > p.Size {
+				p.Notice = fmt.Sprintf("RANK and WORLD_SIZE (a world of %d) are set and believed over %s's %d processes: unset them if %s started this process", p.Size, other.name, n, other.name)
+				break
+			}
+		}
 	}
 	switch {
 	case p.Size < 1:

@@ -37,6 +37,10 @@ func TestDetect(t *testing.T) {
 		err  string
 	}{
 		{name: "single process", env: map[string]string{}, want: Process{Size: 1}},
+		{name: "RANK and WORLD_SIZE left over in a shell that ran mpirun", env: map[string]string{"RANK": "0", "WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"},
+			want: Process{Size: 1, Source: "env", Notice: "RANK and WORLD_SIZE (a world of 1) are set and believed over openmpi's 2 processes: unset them if openmpi started this process"}},
+		{name: "RANK and WORLD_SIZE that agree with mpirun", env: map[string]string{"RANK": "1", "WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"},
+			want: Process{Rank: 1, Size: 2, LocalRank: 1, Source: "env"}},
 		{name: "torchrun", env: map[string]string{"RANK": "5", "WORLD_SIZE": "16", "LOCAL_RANK": "5", "LOCAL_WORLD_SIZE": "8", "TORCHELASTIC_RUN_ID": "j1"},
 			want: Process{Rank: 5, Size: 16, LocalRank: 5, LocalSize: 8, Source: "torchrun", Job: "j1", key: "j1"}},
 		{name: "openmpi", env: map[string]string{"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "3", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"},
