@@ -1198,12 +1198,7 @@ func (f *fleet) huntPairs(set []int, test func([]int) verdict) (first *verdict, 
 				return x, false
 			}
 			stand(v)
-			x.runs++
-			if v.fig.Error != "" {
-				x.errs++
-				x.err = cmp.Or(x.err, v.fig.Error)
-			}
-			if x.hung = v.hung; x.hung {
+			if x.count(v) {
 				break
 			}
 		}
@@ -1264,6 +1259,18 @@ type finding struct {
 	errs, runs int
 	hung       bool
 	pair       bool // one of two nodes, the only two tested, which no test can tell apart
+}
+
+// count adds a run that fell short or failed to x; true when it hung, which ends the confirming
+// (a hung GPU stays hung, and each wait costs the timeout).
+func (x *finding) count(v verdict) bool {
+	x.runs++
+	if v.fig.Error != "" {
+		x.errs++
+		x.err = cmp.Or(x.err, v.fig.Error)
+	}
+	x.hung = v.hung
+	return x.hung
 }
 
 // judge says what a finding in test what is: failed when a run of it failed (an error, a hang),
@@ -1403,12 +1410,7 @@ func (b *bisection) confirm(nodes []int) (finding, bool) {
 		if v.ok || len(b.drop) > 0 {
 			return x, false
 		}
-		x.runs++
-		if v.fig.Error != "" {
-			x.errs++
-			x.err = cmp.Or(x.err, v.fig.Error)
-		}
-		if x.hung = v.hung; x.hung {
+		if x.count(v) {
 			break
 		}
 	}
