@@ -431,10 +431,7 @@ func iterCells(p coll.Placement) string {
 // iterStatCells are a placement's per-iteration statistics in Markdown's columns: p50, p95, p99,
 // max, cv (%) and the slowest rank.
 func iterStatCells(p coll.Placement) []string {
-	slow := "-"
-	if p.SlowestRank != nil {
-		slow = strconv.Itoa(*p.SlowestRank)
-	}
+	slow := slowCell(p)
 	s := p.PerIter
 	if s == nil {
 		return []string{"N/A", "N/A", "N/A", "N/A", "N/A", slow}
@@ -442,13 +439,18 @@ func iterStatCells(p coll.Placement) []string {
 	return []string{floatStr(s.P50US, 7), floatStr(s.P95US, 7), floatStr(s.P99US, 7), floatStr(s.MaxUS, 7), floatStr(100*s.CV, 5), slow}
 }
 
+// slowCell is a placement's slowest rank across processes, "-" when there is none.
+func slowCell(p coll.Placement) string {
+	if p.SlowestRank == nil {
+		return "-"
+	}
+	return strconv.Itoa(*p.SlowestRank)
+}
+
 // moreIterCells are a placement's per-iteration columns nccl-tests does not print: p50, p95 and
 // the slowest rank.
 func moreIterCells(p coll.Placement) string {
-	slow := "-"
-	if p.SlowestRank != nil {
-		slow = strconv.Itoa(*p.SlowestRank)
-	}
+	slow := slowCell(p)
 	if s := p.PerIter; s != nil {
 		return fmt.Sprintf("  %7s  %7s  %4s", floatStr(s.P50US, 7), floatStr(s.P95US, 7), slow)
 	}

@@ -73,27 +73,27 @@ func Compare(old, new *File, threshold float64) (*Comparison, error) {
 			cmp.Notes = append(cmp.Notes, fmt.Sprintf("%s did not finish: only its %d rows are compared", f.Name, len(f.Coll.Results)))
 		}
 	}
-	// A run of several cycles (-N) set against a run of one: each cycle's row is set against the
-	// other run's one row of that key.
-	oneOld, oneNew := !cycled(oc), !cycled(nc)
-	if oneOld != oneNew {
+	// A run of several cycles (-N) set against a run of one: rows match without their cycle, so
+	// each cycle's row is set against the other run's one row of that key.
+	mixed := cycled(oc) != cycled(nc)
+	if mixed {
 		cmp.Notes = append(cmp.Notes, "one run repeats its sweep (-N) and the other does not: each cycle is set against the other run's one sweep")
 	}
-	match := func(k RowKey, againstOne bool) RowKey {
-		if againstOne {
+	match := func(k RowKey) RowKey {
+		if mixed {
 			k.Cycle = 0
 		}
 		return k
 	}
 	olds := map[RowKey][]Row{}
 	for _, r := range oc.Results {
-		k := match(r.Key(oc.Collective), oneNew)
+		k := match(r.Key(oc.Collective))
 		olds[k] = append(olds[k], r)
 	}
 	matched := map[RowKey]bool{}
 	zero := oc.ZeroBusBW && nc.ZeroBusBW
 	for _, nr := range nc.Results {
-		k := match(nr.Key(nc.Collective), oneOld)
+		k := match(nr.Key(nc.Collective))
 		ors := olds[k]
 		matched[k] = matched[k] || len(ors) > 0
 		for _, pl := range []string{OutOfPlace, InPlace} {
@@ -113,7 +113,7 @@ func Compare(old, new *File, threshold float64) (*Comparison, error) {
 		}
 	}
 	for _, or := range oc.Results {
-		if matched[match(or.Key(oc.Collective), oneNew)] {
+		if matched[match(or.Key(oc.Collective))] {
 			continue
 		}
 		for _, pl := range []string{OutOfPlace, InPlace} {

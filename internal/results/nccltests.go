@@ -451,15 +451,13 @@ func (l *ntLayout) row(f []string) (Row, error) {
 // printSlack is how far, as a fraction of v, the figure printed as s may be from the one it was
 // printed from: half a unit of its last digit over v (infinite for a printed 0).
 func printSlack(s string, v float64) float64 {
-	mant, _, _ := strings.Cut(strings.ToLower(s), "e")
+	mant, exp, _ := strings.Cut(strings.ToLower(s), "e")
 	unit := 1.0
 	if _, dec, ok := strings.Cut(mant, "."); ok {
-		unit = math.Pow(10, -float64(len(dec)))
+		unit = math.Pow10(-len(dec))
 	}
-	if exp := strings.TrimPrefix(strings.ToLower(s), strings.ToLower(mant)); exp != "" {
-		if e, err := strconv.Atoi(exp[1:]); err == nil {
-			unit *= math.Pow(10, float64(e))
-		}
+	if e, err := strconv.Atoi(exp); err == nil {
+		unit *= math.Pow10(e)
 	}
 	if v <= 0 {
 		return math.Inf(1)
