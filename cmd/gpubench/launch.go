@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
@@ -56,6 +57,7 @@ func launchMsg(err error) string {
 
 // world is this process's share of a run across processes.
 type world struct {
+	ctx   context.Context // this process's own: it ends on a signal to this process
 	group *launch.Group
 	comm  gpu.Comm
 	pids  []int
@@ -109,7 +111,7 @@ func joinWorld(cmd *cobra.Command, e *env, g *globals, b gpu.Backend, p launch.P
 	if p.KeyFrom() != "" {
 		key = "run key from " + p.KeyFrom()
 	}
-	w := &world{group: grp, comm: comm, line: fmt.Sprintf("%s, %d processes, rendezvous %s, %s", p.Source, p.Size, addr, key)}
+	w := &world{ctx: cmd.Context(), group: grp, comm: comm, line: fmt.Sprintf("%s, %d processes, rendezvous %s, %s", p.Source, p.Size, addr, key)}
 	opt.Comm, opt.Rank, opt.Group = comm, p.Rank, grp
 	for _, m := range grp.Members() {
 		opt.Devices = append(opt.Devices, m.Device)
@@ -119,7 +121,8 @@ func joinWorld(cmd *cobra.Command, e *env, g *globals, b gpu.Backend, p launch.P
 }
 
 // close leaves the run, telling the others why when this rank failed; it returns the error to
-// report: a failure elsewhere that ended this rank's run is reported as that failure.
+// report: a failure elsewhere that ended this rank's run is reported as that failure, unless a
+// signal stopped this process too.
 func (w *world) close(runErr error) error {
 	if runErr != nil && w.group.Err() == nil {
 		// A rank that died breaks the communicator at once; the rendezvous's word on who it was
@@ -133,6 +136,9 @@ func (w *world) close(runErr error) error {
 	w.group.Close(runErr)
 	w.comm.Close()
 	if runErr != nil && cause != nil {
+		if w.ctx.Err() != nil {
+			return context.Cause(w.ctx)
+		}
 		return cause
 	}
 	return runErr

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -219,6 +220,101 @@ func TestKilledRankIsNamedByTheOthers(t *testing.T) {
 			t.Logf("the others stopped within %v", time.Since(killed))
 		})
 	}
+}
+
+// Ctrl-C under a launcher signals every rank, and every rank says it was interrupted (exit 130),
+// none that another "left"; a signal to one rank alone stops all, each naming that rank. Rank 0
+// keeps the rows it measured.
+func TestSignalStopsEveryRank(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		target int // -1: every rank
+	}{{"every rank", -1}, {"rank 1", 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			ps := startRanks(t, ctx, 4, nil, "allreduce", "--backend", "sim", "--sizes", "8B:1M", "-n", "5000", "-w", "0", "-c", "0")
+			for !strings.Contains(ps[0].stdout.String(), "     sum  ") {
+				select {
+				case <-ps[0].done:
+					t.Fatalf("rank 0 ended before its first row: exit %d, %s", ps[0].code, ps[0].stderr.String())
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+			for rank, p := range ps {
+				if c.target < 0 || rank == c.target {
+					if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for rank, p := range ps {
+				<-p.done
+				// Signalled, a rank says so, unless word that another was stopped came first.
+				want := []string{"gpubench: interrupted: interrupt signal received\n", "gpubench: interrupted: rank "}
+				if c.target >= 0 && rank != c.target {
+					want = []string{"gpubench: interrupted: rank 1 ("}
+				}
+				stderr := p.stderr.String()
+				if p.code != exitInterrupt || !slices.ContainsFunc(want, func(w string) bool { return strings.HasPrefix(stderr, w) }) || strings.Contains(stderr, "left") {
+					t.Errorf("rank %d: exit %d, stderr %q; want exit %d, one of %q", rank, p.code, stderr, exitInterrupt, want)
+				}
+			}
+			if out := ps[0].stdout.String(); !strings.Contains(out, "# Stopped early") || !strings.Contains(out, "# Collective test concluded") {
+				t.Errorf("rank 0's table does not end as a stopped run's:\n%s", out)
+			}
+		})
+	}
+}
+
+// A hang on one rank's GPU ends every rank's run as a hang (exit 5), whichever rank finds it and
+// whichever hears of it from another.
+func TestHangStopsEveryRank(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ps := startRanks(t, ctx, 4, nil, "allreduce", "--backend", "sim", "--sizes", "8B:1M", "--sim-fault", "hang=2@10", "-T", "1")
+	for rank, p := range ps {
+		<-p.done
+		if stderr := p.stderr.String(); p.code != exitHang || !strings.HasPrefix(stderr, "gpubench: hang: ") || !strings.Contains(stderr, "rank 2 did not finish") {
+			t.Errorf("rank %d: exit %d, stderr %q; want exit %d naming rank 2", rank, p.code, stderr, exitHang)
+		}
+	}
+}
+
+// A stopped rank (SIGSTOP: its process answers the network but never comes) is a hang for -T,
+// also where the others meet only to gather each row's times: each other rank exits 5.
+func TestStoppedRankIsAHang(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ps := startRanks(t, ctx, 4, nil, "allreduce", "--backend", "sim", "--sizes", "1M:4G:+1M", "-n", "20", "-w", "0", "--sim-data-cap", "0", "-T", "2")
+	for !strings.Contains(ps[0].stdout.String(), "     sum  ") {
+		select {
+		case <-ps[0].done:
+			t.Fatalf("rank 0 ended before its first row: exit %d, %s", ps[0].code, ps[0].stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err := ps[2].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for rank, p := range ps {
+		if rank == 2 {
+			continue
+		}
+		<-p.done
+		if stderr := p.stderr.String(); p.code != exitHang || !strings.HasPrefix(stderr, "gpubench: hang: ") {
+			t.Errorf("rank %d: exit %d, stderr %q; want exit %d", rank, p.code, stderr, exitHang)
+		}
+	}
+	// Rank 0 names rank 2 when the others wait for it at a row's times; at the exchange of a call's
+	// data the rank that times out first says only that the others did not come.
+	if stderr := ps[0].stderr.String(); !strings.Contains(stderr, "rank 2 did not finish") && !strings.Contains(stderr, "the other ranks did not arrive") {
+		t.Errorf("rank 0 says neither: %q", stderr)
+	}
+	ps[2].cmd.Process.Signal(syscall.SIGCONT)
 }
 
 // Wrong data on one rank's GPU, with several check iterations: every rank runs the same number

@@ -510,6 +510,23 @@ func (r *runner) stop(s *Summary, err error) (*Summary, error) {
 	return s, err
 }
 
+// allGather meets the other processes (opt.Group) within the timeout, as a wait for the devices
+// is: a rank that never comes (a stopped process) is a hang, not a wait for ever.
+func (r *runner) allGather(vals []float64) ([][]float64, error) {
+	ctx := r.ctx
+	if r.opt.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, r.opt.Timeout)
+		defer cancel()
+	}
+	all, err := r.opt.Group.AllGather(ctx, vals)
+	var hang *gpu.HangError
+	if err != nil && errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &hang) {
+		err = &gpu.HangError{Err: err} // rank 0 did not answer: another rank is hung
+	}
+	return all, err
+}
+
 // sync waits for the devices, within the timeout.
 func (r *runner) sync() error {
 	ctx := r.ctx
@@ -740,7 +757,7 @@ func (r *runner) check(bs *buffers, k Counts, a Args, before [][]byte, byRank []
 // slowest rank.
 func (r *runner) iterStats(iters []float64) (*IterStats, error) {
 	if r.opt.Group != nil {
-		all, err := r.opt.Group.AllGather(r.ctx, iters)
+		all, err := r.allGather(iters)
 		if err != nil {
 			return nil, err
 		}
@@ -759,7 +776,7 @@ func (r *runner) iterStats(iters []float64) (*IterStats, error) {
 func (r *runner) gather(p *Placement, lt loopTimes, wrong *int64, byRank []int64) (float64, error) {
 	times, cpu := []float64{lt.sec}, []float64{lt.cpuSec}
 	if r.opt.Group != nil {
-		all, err := r.opt.Group.AllGather(r.ctx, []float64{lt.sec, float64(*wrong), lt.cpuSec})
+		all, err := r.allGather([]float64{lt.sec, float64(*wrong), lt.cpuSec})
 		if err != nil {
 			return 0, err
 		}
@@ -803,7 +820,7 @@ func (r *runner) anyOf(v bool) (bool, error) {
 	if v {
 		x = 1
 	}
-	all, err := r.opt.Group.AllGather(r.ctx, []float64{x})
+	all, err := r.allGather([]float64{x})
 	for _, a := range all {
 		v = v || a[0] != 0
 	}
@@ -928,7 +945,7 @@ func (r *runner) block() error {
 		return err
 	}
 	if r.opt.Blocking == BlockingCallBarrier && r.opt.Group != nil { // the barrier across processes
-		if _, err := r.opt.Group.AllGather(r.ctx, nil); err != nil {
+		if _, err := r.allGather(nil); err != nil {
 			return err
 		}
 	}

@@ -638,6 +638,47 @@ func TestRankFailureReachesEveryRank(t *testing.T) {
 	})
 }
 
+// A signal that stops one rank, and a hang one rank finds, reach every rank as what they are, so
+// that every process exits as an interrupted or a hung run does, naming where it began. The
+// signal ends the stopped rank's group before it closes, as the command's context does.
+func TestInterruptionAndHangReachEveryRank(t *testing.T) {
+	sig := fmt.Errorf("interrupt signal received: %w", context.Canceled)
+	for _, c := range []struct {
+		name, want string
+		from       int
+		err        error
+		is         func(error) bool
+	}{
+		{"interrupted", "rank 1 (h1, pid 101) was stopped: interrupt signal received", 1, sig,
+			func(err error) bool { return errors.Is(err, context.Canceled) }},
+		{"interrupted rank 0", "rank 0 (h0, pid 100) was stopped: interrupt signal received", 0, sig,
+			func(err error) bool { return errors.Is(err, context.Canceled) }},
+		{"hang", "rank 2 (h2, pid 102) failed: rank 1 did not finish", 2, &gpu.HangError{Ranks: []int{1}, Err: context.DeadlineExceeded},
+			func(err error) bool { var h *gpu.HangError; return errors.As(err, &h) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			world(t, 3, listenLoopback(t), 20*time.Second, nil, func(rank int, g *Group, err error) {
+				if err != nil {
+					t.Errorf("rank %d: %v", rank, err)
+					return
+				}
+				if rank == c.from {
+					if errors.Is(c.err, context.Canceled) {
+						g.cancel(c.err)
+					}
+					g.Close(c.err)
+					return
+				}
+				_, err = g.AllGather(context.Background(), nil)
+				if err == nil || !strings.Contains(err.Error(), c.want) || !c.is(err) {
+					t.Errorf("rank %d: %v (%T), want %q of its class", rank, err, err, c.want)
+				}
+				g.Close(err)
+			})
+		})
+	}
+}
+
 // The engine over the simulator with one goroutine per rank, as one process per rank runs it:
 // every rank agrees on every figure, the data is right, and the times are the model's.
 func TestEngineAcrossProcesses(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -49,6 +50,7 @@ type message struct {
 	All       [][]float64 `json:"all,omitempty"`
 	Abort     string      `json:"abort,omitempty"`
 	Config    bool        `json:"config,omitempty"` // the abort is a configuration error
+	Kind      string      `json:"kind,omitempty"`   // or an interruption or a hang (kindOf)
 	Bye       bool        `json:"bye,omitempty"`
 }
 
@@ -97,6 +99,7 @@ type Group struct {
 	// Rank 0 has a peer per other rank (peers[0] is nil); every other rank has one, rank 0.
 	peers    []*peer
 	failOnce sync.Once
+	ended    atomic.Bool   // fail has run: a failure, this process's or another's, ended the group
 	closing  chan struct{} // this process is saying goodbye: a dropped connection is expected
 	// After KeepGoing, rank 0 sets aside a rank that leaves or stops answering (gone, why) instead
 	// of ending the group.
@@ -257,7 +260,7 @@ func (g *Group) serve(me Member, timeout time.Duration, newID func() ([]byte, er
 	abort := func(err error) error {
 		for _, q := range append(g.peers, refused...) {
 			if q != nil {
-				q.send(message{Abort: err.Error(), Config: errors.Is(err, ErrConfig)})
+				q.send(abortMsg(err))
 			}
 		}
 		for _, q := range refused {
@@ -304,7 +307,7 @@ func (g *Group) serve(me Member, timeout time.Duration, newID func() ([]byte, er
 		for ; came < most; came++ {
 			select {
 			case a := <-arrivals:
-				a.q.send(message{Abort: err.Error(), Config: errors.Is(err, ErrConfig)})
+				a.q.send(abortMsg(err))
 				a.q.conn.Close()
 			case <-linger.C:
 				return err
@@ -464,10 +467,8 @@ func (g *Group) join(me Member, timeout time.Duration) error {
 		return context.Cause(g.ctx)
 	case err != nil:
 		return fmt.Errorf("rank 0 did not start the run within %v of rank %d reaching the rendezvous at %s: %w", timeout, me.Rank, g.addr, err)
-	case m.Abort != "" && m.Config:
-		return configErr("%s", strings.TrimPrefix(m.Abort, ErrConfig.Error()+": "))
 	case m.Abort != "":
-		return errors.New(m.Abort)
+		return abortErr(m, m.Abort)
 	case m.Welcome == nil || len(m.Welcome.Members) != g.p.Size:
 		return fmt.Errorf("rank 0 at %s did not answer as gpubench does", g.addr)
 	}
@@ -500,10 +501,10 @@ func (g *Group) read(q *peer) {
 		case m.Abort != "":
 			if g.p.Rank == 0 {
 				if !g.setAside(q, "it failed: "+m.Abort) {
-					g.fail(fmt.Errorf("%s failed: %s", q.m, m.Abort))
+					g.fail(abortErr(m, fmt.Sprintf("%s %s: %s", q.m, endedBy(m.Kind), m.Abort)))
 				}
 			} else {
-				g.fail(errors.New(m.Abort))
+				g.fail(abortErr(m, m.Abort))
 			}
 			return
 		case m.Bye:
@@ -523,14 +524,68 @@ func (g *Group) read(q *peer) {
 // none of them hears only that rank 0's connection closed.
 func (g *Group) fail(err error) {
 	g.failOnce.Do(func() {
+		g.ended.Store(true)
 		if g.p.Rank == 0 {
 			for _, q := range g.peers[1:] {
-				q.send(message{Abort: err.Error()})
+				q.send(abortMsg(err))
 			}
 		}
 		g.cancel(err)
 	})
 }
+
+// What ended a rank's run, beyond its words: every rank exits as the one that failed did, with
+// the exit code of an interruption or a hang, not of another failure.
+const (
+	kindInterrupted = "interrupted"
+	kindHang        = "hang"
+)
+
+func kindOf(err error) string {
+	var hang *gpu.HangError
+	switch {
+	case errors.As(err, &hang):
+		return kindHang
+	case errors.Is(err, context.Canceled):
+		return kindInterrupted
+	}
+	return ""
+}
+
+// endedBy says how a rank's run ended, after its name.
+func endedBy(kind string) string {
+	if kind == kindInterrupted {
+		return "was stopped"
+	}
+	return "failed"
+}
+
+func abortMsg(err error) message {
+	return message{Abort: err.Error(), Config: errors.Is(err, ErrConfig), Kind: kindOf(err)}
+}
+
+// abortErr is another rank's failure as this process heard it (m), told as msg, of the same
+// class as the error it stands for.
+func abortErr(m message, msg string) error {
+	switch {
+	case m.Config:
+		return configErr("%s", strings.TrimPrefix(msg, ErrConfig.Error()+": "))
+	case m.Kind == kindInterrupted:
+		return &remoteErr{msg, context.Canceled}
+	case m.Kind == kindHang:
+		return &remoteErr{msg, &gpu.HangError{Err: errors.New(msg)}}
+	}
+	return errors.New(msg)
+}
+
+// remoteErr is another rank's failure: its words, and the class of its error.
+type remoteErr struct {
+	msg   string
+	class error
+}
+
+func (e *remoteErr) Error() string { return e.msg }
+func (e *remoteErr) Unwrap() error { return e.class }
 
 // KeepGoing makes rank 0 carry on without a rank that leaves the run (its process exits, fails
 // or loses its connection) or that has not reached a step of AllGather wait after rank 0 did:
@@ -596,7 +651,8 @@ func (g *Group) Err() error {
 	return context.Cause(g.ctx)
 }
 
-// AllGather sends vals to rank 0 and returns every rank's, in rank order (coll.Group).
+// AllGather sends vals to rank 0 and returns every rank's, in rank order (coll.Group). When ctx
+// passes its deadline, rank 0 returns a *gpu.HangError naming the ranks it still awaits.
 func (g *Group) AllGather(ctx context.Context, vals []float64) ([][]float64, error) {
 	g.seq++
 	wait := func(q *peer) (message, error) {
@@ -652,6 +708,17 @@ func (g *Group) AllGather(ctx context.Context, vals []float64) ([][]float64, err
 			}
 		} else {
 			m, err = wait(q)
+		}
+		if err != nil && errors.Is(err, context.DeadlineExceeded) && g.ctx.Err() == nil {
+			// The caller's timeout: a rank that is not here yet is hung (a stopped process
+			// answers the network but never comes).
+			hung := []int{q.m.Rank}
+			for _, o := range g.peers[r+2:] {
+				if len(o.in) == 0 {
+					hung = append(hung, o.m.Rank)
+				}
+			}
+			return nil, &gpu.HangError{Ranks: hung, Err: err}
 		}
 		if err != nil {
 			return nil, err
@@ -715,15 +782,15 @@ func (g *Group) failed(err error) error {
 	return context.Cause(g.ctx)
 }
 
-// Close leaves the group. After a failure of this process's own (err), the others are told at
-// once; otherwise rank 0 waits, briefly, for every rank's goodbye so that none misses its last
-// message.
+// Close leaves the group. After a failure of this process's own (err), an interruption among
+// them, the others are told at once; otherwise rank 0 waits, briefly, for every rank's goodbye so
+// that none misses its last message.
 func (g *Group) Close(err error) {
-	if g.Err() == nil && err != nil {
+	if err != nil && !g.ended.Load() { // not another rank's failure, heard here
 		if g.p.Rank != 0 { // rank 0 names this rank as it tells the others
-			g.peers[0].send(message{Abort: err.Error()})
+			g.peers[0].send(abortMsg(err))
 		}
-		g.fail(fmt.Errorf("%s failed: %w", g.members[g.p.Rank], err))
+		g.fail(fmt.Errorf("%s %s: %w", g.members[g.p.Rank], endedBy(kindOf(err)), err))
 	}
 	if g.p.Rank != 0 && g.Err() == nil {
 		close(g.closing)
