@@ -69,7 +69,7 @@ func (f *serveFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 		if err != nil {
 			return err
 		}
-		src = sim.NewTelemetry(b)
+		src = sim.NewIdleTelemetry(b, time.Now)
 	}
 	defer src.Close()
 	sampler := metrics.NewSampler(src, f.interval)

@@ -55,6 +55,9 @@ type Telemetry struct {
 	tempC    []float64
 	energyJ  []float64
 	reported []bool // per fault: its XID was reported
+	// wall, when set, is the clock an idle machine's virtual time follows (NewIdleTelemetry).
+	wall     func() time.Time
+	lastWall time.Time
 }
 
 var _ telemetry.Source = (*Telemetry)(nil)
@@ -81,6 +84,15 @@ func NewTelemetry(b *Backend) *Telemetry {
 		t.tempC[i] = idleC
 	}
 	t.reported = make([]bool, len(b.opt.Faults))
+	return t
+}
+
+// NewIdleTelemetry is NewTelemetry for a machine on which nothing runs, as under serve: at each
+// sample its virtual clock moves on by the time now has moved, the machine idle all along, so
+// that idle power adds up to energy and timed faults (xid=3@30s) come, as on a real idle machine.
+func NewIdleTelemetry(b *Backend, now func() time.Time) *Telemetry {
+	t := NewTelemetry(b)
+	t.wall, t.lastWall = now, now()
 	return t
 }
 
@@ -116,6 +128,12 @@ func (t *Telemetry) Sample() telemetry.Sample {
 	defer t.mu.Unlock()
 	b := t.b
 	b.mu.Lock()
+	if t.wall != nil {
+		w := t.wall()
+		b.hostUS += max(w.Sub(t.lastWall).Seconds(), 0) * 1e6
+		b.applyTimedFaults()
+		t.lastWall = w
+	}
 	now := b.hostUS
 	free := append([]float64(nil), b.free...)
 	used := append([]int64(nil), b.used...)

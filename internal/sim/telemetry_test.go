@@ -91,6 +91,27 @@ func TestTelemetryFollowsLoad(t *testing.T) {
 	}
 }
 
+// A machine on which nothing runs (serve) idles on the wall clock: its energy is its idle power
+// times the time passed, and a timed XID comes when that time reaches it.
+func TestIdleTelemetryFollowsTheWallClock(t *testing.T) {
+	t.Parallel()
+	b := backend(t, "dgx-h100", Options{Faults: []Fault{{Kind: "xid", Device: 3, At: 30 * time.Second, Code: 79}}})
+	wall := time.Unix(1000, 0)
+	tel := NewIdleTelemetry(b, func() time.Time { return wall })
+	if s := tel.Sample(); s.GPUs[0].EnergyJoules != 0 || len(s.XIDs) != 0 {
+		t.Fatalf("first sample: %+v, XIDs %v", s.GPUs[0], s.XIDs)
+	}
+	wall = wall.Add(20 * time.Second)
+	s := tel.Sample()
+	if g := s.GPUs[0]; g.PowerWatts != 70 || g.EnergyJoules != 1400 || g.Utilization != 0 || len(s.XIDs) != 0 {
+		t.Errorf("after 20 s idle: %+v, XIDs %v; want 70 W, 1400 J, no XID yet", g, s.XIDs)
+	}
+	wall = wall.Add(20 * time.Second)
+	if s := tel.Sample(); len(s.XIDs) != 1 || s.XIDs[0].GPU != 3 || s.GPUs[3].EnergyJoules != 2800 {
+		t.Errorf("after 40 s idle: XIDs %v, GPU 3 %+v; want XID 79 on GPU 3 and 2800 J", s.XIDs, s.GPUs[3])
+	}
+}
+
 // Utilization is NVML's: the share of the interval in which a collective ran on the GPU, in
 // whole percent. Two pairs of GPUs taking turns are each busy about half the time; the GPUs
 // left out are idle; copies count as memory use only.
