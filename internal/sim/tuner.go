@@ -403,6 +403,13 @@ func (m *model) bandwidthOf(c collKind, a, p int, searchCap bool) float64 {
 			if m.nodes <= 2 && a == algoNVLSTree {
 				inter *= 2
 			}
+			if a == algoNVLSTree && !searchCap {
+				// What the NICs carry: a domain of a two-domain tree sends the other its whole
+				// partial result and receives the other's, one of a double binary tree's twice
+				// that, so the algorithm bandwidth is nch × bwInter, or half of it. NCCL's
+				// estimate, a ring's bus bandwidth, gives n/(n-1) of that.
+				inter *= float64(m.n-1) / float64(m.n)
+			}
 		} else if searchCap {
 			inter = math.Min(2*gr.bwIntra, searchSpeedsIntra[m.arch][0]) // the search table's top speed
 		}
