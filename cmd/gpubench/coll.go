@@ -364,12 +364,18 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 		r.Opt = opt
 	}
 	if f.out != "" && proc.Rank == 0 { // the last thing that can fail before the run: nothing half-written
-		file, err := os.Create(f.out)
+		err := checkOutFile("--out", f.out, g.topology)
+		var file *os.File
+		if err == nil {
+			if file, err = os.Create(f.out); err != nil {
+				err = usageErr("cannot write --out: %v", err)
+			}
+		}
 		if err != nil {
 			if wd != nil {
 				wd.close(err)
 			}
-			return usageErr("cannot write --out: %v", err)
+			return err
 		}
 		defer file.Close()
 		w = report.Tee(w, report.NewCollStream(named{file, "--out " + f.out}))

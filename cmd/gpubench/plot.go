@@ -160,8 +160,28 @@ func checkOutFile(flag, path string, inputs ...string) error {
 }
 
 // writeAtomic writes data to path through a temporary file in the same folder, so that a failure
-// leaves no half-written image.
+// leaves no half-written file. As a shell's redirect does, it follows a link to the file it
+// names, and writes through what is not a regular file (-o /dev/null): renaming over a device
+// would replace it for every process of the machine. A file it replaces keeps its permissions.
 func writeAtomic(path string, data []byte) error {
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		path = real
+	}
+	mode := os.FileMode(0o644)
+	if st, err := os.Stat(path); err == nil {
+		if !st.Mode().IsRegular() {
+			f, err := os.OpenFile(path, os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			if _, err := f.Write(data); err != nil {
+				f.Close()
+				return err
+			}
+			return f.Close()
+		}
+		mode = st.Mode().Perm()
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		var pe *os.PathError
@@ -178,7 +198,7 @@ func writeAtomic(path string, data []byte) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
+	if err := os.Chmod(tmp.Name(), mode); err != nil {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)

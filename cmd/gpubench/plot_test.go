@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"gonum.org/v1/plot/plotutil"
@@ -236,5 +237,77 @@ func TestPlotNCCLTests(t *testing.T) {
 	}
 	if img := decodePNG(t, filepath.Join(dir, "olivia.png")); countColor(img, plotutil.Color(0)) < 50 {
 		t.Error("olivia.png: its line is not drawn")
+	}
+}
+
+// An output file is written as a shell's redirect writes it: through a link to the file it
+// names, and through what is not a regular file (a pipe here; -o /dev/null as root renamed over
+// the device once), keeping a replaced file's permissions.
+func TestWriteAtomicKeepsWhatThePathIs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "pipe")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 1)
+	go func() {
+		data, _ := os.ReadFile(fifo) // opens once the writer does
+		got <- string(data)
+	}()
+	if err := writeAtomic(fifo, []byte("through")); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Lstat(fifo); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+		t.Errorf("the pipe was replaced: %v %v", st.Mode(), err)
+	} else if data := <-got; data != "through" {
+		t.Errorf("the pipe's reader got %q", data)
+	}
+
+	target, link := filepath.Join(dir, "real.json"), filepath.Join(dir, "link.json")
+	if err := os.WriteFile(target, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("real.json", link); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeAtomic(link, []byte("new")); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link was replaced: %v %v", st.Mode(), err)
+	}
+	if data, err := os.ReadFile(target); err != nil || string(data) != "new" {
+		t.Errorf("the linked file holds %q, %v", data, err)
+	}
+	if st, err := os.Stat(target); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("the replaced file's mode is %v, was 0600", st.Mode().Perm())
+	}
+}
+
+// A collective's --out naming its own topology file is refused before anything runs, as other
+// commands refuse an output over their inputs; the file is left as it was.
+func TestCollOutIsNotItsTopology(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	topo := filepath.Join(dir, "t.json")
+	js, _, code := gpubench(t, "topo", "--backend", "sim", "--output", "json")
+	if code != 0 {
+		t.Fatal(code)
+	}
+	if err := os.WriteFile(topo, []byte(js), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ out, want string }{
+		{topo, "gpubench: cannot write --out " + topo + ": it is a file this command reads; name another\n"},
+		{dir, "gpubench: cannot write --out " + dir + ": it is a folder; name a file in it\n"},
+	} {
+		stdout, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--topology", topo, "--sizes", "8B", "--out", tc.out)
+		if code != exitUsage || stdout != "" || errOut != tc.want {
+			t.Errorf("--out %s: exit %d, stdout %q, stderr %q; want exit 2 and %q", tc.out, code, stdout, errOut, tc.want)
+		}
+	}
+	if after, err := os.ReadFile(topo); err != nil || string(after) != js {
+		t.Error("the topology file changed")
 	}
 }
