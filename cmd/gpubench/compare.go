@@ -19,8 +19,8 @@ func newCompareCmd(e *env, g *globals) *cobra.Command {
 		Long: "compare sets each NEW run against OLD, row by row (collective, type, op, root, size) and placement\n" +
 			"(out-of-place, in-place): the change in busbw and in time, and a verdict. A row whose busbw fell by\n" +
 			"more than --threshold is a regression, unless both runs carry per-iteration times (--per-iter) and\n" +
-			"NEW's median iteration is not slower than OLD's 95th percentile: then it is noisy. Any regression\n" +
-			"exits 3, and so does a NEW with no row matching one of OLD's. Files are --output json documents,\n" +
+			"NEW's median iteration is not slower than OLD's 95th percentile: then it is noisy. Any regression,\n" +
+			"or row of NEW with wrong data, exits 3, and so does a NEW with no row matching one of OLD's. Files are --output json documents,\n" +
 			"JSON lines written with --out, or nccl-tests' output (its text as saved in a log, or its -J JSON),\n" +
 			"told apart by content; a run that did not finish is compared on the rows it holds, with a notice.",
 		Example: "  gpubench compare before.json after.json\n  gpubench compare --threshold 2% base.json run1.json run2.json --output markdown",
@@ -73,11 +73,16 @@ func runCompare(e *env, g *globals, threshold string, args []string) error {
 	if err := results.WriteCompare(e.stdout, g.output, cmps); err != nil {
 		return runtimeErr(fmt.Errorf("writing the comparison: %w", err))
 	}
-	n := 0
+	n, wrong := 0, 0
 	for _, c := range cmps {
-		n += c.Regressions()
+		n, wrong = n+c.Regressions(), wrong+c.Wrong()
 	}
-	if n > 0 {
+	switch {
+	case wrong > 0 && n > 0:
+		return &exitError{code: exitCheck, err: fmt.Errorf("compare: %d row placement%s of NEW with wrong data (marked WRONG DATA), and %d regression%s past %g%%", wrong, plural(wrong), n, plural(n), t)}
+	case wrong > 0:
+		return &exitError{code: exitCheck, err: fmt.Errorf("compare: %d row placement%s of NEW with wrong data (marked WRONG DATA): a run that corrupts data fails whatever its speed", wrong, plural(wrong))}
+	case n > 0:
 		return &exitError{code: exitCheck, err: fmt.Errorf("compare: %d regression%s past %g%% (marked REGRESSION)", n, plural(n), t)}
 	}
 	for _, c := range cmps { // a gate must not pass on a run that has nothing to compare

@@ -18,6 +18,7 @@ const (
 	NoFigure   = "n/a"        // OLD has no bandwidth to compare with (0 B rows), or a log printed one too coarsely (0.00)
 	OnlyOld    = "only_old"   // the row is only in OLD
 	OnlyNew    = "only_new"   // the row is only in NEW
+	WrongData  = "wrong_data" // NEW delivered wrong data there (#wrong > 0): a failure at any speed
 )
 
 // Placement names, in JSON and in the table.
@@ -99,7 +100,7 @@ func Compare(old, new *File, threshold float64) (*Comparison, error) {
 		for _, pl := range []string{OutOfPlace, InPlace} {
 			np := pick(nr, pl)
 			if len(ors) == 0 {
-				cmp.Lines = append(cmp.Lines, Line{Key: nr.Key(nc.Collective), Placement: pl, New: &np, Verdict: OnlyNew})
+				cmp.Lines = append(cmp.Lines, Line{Key: nr.Key(nc.Collective), Placement: pl, New: &np, Verdict: wrongOr(np, OnlyNew)})
 			}
 			for _, or := range ors {
 				op := pick(or, pl)
@@ -108,6 +109,7 @@ func Compare(old, new *File, threshold float64) (*Comparison, error) {
 					l.Key.Cycle = or.Cycle // NEW has one cycle, OLD several
 				}
 				judge(&l, threshold, zero)
+				l.Verdict = wrongOr(np, l.Verdict)
 				cmp.Lines = append(cmp.Lines, l)
 			}
 		}
@@ -125,11 +127,37 @@ func Compare(old, new *File, threshold float64) (*Comparison, error) {
 	for _, l := range cmp.Lines {
 		cmp.Counts[l.Verdict]++
 	}
+	if n := wrongPlacements(oc); n > 0 {
+		cmp.Notes = append(cmp.Notes, fmt.Sprintf("OLD delivered wrong data in %d row placement%s: its figures are a faulty run's", n, plural(n)))
+	}
 	return cmp, nil
+}
+
+// wrongOr is WrongData when p delivered wrong data, else verdict.
+func wrongOr(p Placement, verdict string) string {
+	if p.Wrong != nil && *p.Wrong > 0 {
+		return WrongData
+	}
+	return verdict
+}
+
+func wrongPlacements(c *Coll) int {
+	n := 0
+	for _, r := range c.Results {
+		for _, pl := range []string{OutOfPlace, InPlace} {
+			if wrongOr(pick(r, pl), "") != "" {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // Regressions is the number of lines judged a regression.
 func (c *Comparison) Regressions() int { return c.Counts[Regression] }
+
+// Wrong is the number of lines where NEW delivered wrong data.
+func (c *Comparison) Wrong() int { return c.Counts[WrongData] }
 
 func where(c *Coll) string {
 	if c.Topology != "" {

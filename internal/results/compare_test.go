@@ -101,6 +101,34 @@ func TestCompareZeroBusBW(t *testing.T) {
 	}
 }
 
+// A placement of NEW that delivered wrong data is a failure at any speed, also where the row is
+// only in NEW; OLD's wrong data is noted, its lines judged on speed.
+func TestCompareWrongData(t *testing.T) {
+	mk := func(wrong int64, sizes ...int64) *File {
+		f := &File{Name: "x", Complete: true, Coll: &Coll{Collective: "allreduce", Backend: "sim", Config: Config{Ranks: 8}}}
+		for _, size := range sizes {
+			w := wrong
+			f.Coll.Results = append(f.Coll.Results, Row{Size: size, Type: "float", Op: "sum",
+				OutOfPlace: Placement{TimeUS: 10, BusBW: 100, Wrong: &w}, InPlace: Placement{TimeUS: 10, BusBW: 100, Wrong: new(int64)}})
+		}
+		return f
+	}
+	c, err := Compare(mk(0, 1024), mk(5, 1024, 2048), 0.05)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Wrong() != 2 || c.Regressions() != 0 || c.Lines[0].Verdict != WrongData || c.Lines[1].Verdict != Same || c.Lines[2].Verdict != WrongData {
+		t.Errorf("counts %v, lines %+v; want the two out-of-place lines of NEW wrong", c.Counts, c.Lines)
+	}
+	var b strings.Builder
+	if err := WriteCompare(&b, "table", []*Comparison{c}); err != nil || !strings.Contains(b.String(), "WRONG DATA") || !strings.Contains(b.String(), "# 2 with wrong data, 0 regressions") {
+		t.Errorf("table %v:\n%s", err, b.String())
+	}
+	if c, _ = Compare(mk(5, 1024), mk(0, 1024), 0.05); c.Wrong() != 0 || !strings.Contains(strings.Join(c.Notes, "; "), "OLD delivered wrong data in 1 row placement:") {
+		t.Errorf("OLD wrong: counts %v, notes %q", c.Counts, c.Notes)
+	}
+}
+
 // A move of exactly the threshold is within it, though 95 / 100 - 1 is a little below -0.05.
 func TestCompareAtThreshold(t *testing.T) {
 	mk := func(bus float64) *File {

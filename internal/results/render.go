@@ -86,6 +86,8 @@ func verdictText(l Line) string {
 	switch v {
 	case Regression:
 		v = "REGRESSION"
+	case WrongData:
+		v = "WRONG DATA"
 	case OnlyOld:
 		v = "only in OLD"
 	case OnlyNew:
@@ -116,8 +118,12 @@ func cycleCell(cycles bool, v string) string {
 
 func summary(c *Comparison) string {
 	n := c.Counts
-	return fmt.Sprintf("%d regression%s, %d noisy, %d improved, %d same, %d n/a; %d only in OLD, %d only in NEW (row placements)",
-		n[Regression], plural(n[Regression]), n[Noisy], n[Improved], n[Same], n[NoFigure], n[OnlyOld], n[OnlyNew])
+	wrong := ""
+	if n[WrongData] > 0 {
+		wrong = fmt.Sprintf("%d with wrong data, ", n[WrongData])
+	}
+	return fmt.Sprintf("%s%d regression%s, %d noisy, %d improved, %d same, %d n/a; %d only in OLD, %d only in NEW (row placements)",
+		wrong, n[Regression], plural(n[Regression]), n[Noisy], n[Improved], n[Same], n[NoFigure], n[OnlyOld], n[OnlyNew])
 }
 
 func plural(n int) string {
@@ -175,7 +181,7 @@ func compareMarkdown(w io.Writer, cmps []*Comparison) error {
 		for _, l := range c.Lines {
 			bw := bwOf(l)
 			v := verdictText(l)
-			if l.Verdict == Regression {
+			if l.Verdict == Regression || l.Verdict == WrongData {
 				v = "**" + v + "**"
 			}
 			cell := ""
@@ -199,6 +205,7 @@ type jsonCompare struct {
 	Old         jsonFileInfo     `json:"old"`
 	Comparisons []jsonComparison `json:"comparisons"`
 	Regressions int              `json:"regressions"`
+	WrongData   int              `json:"wrong_data"` // lines where NEW delivered wrong data
 }
 
 type jsonFileInfo struct {
@@ -271,7 +278,7 @@ func compareJSON(cmps []*Comparison) jsonCompare {
 			doc.Threshold, doc.Old = 100*c.Threshold, fileInfo(c.Old)
 		}
 		jc := jsonComparison{New: fileInfo(c.New), Notes: append([]string{}, c.Notes...), Counts: map[string]int{}, Rows: []jsonCompareRow{}}
-		for _, v := range []string{Same, Regression, Improved, Noisy, NoFigure, OnlyOld, OnlyNew} {
+		for _, v := range []string{Same, Regression, Improved, Noisy, NoFigure, OnlyOld, OnlyNew, WrongData} {
 			jc.Counts[v] = c.Counts[v]
 		}
 		for _, l := range c.Lines {
@@ -296,6 +303,7 @@ func compareJSON(cmps []*Comparison) jsonCompare {
 			jc.Rows = append(jc.Rows, r)
 		}
 		doc.Regressions += c.Regressions()
+		doc.WrongData += c.Wrong()
 		doc.Comparisons = append(doc.Comparisons, jc)
 	}
 	return doc
