@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -335,5 +336,34 @@ func TestVersion(t *testing.T) {
 	out, _, code := gpubench(t, "version")
 	if code != 0 || !strings.HasPrefix(out, "gpubench test (commit ") {
 		t.Errorf("version: exit %d, %q", code, out)
+	}
+}
+
+// fullWriter fails every write, as stdout on a full disk does.
+type fullWriter struct{}
+
+func (fullWriter) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
+
+// Results that cannot be written fail the run with exit 1 and one line, whatever command wrote
+// them: not exit 0 (the table's writes went unchecked), not exit 2 (a write error is not bad
+// input). An exit code that says more (3, a regression) stays.
+func TestStdoutWriteErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	res := filepath.Join(dir, "a.json")
+	js, _, code := gpubench(t, "allreduce", "--backend", "sim", "--sizes", "8B:1K", "--output", "json")
+	if code != 0 || os.WriteFile(res, []byte(js), 0o644) != nil {
+		t.Fatal(code)
+	}
+	for _, args := range [][]string{
+		{"version"}, {"version", "--output", "json"}, {"compare", res, res}, {"compare", res, res, "--output", "markdown"},
+		{"allreduce", "--backend", "sim", "--sizes", "8B:1K"}, {"explain", "allreduce", "--backend", "sim", "--size", "1M"},
+	} {
+		var errOut bytes.Buffer
+		e := &env{stdout: fullWriter{}, stderr: &errOut, pid: 4242, version: "test", now: time.Now}
+		code := run(context.Background(), e, args)
+		if code != exitFailure || strings.Count(errOut.String(), "\n") != 1 || !strings.Contains(errOut.String(), "no space left on device") {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and one line", args, code, errOut.String(), exitFailure)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"runtime/debug"
@@ -44,11 +45,34 @@ type globals struct {
 }
 
 func run(ctx context.Context, e *env, args []string) int {
+	out := &watchedWriter{w: e.stdout}
+	e.stdout = out
 	root := newRootCmd(e)
 	root.SetArgs(args)
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
-	return exitCode(e.stderr, root.ExecuteContext(ctx))
+	err := root.ExecuteContext(ctx)
+	var coded *exitError
+	if out.err != nil && !errors.As(err, &coded) {
+		// Results that could not be written fail the run (exit 1), whether the command saw the
+		// error or not: a full disk is not bad input, and not a success.
+		err = runtimeErr(fmt.Errorf("writing the results to stdout: %w", out.err))
+	}
+	return exitCode(e.stderr, err)
+}
+
+// watchedWriter keeps the first error of its writes.
+type watchedWriter struct {
+	w   io.Writer
+	err error
+}
+
+func (o *watchedWriter) Write(p []byte) (int, error) {
+	n, err := o.w.Write(p)
+	if err != nil && o.err == nil {
+		o.err = err
+	}
+	return n, err
 }
 
 func newRootCmd(e *env) *cobra.Command {
