@@ -41,6 +41,9 @@ func newCalibrateCmd(e *env, g *globals) *cobra.Command {
 			if err := readsFiles(cmd, "calibrate", "topology", "nodes", "gpus-per-node"); err != nil {
 				return err
 			}
+			if !cmd.Flags().Changed("topology") { // its default is a machine the runs may not be from
+				return usageErr("calibrate needs the machine the runs were measured on: --topology PRESET|FILE (gpubench topo --output json on it writes its file)")
+			}
 			return runCalibrate(e, g, args, out)
 		},
 	}

@@ -156,6 +156,7 @@ func TestCalibrateRefuses(t *testing.T) {
 		want string
 	}{
 		{[]string{"--topology", "dgx-h100", a100}, "gpubench: calibrate needs the file to write: -o CALIBRATED.json\n"},
+		{[]string{a100, "-o", out}, "gpubench: calibrate needs the machine the runs were measured on: --topology PRESET|FILE (gpubench topo --output json on it writes its file)\n"},
 		{[]string{"--topology", "dgx-h100", "-o", out}, "gpubench: calibrate needs the runs to fit: gpubench calibrate RESULT... --topology PRESET|FILE -o CALIBRATED.json\n"},
 		{[]string{"--topology", "dgx-h100", a100, "-o", out}, "gpubench: " + a100 + " was measured on NVIDIA A100-SXM4-80GB (rank 0); topology dgx-h100 has NVIDIA H100 80GB HBM3 there: give the topology of the machine it ran on (gpubench topo --output json on it)\n"},
 		{[]string{"--topology", calibrated, a100, "-o", out}, "gpubench: topology " + calibrated + " is already calibrated: give the machine's own topology (a preset, or gpubench topo --output json), not a calibrated one\n"},

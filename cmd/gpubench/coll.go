@@ -137,16 +137,24 @@ func typeNames() string { return strings.Join(typeList(), ", ") }
 // sim, and for auto the real GPUs when the CUDA runtime and NCCL load, else the simulator with a
 // notice. The data cap is the simulator's (0 on real GPUs).
 func (g *globals) openColl(e *env) (gpu.Backend, int64, error) {
+	if err := g.noLibsForSim(); err != nil {
+		return nil, 0, err
+	}
 	if g.backend != "sim" {
 		cb, err := cuda.Open(g.cudaLib)
+		named := g.namedLibs(true, false) // the library that failed, where a flag named it
 		var b *nccl.Backend
 		if err == nil {
 			b, err = nccl.Open(cb, g.ncclLib)
+			named = g.namedLibs(false, true)
 		}
 		if err == nil {
 			return b, 0, nil
 		}
-		if err := g.noRealGPU(e, err, g.namedLibs(true)); err != nil {
+		if asked := g.namedLibs(true, true); named == "" && asked != "" {
+			return nil, 0, &exitError{code: exitNoGPU, err: fmt.Errorf("%s asks for the real GPUs, which did not open: %w", asked, err)}
+		}
+		if err := g.noRealGPU(e, err, named); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -329,6 +337,9 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 	if err != nil {
 		return usageErr("%v", err)
 	}
+	if g.output == "csv" && proc.Rank == 0 { // CSV has no place for the header's notes
+		w = report.Tee(w, report.NoticeWriter(e.stderr))
+	}
 	ctx := cmd.Context()
 	var wd *world
 	if proc.Multi() {
@@ -399,7 +410,7 @@ func testsEnv() (*float64, error) {
 	}
 	bw, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 	if err != nil || !(bw >= 0 && bw <= 1e9) {
-		return nil, usageErr("invalid NCCL_TESTS_MIN_BW=%q: give the average bus bandwidth in GB/s the run must reach (it fails under 0.9 of it), e.g. 300", input.Safe(v))
+		return nil, usageErr("invalid NCCL_TESTS_MIN_BW=%q: give the average bus bandwidth in GB/s the run must reach (it fails under 0.9 of it), e.g. 300", v) // %q escapes control characters itself
 	}
 	return &bw, nil
 }

@@ -143,6 +143,20 @@ func TestNamedLibraryMustLoad(t *testing.T) {
 	if code != exitNoGPU || !strings.Contains(errOut, "$GPUBENCH_CUDART /nonexistent/libcudart.so names a library that did not load") {
 		t.Errorf("GPUBENCH_CUDART: exit %d, %q", code, errOut)
 	}
+	// Where the CUDA runtime fails first, the NCCL library named was never tried: the message
+	// does not blame it.
+	_, errOut, code = gpubenchProcess(t, nil, "allreduce", "--nccl-lib", "/nonexistent/libnccl.so.2", "-b", "1K", "-e", "1K")
+	blamed := strings.Contains(errOut, "--nccl-lib /nonexistent/libnccl.so.2 names a library that did not load")
+	if code != exitNoGPU || (strings.Contains(errOut, "CUDA runtime") && (blamed || !strings.Contains(errOut, "--nccl-lib /nonexistent/libnccl.so.2 asks for the real GPUs"))) {
+		t.Errorf("--nccl-lib: exit %d, %q", code, errOut)
+	}
+	// With --backend sim no library is loaded, so a library flag is refused, not ignored.
+	for _, args := range [][]string{{"allreduce", "--backend", "sim", "--cuda-lib", "/x.so", "-b", "1K", "-e", "1K"}, {"p2p", "--backend", "sim", "--nccl-lib", "/x.so"}} {
+		out, errOut, code := gpubench(t, args...)
+		if code != exitUsage || out != "" || !strings.HasSuffix(errOut, "does not apply to --backend sim, which loads no library: drop it, or use --backend cuda\n") {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
+	}
 }
 
 func TestVersionFlag(t *testing.T) {

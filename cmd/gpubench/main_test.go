@@ -367,3 +367,17 @@ func TestStdoutWriteErrors(t *testing.T) {
 		}
 	}
 }
+
+// CSV has no header for nccl-tests' notes: a sweep cut to the GPUs' memory says so on stderr, so
+// that its rows are not read as the sweep asked for. The table says it in its header alone.
+func TestCSVCutSweepNotice(t *testing.T) {
+	t.Parallel()
+	args := []string{"allreduce", "--backend", "sim", "--topology", "pcie-l40sx4", "--sizes", "1G:1T", "-c", "0"}
+	out, errOut, code := gpubench(t, append(args, "--output", "csv")...)
+	if code != 0 || !strings.HasPrefix(errOut, "gpubench: Reducing maxBytes to ") || strings.Contains(out, "Reducing") {
+		t.Errorf("csv: exit %d, stderr %q", code, errOut)
+	}
+	if _, errOut, code = gpubench(t, args...); code != 0 || errOut != "" {
+		t.Errorf("table: exit %d, stderr %q", code, errOut)
+	}
+}

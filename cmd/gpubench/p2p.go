@@ -187,12 +187,15 @@ type describer interface{ Describe() string }
 // openP2P returns the backend for p2p: the CUDA runtime for cuda, the simulator for sim, and for
 // auto the CUDA runtime when it loads and has devices, else the simulator with a notice.
 func (g *globals) openP2P(e *env) (p2p.Backend, string, error) {
+	if err := g.noLibsForSim(); err != nil {
+		return nil, "", err
+	}
 	if g.backend != "sim" {
 		b, err := cuda.Open(g.cudaLib)
 		if err == nil {
 			return b, "", nil
 		}
-		if err := g.noRealGPU(e, err, g.namedLibs(false)); err != nil {
+		if err := g.noRealGPU(e, err, g.namedLibs(true, false)); err != nil {
 			return nil, "", err
 		}
 	}

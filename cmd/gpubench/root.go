@@ -204,16 +204,26 @@ func ncclEnv() map[string]string {
 	return env
 }
 
-// namedLibs says which of --cuda-lib, --nccl-lib, $GPUBENCH_CUDART and $GPUBENCH_NCCL name a
-// library ("" when none does): naming one asks for the real GPUs.
-func (g *globals) namedLibs(nccl bool) string {
+// noLibsForSim refuses a library flag with --backend sim, which loads none: it would do nothing.
+func (g *globals) noLibsForSim() error {
+	for _, f := range []struct{ name, value string }{{"cuda-lib", g.cudaLib}, {"nccl-lib", g.ncclLib}} {
+		if f.value != "" && g.backend == "sim" {
+			return usageErr("--%s does not apply to --backend sim, which loads no library: drop it, or use --backend cuda", f.name)
+		}
+	}
+	return nil
+}
+
+// namedLibs says which of --cuda-lib and $GPUBENCH_CUDART (cudart), --nccl-lib and $GPUBENCH_NCCL
+// (nccl) name a library ("" when none does): naming one asks for the real GPUs.
+func (g *globals) namedLibs(cudart, nccl bool) string {
 	var named []string
 	for _, v := range []struct {
 		name, value string
 		nccl        bool
 	}{{"--cuda-lib", g.cudaLib, false}, {"$GPUBENCH_CUDART", os.Getenv("GPUBENCH_CUDART"), false},
 		{"--nccl-lib", g.ncclLib, true}, {"$GPUBENCH_NCCL", os.Getenv("GPUBENCH_NCCL"), true}} {
-		if v.value != "" && (nccl || !v.nccl) {
+		if v.value != "" && ((v.nccl && nccl) || (!v.nccl && cudart)) {
 			named = append(named, v.name+" "+v.value)
 		}
 	}

@@ -135,6 +135,25 @@ func headerNotes(r *CollRun) []string {
 	return notes
 }
 
+// NoticeWriter writes the header's notes (a sweep cut to the GPUs' memory, busbw 0 by definition,
+// -C, -N) to w as notices, for a format with no place for them (CSV), where the rows alone would
+// not say that they are not what was asked.
+func NoticeWriter(w io.Writer) CollWriter { return noticeWriter{w} }
+
+type noticeWriter struct{ w io.Writer }
+
+func (n noticeWriter) Start(r *CollRun) error {
+	for _, note := range headerNotes(r) {
+		if _, err := fmt.Fprintf(n.w, "gpubench: %s\n", note); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (noticeWriter) Row(*CollRun, coll.Result) error { return nil }
+func (noticeWriter) End(*CollRun) error              { return nil }
+
 func factorText(c *coll.Collective) string {
 	switch c.Factor(4) {
 	case 1.5:
