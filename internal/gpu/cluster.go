@@ -150,8 +150,14 @@ func (t *Topology) WithNodes(count int) (*Topology, error) {
 	if count == 1 {
 		c.Nodes[0].Hostname = host
 	}
-	if c.Network == nil && count > 1 {
-		c.Network = &Network{Kind: "infiniband"}
+	if c.Network == nil && count > 1 { // a non-blocking fabric of the NICs' kind
+		kind := first.NICs[0].Kind
+		for _, n := range first.NICs {
+			if n.Kind != kind {
+				kind = "infiniband"
+			}
+		}
+		c.Network = &Network{Kind: kind}
 	}
 	if c.NVLinkDomainNodes > count {
 		c.NVLinkDomainNodes = count

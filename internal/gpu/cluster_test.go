@@ -188,6 +188,13 @@ func TestWithNodes(t *testing.T) {
 	if _, err := one.WithNodes(4096); err == nil || !strings.Contains(err.Error(), "use 1 to 2048 nodes of 8 GPUs") {
 		t.Errorf("4,096 nodes of 8 GPUs: %v", err)
 	}
+	// A node with no network joins the others on a fabric of its NICs' kind: Ethernet NICs do
+	// not make an InfiniBand cluster.
+	for preset, kind := range map[string]string{"pcie-l40s-8": "ethernet", "pcie-a100-8": "infiniband"} {
+		if c, err := loadPreset(t, preset).WithNodes(2); err != nil || c.Network.Kind != kind {
+			t.Errorf("%s x2: network %+v, %v; want %s", preset, c.Network, err, kind)
+		}
+	}
 }
 
 // WithGPUsPerNode keeps each node's first GPUs and every NIC, as a job of that many GPUs a node
