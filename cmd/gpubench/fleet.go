@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -9,12 +10,14 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
 	"github.com/spf13/cobra"
 
 	"github.com/gpubench/gpubench/internal/coll"
@@ -94,8 +97,8 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 		"hang, corrupt, slow-link, slow-nic, slow-node or flaky-link"); err != nil {
 		return err
 	}
-	if f.drainFile != "" && f.drainFile == f.metricsFile {
-		return usageErr("--drain-file and --metrics-file both name %s: give each its own file", input.Safe(f.drainFile))
+	if f.drainFile != "" && f.metricsFile != "" && sameFile(f.drainFile, f.metricsFile) {
+		return usageErr("--drain-file %s and --metrics-file %s name the same file: give each its own file", input.Safe(f.drainFile), input.Safe(f.metricsFile))
 	}
 	for _, o := range []struct{ flag, path string }{{"--drain-file", f.drainFile}, {"--metrics-file", f.metricsFile}} {
 		if err := checkOutFile(o.flag, o.path, g.topology); err != nil {
@@ -439,6 +442,23 @@ func drainCommands(rep *fleet.Report) []byte {
 	return []byte(b.String())
 }
 
+// sameFile reports whether paths a and b name one file: the same path once made absolute, or, where
+// both exist, one file by two names (a link).
+func sameFile(a, b string) bool {
+	if x, err := filepath.Abs(a); err == nil {
+		a = x
+	}
+	if y, err := filepath.Abs(b); err == nil {
+		b = y
+	}
+	if a == b {
+		return true
+	}
+	sa, errA := os.Stat(a)
+	sb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(sa, sb)
+}
+
 // writeFleetMetrics writes per-node gauges in Prometheus' text format.
 func writeFleetMetrics(path string, rep *fleet.Report) error {
 	reg := prometheus.NewRegistry()
@@ -469,7 +489,20 @@ func writeFleetMetrics(path string, rep *fleet.Report) error {
 		}
 	}
 	suspects.Set(float64(len(rep.Suspects)))
-	return prometheus.WriteToTextfile(path, reg)
+	// Encoded here and written by writeAtomic, which writes through a device or a link, where
+	// prometheus.WriteToTextfile renames over them.
+	mfs, err := reg.Gather()
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			return err
+		}
+	}
+	return writeAtomic(path, buf.Bytes())
 }
 
 // acrossProcesses is the fleet under a launcher, one process per node: each process tests its

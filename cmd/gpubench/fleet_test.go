@@ -159,6 +159,15 @@ func TestFleetOneGPUANode(t *testing.T) {
 }
 
 func TestFleetRefuses(t *testing.T) {
+	// Output files: one file by two names.
+	dir := t.TempDir()
+	drain, hard := filepath.Join(dir, "drain.sh"), filepath.Join(dir, "hard.prom")
+	if err := os.WriteFile(drain, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(drain, hard); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -171,7 +180,9 @@ func TestFleetRefuses(t *testing.T) {
 		{[]string{"--sim-fault", "slow-nic=nowhere/mlx5_3,0.5"}, "gpubench: invalid --sim-fault slow-nic=nowhere/mlx5_3,0.5: no NIC nowhere/mlx5_3 on a network in topology dgx-h100 x4: name it host/id, as gpubench topo lists NICs\n"},
 		{[]string{"--output", "csv"}, "gpubench: unknown --output \"csv\" for fleet: use table, json or markdown\n"},
 		{[]string{"--drain-file", "/no/such/dir/drain.sh"}, "gpubench: cannot write --drain-file /no/such/dir/drain.sh: /no/such/dir is not a folder; give a file in one\n"},
-		{[]string{"--drain-file", "x.out", "--metrics-file", "x.out"}, "gpubench: --drain-file and --metrics-file both name x.out: give each its own file\n"},
+		{[]string{"--drain-file", "x.out", "--metrics-file", "x.out"}, "gpubench: --drain-file x.out and --metrics-file x.out name the same file: give each its own file\n"},
+		{[]string{"--drain-file", "x.out", "--metrics-file", "./x.out"}, "gpubench: --drain-file x.out and --metrics-file ./x.out name the same file: give each its own file\n"},
+		{[]string{"--drain-file", drain, "--metrics-file", hard}, "gpubench: --drain-file " + drain + " and --metrics-file " + hard + " name the same file: give each its own file\n"},
 		{[]string{"--size", "32G"}, "gpubench: invalid --size 32G: more than the GPUs hold for a checked all-reduce (79.6 GiB of memory): give at most 25479MiB\n"},
 		{[]string{"--metrics-file", os.TempDir()}, "gpubench: cannot write --metrics-file " + os.TempDir() + ": it is a folder; name a file in it\n"},
 		{[]string{"--sim-fault", "xid=1"}, "gpubench: --sim-fault xid=1: fleet reads no XID events (burnin does): give hang, corrupt, slow-link, slow-nic, slow-node or flaky-link\n"},
@@ -386,8 +397,13 @@ func TestFleetLaunchRefused(t *testing.T) {
 func TestFleetRailShortNamingNoOne(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	metrics := filepath.Join(dir, "fleet.prom")
-	args := []string{"fleet", "--backend", "sim", "--nodes", "4", "--gpus-per-node", "1", "--size", "64MiB", "--sim-data-cap", "0", "--metrics-file", metrics}
+	// The metrics file is named through a link, which is written through and kept, as a shell's
+	// redirect keeps it.
+	metrics, link := filepath.Join(dir, "fleet.prom"), filepath.Join(dir, "link.prom")
+	if err := os.Symlink("fleet.prom", link); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"fleet", "--backend", "sim", "--nodes", "4", "--gpus-per-node", "1", "--size", "64MiB", "--sim-data-cap", "0", "--metrics-file", link}
 	for n := range 4 {
 		args = append(args, "--sim-fault", fmt.Sprintf("slow-nic=dgx-h100-%d/mlx5_0,0.4", n))
 	}
@@ -398,6 +414,9 @@ func TestFleetRailShortNamingNoOne(t *testing.T) {
 	}
 	if m, _ := os.ReadFile(metrics); !strings.Contains(string(m), `gpubench_fleet_rail_healthy{nic="mlx5_0",rail="0",status="degraded"} 0`) {
 		t.Errorf("metrics:\n%s", m)
+	}
+	if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link was replaced: %v", err)
 	}
 }
 
@@ -569,5 +588,20 @@ func TestFleetInterruptedNoVerdict(t *testing.T) {
 			!strings.Contains(out, "interrupted: no verdict of the fleet; not tested: 2 nodes (dgx-h100-2, dgx-h100-3); the rails and the groups across nodes\n") {
 			t.Errorf("%s:\n%s", format, out)
 		}
+	}
+}
+
+// The nodes' data is checked at a size --sim-data-cap holds, and where none does the run says so:
+// a corrupting GPU is never passed over as healthy.
+func TestFleetChecksDataWithinTheCap(t *testing.T) {
+	t.Parallel()
+	_, errOut, code := gpubench(t, "fleet", "--backend", "sim", "--nodes", "2", "--size", "64MiB", "--sim-data-cap", "3M", "--sim-fault", "corrupt=3")
+	if code != exitCheck || errOut != "gpubench: fleet: 1 suspect: GPU 3 of dgx-h100-0 FAILED: allreduce delivered wrong data\n" {
+		t.Errorf("3M cap: exit %d, stderr %q; want GPU 3 named", code, errOut)
+	}
+	out, errOut, code := gpubench(t, "fleet", "--backend", "sim", "--nodes", "2", "--size", "64MiB", "--sim-data-cap", "8K", "--sim-fault", "corrupt=3")
+	want := "# every node, GPU and NIC tested healthy; not tested: the GPUs' data on dgx-h100-0, dgx-h100-1 (their collectives carried none even at 1KiB: the simulator's --sim-data-cap is too small; raise it)\n"
+	if code != 0 || !strings.HasSuffix(out, want) {
+		t.Errorf("8K cap: exit %d, stderr %q\n%s\nwant it to end %q", code, errOut, out, want)
 	}
 }

@@ -164,8 +164,19 @@ func checkOutFile(flag, path string, inputs ...string) error {
 // names, and writes through what is not a regular file (-o /dev/null): renaming over a device
 // would replace it for every process of the machine. A file it replaces keeps its permissions.
 func writeAtomic(path string, data []byte) error {
-	if real, err := filepath.EvalSymlinks(path); err == nil {
-		path = real
+	for range 40 { // a link to a file that does not exist yet names that file, as for a redirect
+		st, err := os.Lstat(path)
+		if err != nil || st.Mode()&os.ModeSymlink == 0 {
+			break
+		}
+		to, err := os.Readlink(path)
+		if err != nil {
+			return err
+		}
+		if !filepath.IsAbs(to) {
+			to = filepath.Join(filepath.Dir(path), to)
+		}
+		path = to
 	}
 	mode := os.FileMode(0o644)
 	if st, err := os.Stat(path); err == nil {

@@ -6,6 +6,7 @@ package fleet
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -84,6 +85,9 @@ type Node struct {
 	P2P *Figure `json:"p2p"`
 	// Diag lists the checks of a quick diag that failed on the node (Options.Diag), if it ran.
 	Diag []string `json:"diag,omitempty"`
+	// DataNotChecked: the node's collectives carried no data at any size the simulator's data
+	// cap allows, so nothing checked it (the report lists it under not_tested).
+	DataNotChecked bool `json:"data_not_checked,omitempty"`
 }
 
 // Rail is one rail's test across the nodes.
@@ -147,10 +151,12 @@ func (r *Report) Healthy() bool {
 }
 
 // The sizes tested by default: large enough that bandwidth sets the time; and the size whose
-// data each node's all-reduce checks (a simulator backs little memory).
+// data each node's collectives check (a simulator backs little memory), halved as diag does
+// until the GPUs' buffers fit in the simulator's data cap, down to minCheckBytes.
 const (
-	defaultBytes = 256 << 20
-	checkBytes   = 256 << 10
+	defaultBytes  = 256 << 20
+	checkBytes    = 256 << 10
+	minCheckBytes = 1 << 10
 )
 
 type fleet struct {
@@ -166,7 +172,7 @@ type fleet struct {
 	depth     int // the deepest bisection, in rounds
 	confirmed map[int]bool
 	slow      map[int][][2]int       // per node: the P2P pairs under the floor
-	p2pWant   map[string]*p2p.Matrix // the fault-free machine's P2P matrix, by node shape
+	p2pWant   map[string]*p2p.Matrix // the fault-free machine's P2P matrix, by node wiring
 	cross     CrossTest              // the tests across nodes, run by other processes (Across)
 	gone      map[int]bool           // nodes whose process left the run (Across)
 }
@@ -290,6 +296,20 @@ func (f *fleet) report() (*Report, error) {
 		f.rep.Rounds += f.opt.Repeat
 	}
 	slices.SortStableFunc(f.rep.Suspects, func(a, b Suspect) int { return naturalCompare(a.Host, b.Host) })
+	var unchecked []string
+	for _, n := range f.rep.Nodes {
+		if n.DataNotChecked {
+			unchecked = append(unchecked, n.Host)
+		}
+	}
+	if len(unchecked) > 0 {
+		hosts := strings.Join(unchecked, ", ")
+		if len(unchecked) > 8 {
+			hosts = fmt.Sprintf("%s and %d others", strings.Join(unchecked[:8], ", "), len(unchecked)-8)
+		}
+		f.rep.NotTested = append(f.rep.NotTested, fmt.Sprintf("the GPUs' data on %s (their collectives carried none even at %s: the simulator's --sim-data-cap is too small; raise it)",
+			hosts, coll.FormatSize(minCheckBytes)))
+	}
 	return f.rep, f.ctx.Err()
 }
 
@@ -392,17 +412,18 @@ type outcome struct {
 	err      error
 	wrong    []int // ranks whose output held wrong data
 	measured bool
+	checked  bool // some of its data was checked
 }
 
 func (o outcome) failed() bool { return o.hang != nil || o.err != nil || len(o.wrong) > 0 }
 
-// run times collective c over the GPUs ords on b at size bytes, checking data at checkBytes first
+// run times collective c over the GPUs ords on b at size bytes, checking data at checkSize first
 // when check is set.
 func (f *fleet) run(b gpu.Backend, c *coll.Collective, ords []int, bytes int64, check bool) outcome {
 	f.rep.Tests++
-	w := coll.Sweep{Min: bytes, Max: bytes, Factor: 2}
-	if check && bytes > checkBytes {
-		w = coll.Sweep{Min: checkBytes, Max: bytes, Factor: bytes / checkBytes}
+	w := coll.Sweep{Min: bytes, Max: bytes}
+	if size := checkSize(b, len(ords)); check && size > 0 && size < bytes {
+		w = coll.Sweep{Min: size, Max: bytes, Step: bytes - size} // these two sizes alone
 	}
 	s, err := coll.Run(f.ctx, b, coll.Options{Coll: c, Sweep: w, DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum},
 		Iters: 2, Check: 1, Average: 1, Timeout: f.opt.Timeout, Ordinals: ords})
@@ -421,6 +442,7 @@ func (f *fleet) run(b gpu.Backend, c *coll.Collective, ords []int, bytes int64, 
 				o.wrong = append(o.wrong, rank)
 			}
 		}
+		o.checked = o.checked || r.OutOfPlace.Wrong != nil
 		// The timed size is the sweep's largest, rounded down as the collective needs: an
 		// all-to-all of 64 MiB on 3 GPUs runs 67108848 bytes.
 		if r.Size > top {
@@ -428,6 +450,22 @@ func (f *fleet) run(b gpu.Backend, c *coll.Collective, ords []int, bytes int64, 
 		}
 	}
 	return o
+}
+
+// checkSize is the size at which n GPUs' two buffers each fit in what the backend backs with
+// data (the simulator's data cap): checkBytes, halved until they fit; 0 when not even
+// minCheckBytes does. A backend without a data cap (real GPUs) holds data at every size.
+func checkSize(b gpu.Backend, n int) int64 {
+	c, ok := b.(interface{ DataCap() int64 })
+	if !ok {
+		return checkBytes
+	}
+	for size := int64(checkBytes); size >= minCheckBytes; size /= 2 {
+		if int64(2*n)*size <= c.DataCap() {
+			return size
+		}
+	}
+	return 0
 }
 
 // expect is the busbw the fault-free machine reaches for the same test, once per key.
@@ -470,14 +508,15 @@ func (f *fleet) nodeRound() {
 		}
 		suspects, tests := len(f.rep.Suspects), f.rep.Tests
 		node := Node{Host: f.hosts[n], Status: Healthy}
-		shape := fmt.Sprintf("node %d %s", len(gpus), gpuName(f.topo, gpus[0]))
+		shape := f.wiring(gpus[0])
 		for _, c := range []*coll.Collective{coll.AllReduce, coll.AllToAll} {
 			if len(gpus) < 2 {
 				break // nothing moves between one GPU and itself: its rail round tests its NIC
 			}
 			o := f.run(f.b, c, gpus, f.opt.Bytes, true)
 			fails, runs := f.retry(o, func() outcome { return f.run(f.b, c, gpus, f.opt.Bytes, true) })
-			fig := figure(o, f.expect(shape+c.Name, f.twin, c, f.nodes[0], f.opt.Bytes))
+			fig := figure(o, f.expect(shape+c.Name, f.twin, c, gpus, f.opt.Bytes))
+			node.DataNotChecked = node.DataNotChecked || !o.failed() && !o.checked
 			if c == coll.AllReduce {
 				node.AllReduce = fig
 			} else {
@@ -594,9 +633,20 @@ func nodeFigure(n Node, c string) *Figure {
 	return n.AllToAll
 }
 
-func gpuName(t *gpu.Topology, g int) string {
-	x, _ := t.GPU(g)
-	return x.Name
+// wiring is what a node's own tests depend on, for the node of GPU g: its parts and links,
+// without its name (or the UUIDs that tell one machine's GPUs from another's), so that the nodes
+// of one template share their expected figures and nodes wired otherwise (another GPU, another
+// PCIe or NVLink layout) have their own.
+func (f *fleet) wiring(g int) string {
+	_, n := f.topo.GPU(g)
+	body := *n
+	body.Hostname, body.Template, body.Count = "", "", 0
+	body.GPUs = slices.Clone(n.GPUs)
+	for i := range body.GPUs {
+		body.GPUs[i].UUID = ""
+	}
+	key, _ := json.Marshal(body)
+	return "node " + string(key)
 }
 
 // failure names what failed on node n in test what, and records the suspect: the GPU that hung
@@ -689,7 +739,7 @@ func (f *fleet) suspectNode(n int, why string) {
 }
 
 // p2pNode measures a node's unidirectional P2P copies on cluster and sets them beside the fault-free
-// machine's (measured once per node shape): the slowest pair's figure, and the ordered pairs
+// machine's (measured once per node wiring): the slowest pair's figure, and the ordered pairs
 // under the floor; or, when the copies hang or fail, why (a hang names device ordinals). Pairs
 // under the floor are measured again, up to Repeat times in all, and stay under it only if every
 // measurement is: one noisy sample names no one. Nothing where the backends cannot copy.
@@ -702,7 +752,7 @@ func (f *fleet) p2pNode(cluster gpu.Backend, gpus []int, shape string) (*Figure,
 	opt := p2p.Options{Size: min(64<<20, f.opt.Bytes), Repeat: 1, Samples: 1, Devices: gpus, Timeout: f.opt.Timeout}
 	want, ok := f.p2pWant[shape]
 	if !ok {
-		if r, err := p2p.Run(f.ctx, t, p2p.Options{Size: opt.Size, Repeat: 1, Samples: 1, Devices: f.nodes[0]}); err == nil {
+		if r, err := p2p.Run(f.ctx, t, p2p.Options{Size: opt.Size, Repeat: 1, Samples: 1, Devices: gpus}); err == nil {
 			want = r.Matrix("uni_enabled")
 		}
 		f.p2pWant[shape] = want

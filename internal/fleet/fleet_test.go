@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -462,5 +463,95 @@ func TestPercentRoundsDown(t *testing.T) {
 		if got := Percent(r); got != want {
 			t.Errorf("Percent(%v) = %v; want %v", r, got, want)
 		}
+	}
+}
+
+// A cluster of two kinds of node is judged node by node against the same node without faults:
+// DGX A100 nodes beside DGX H100 ones, and nodes of the same GPU wired otherwise (NVLink at half
+// the bandwidth), are healthy, each with its own expected figures.
+func TestMixedNodes(t *testing.T) {
+	body := func(preset string, nvlink float64) gpu.Node {
+		topo, err := sim.LoadTopology(preset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := topo.Nodes[0]
+		n.Hostname = ""
+		n.Links = slices.Clone(n.Links)
+		for i := range n.Links {
+			if n.Links[i].Kind == gpu.LinkNVLink {
+				n.Links[i].GBs *= nvlink
+			}
+		}
+		return n
+	}
+	for _, other := range []gpu.Node{body("dgx-a100", 1), body("dgx-h100", 0.5)} {
+		mixed := &gpu.Topology{Format: "gpubench-topology/2", Name: "mixed", Network: &gpu.Network{Kind: "infiniband"},
+			Templates: map[string]gpu.Node{"h": body("dgx-h100", 1), "o": other},
+			Nodes:     []gpu.Node{{Hostname: "h{i}", Template: "h", Count: 2}, {Hostname: "o{i}", Template: "o", Count: 2}}}
+		data, err := json.Marshal(mixed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open := func(env map[string]string, _ bool) (gpu.Backend, error) {
+			topo, err := gpu.ParseTopology(data)
+			if err != nil {
+				return nil, err
+			}
+			return sim.New(topo, sim.Options{Env: env})
+		}
+		rep, err := Run(context.Background(), Options{Open: open, Floor: 0.75, Repeat: 1, Group: 16, Bytes: 64 << 20, Timeout: 10 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rep.Healthy() || len(rep.Nodes) != 4 {
+			t.Fatalf("%s beside DGX H100: not healthy: nodes %+v, suspects %+v", other.GPUs[0].Name, rep.Nodes, rep.Suspects)
+		}
+		h, o := rep.Nodes[0], rep.Nodes[2]
+		for _, f := range []struct {
+			what   string
+			fh, fo *Figure
+		}{{"allreduce", h.AllReduce, o.AllReduce}, {"alltoall", h.AllToAll, o.AllToAll}, {"p2p", h.P2P, o.P2P}} {
+			if f.fo.Ratio < 0.95 || f.fo.Expected > 0.9*f.fh.Expected {
+				t.Errorf("%s beside DGX H100: %s %+v, the H100 node's %+v; want its own, lower expected figure", o.Host, f.what, *f.fo, *f.fh)
+			}
+		}
+	}
+}
+
+// A node's collectives check their data at a size the simulator's data cap holds: a GPU that
+// corrupts what it receives is named with a cap too small for 256 KiB a GPU; where not even
+// 1 KiB fits, the nodes' data is listed as not tested, never passed over.
+func TestDataCheckedWithinTheCap(t *testing.T) {
+	open := func(dataCap int64) func(map[string]string, bool) (gpu.Backend, error) {
+		return func(env map[string]string, expected bool) (gpu.Backend, error) {
+			topo, err := sim.LoadTopology("dgx-h100")
+			if err == nil {
+				topo, err = topo.WithNodes(2)
+			}
+			if err != nil {
+				return nil, err
+			}
+			o := sim.Options{Env: env, DataCap: dataCap}
+			if !expected {
+				o.Faults = []sim.Fault{{Kind: "corrupt", Device: 3}}
+			}
+			return sim.New(topo, o)
+		}
+	}
+	rep, err := Run(context.Background(), Options{Open: open(3 << 20), Floor: 0.75, Repeat: 1, Group: 16, Bytes: 64 << 20, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := rep.Nodes[0]; n.Status != Failed || n.DataNotChecked || len(rep.Suspects) != 1 || rep.Suspects[0].GPU == nil || *rep.Suspects[0].GPU != 3 {
+		t.Errorf("3 MiB cap: node %+v, suspects %+v; want GPU 3 of dgx-h100-0 failed for wrong data", n, rep.Suspects)
+	}
+	rep, err = Run(context.Background(), Options{Open: open(8 << 10), Floor: 0.75, Repeat: 1, Group: 16, Bytes: 64 << 20, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "the GPUs' data on dgx-h100-0, dgx-h100-1 (their collectives carried none even at 1KiB"
+	if !rep.Nodes[0].DataNotChecked || len(rep.NotTested) != 1 || !strings.HasPrefix(rep.NotTested[0], want) {
+		t.Errorf("8 KiB cap: nodes %+v, not tested %q; want the data of both nodes not tested", rep.Nodes, rep.NotTested)
 	}
 }
