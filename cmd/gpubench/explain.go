@@ -169,6 +169,9 @@ func writeExplanation(w io.Writer, x sim.Explanation) error {
 	fmt.Fprintf(&b, "%s of %s on %s: %s, %s\n", x.Collective, sizeText(x.Bytes), x.Topology, gpus, countText(x.Nodes, "node"))
 	c := x.Chosen
 	pair := c.Algo + "/" + c.Proto
+	// From the bottleneck on, the lines describe the simulated call, what a run shows; NCCL's
+	// estimate, which it picks by, is named as such where it differs.
+	differs := math.Abs(c.SimTimeUS-c.TimeUS) > 0.005*c.TimeUS
 	switch {
 	case x.PointToPoint:
 		fmt.Fprintf(&b, "NCCL runs %s as point-to-point sends and receives, which its tuner does not choose; the simulator's point-to-point model:\n", x.Collective)
@@ -181,7 +184,7 @@ func writeExplanation(w io.Writer, x sim.Explanation) error {
 		line("chosen", "a local copy at memory speed (one rank), %s", usText(c.TimeUS))
 	default:
 		run := ""
-		if math.Abs(c.SimTimeUS-c.TimeUS) > 0.005*c.TimeUS {
+		if differs {
 			run = fmt.Sprintf(" by NCCL's figures; the simulated call takes %s", usText(c.SimTimeUS))
 			if len(c.SimWhy) > 0 {
 				run += " (" + simWhyText(c.SimWhy) + ")"
@@ -194,27 +197,37 @@ func writeExplanation(w io.Writer, x sim.Explanation) error {
 			line("runner-up", "none: the NCCL_* variables leave only %s", pair)
 		}
 	}
-	bottleneck := linkText(x.Bottleneck)
+	bottleneck := linkText(x.SimBottleneck)
 	if x.LinksBusGBs > 0 {
 		bottleneck += fmt.Sprintf("; rings over the links carry %s busbw", gbsText(x.LinksBusGBs))
-		if x.LinksLimit != x.Bottleneck {
+		if x.LinksLimit != x.SimBottleneck {
 			bottleneck += ", bounded by " + linkText(x.LinksLimit)
 		}
 		if x.Staged {
 			bottleneck += ", every hop staged through host memory (no P2P)"
 		}
 	}
+	if differs && x.Bottleneck != x.SimBottleneck {
+		bottleneck += "; NCCL's estimate: " + linkText(x.Bottleneck)
+	}
 	line("bottleneck", "%s", bottleneck)
-	bw := fmt.Sprintf("busbw %s, algbw %s", gbsText(c.BusGBs), gbsText(c.AlgGBs))
-	if x.Capped {
+	bw := fmt.Sprintf("busbw %s, algbw %s", gbsText(c.SimBusGBs), gbsText(c.SimAlgGBs))
+	if x.SimCapped {
 		bw += "; NCCL's per-channel or protocol limit sets it, not the links"
 	}
+	if math.Abs(c.BusGBs-c.SimBusGBs) > 0.005*c.SimBusGBs {
+		bw += "; NCCL's estimate: busbw " + gbsText(c.BusGBs)
+	}
+	if c.SimLatencyUS > 0.01*c.SimTimeUS {
+		// What the benchmark reports: the size over the whole call's time.
+		bw += "; the whole call, latency included: busbw " + gbsText(c.SimBusGBs*c.SimBandwidthUS/c.SimTimeUS)
+	}
 	line("bandwidth", "%s", bw)
-	share := 100 * max(c.LatencyUS, c.BandwidthUS) / c.TimeUS
+	share := 100 * max(c.SimLatencyUS, c.SimBandwidthUS) / c.SimTimeUS
 	line("terms", "latency %s + bandwidth %s (size / algbw): %s dominates (%.0f%% of the time)",
-		usText(c.LatencyUS), usText(c.BandwidthUS), x.Dominant, share)
+		usText(c.SimLatencyUS), usText(c.SimBandwidthUS), x.SimDominant, share)
 	if c.FillUS > 0 {
-		line("pipeline", "the simulated call adds %s for NVLS's scatter, reduce and gather stages to drain, which NCCL's estimate leaves out", usText(c.FillUS))
+		line("pipeline", "%s of the bandwidth term is NVLS's scatter, reduce and gather stages draining, which NCCL's estimate leaves out", usText(c.FillUS))
 	}
 	launch := usText(x.LaunchUS) + " a call from the host"
 	if x.LaunchGPUs > 1 {
@@ -225,7 +238,7 @@ func writeExplanation(w io.Writer, x sim.Explanation) error {
 		launch += ", longer than the call: a timed loop runs at the launches' pace"
 	}
 	line("launch", "%s", launch)
-	line("balance", "the two terms are equal at %s: latency dominates below, bandwidth above", sizeText(x.BalanceBytes))
+	line("balance", "the two terms are equal at %s: latency dominates below, bandwidth above", sizeText(x.SimBalanceBytes))
 	if !x.PointToPoint && c.Algo != "copy" {
 		switch d := x.ChangeBelow; {
 		case d != nil:
@@ -257,7 +270,14 @@ func countText(n int, what string) string {
 
 func usText(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + " us" }
 
-func gbsText(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + " GB/s" }
+// gbsText writes a bandwidth to 0.1 GB/s, or to three figures under 1 GB/s (a latency-bound
+// call's, a slow fabric's), which 0.1 GB/s would show as 0.
+func gbsText(v float64) string {
+	if v > 0 && v < 1 {
+		return strconv.FormatFloat(v, 'g', 3, 64) + " GB/s"
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64) + " GB/s"
+}
 
 // sizeText writes a byte count in a binary unit, to three figures unless exact, with the count.
 func sizeText(n int64) string {
@@ -311,6 +331,7 @@ func simWhyText(why []string) string {
 		"block copy":     "each of its channels, one thread block, carries at most one NVLink's worth, less than the links",
 		"channels":       "it runs on the fewer channels NCCL_MAX_NCHANNELS leaves, where NCCL's figures count its search's",
 		"network":        "the network's links carry less than the NICs NCCL counts (fewer fabric uplinks than NICs, or a slow NIC)",
+		"nvlstree nics":  "NVLSTree across nodes carries what the NICs do, where NCCL's figure gives n/(n-1) of it",
 		"calibration":    "the topology's calibration",
 	}
 	var out []string

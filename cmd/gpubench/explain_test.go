@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -24,9 +25,9 @@ func TestExplainText(t *testing.T) {
 		`\nchosen:     NVLS/Simple, 16 channels, ` + num + ` us by NCCL.s figures; the simulated call takes ` + num + ` us \(NVLS on one node, held to its links rather than NCCL.s channel figure\)\n`,
 		`\nrunner-up:  Ring/Simple, 24 channels, ` + num + ` us \(` + num + `% slower\)\n`,
 		`\nbottleneck: NVLink; rings over the links carry 370\.8 GB/s busbw\n`,
-		`\nbandwidth:  busbw ` + num + ` GB/s, algbw ` + num + ` GB/s; NCCL's per-channel or protocol limit sets it, not the links\n`,
+		`\nbandwidth:  busbw ` + num + ` GB/s, algbw ` + num + ` GB/s; NCCL's estimate: busbw ` + num + ` GB/s\n`,
 		`\nterms:      latency 25\.0 us \+ bandwidth ` + num + ` us \(size / algbw\): bandwidth dominates \(9[0-9]% of the time\)\n`,
-		`\npipeline:   the simulated call adds ` + num + ` us for NVLS.s scatter, reduce and gather stages to drain, which NCCL.s estimate leaves out\n`,
+		`\npipeline:   ` + num + ` us of the bandwidth term is NVLS.s scatter, reduce and gather stages draining, which NCCL.s estimate leaves out\n`,
 		`\nlaunch:     4\.9 us a GPU from the host; one thread launching it on 8 GPUs of a node \(nccl-tests -g 8\) takes 39\.2 us\n`,
 		`\nbalance:    the two terms are equal at [0-9.]+ MiB \([0-9]+ B\): latency dominates below, bandwidth above\n`,
 		`\nbelow:      Ring/LL under [0-9.]+ [KM]iB \([0-9]+ B\), NVLS/Simple from there\n`,
@@ -44,6 +45,43 @@ func TestExplainText(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "\nchosen:     Ring/LL, ") || !strings.Contains(out, "latency dominates") ||
 		!strings.Contains(out, "\nabove:      NVLS/Simple from ") || !strings.Contains(out, "takes 39.2 us, longer than the call: a timed loop runs at the launches' pace\n") {
 		t.Errorf("8 B: exit %d\n%s", code, out)
+	}
+}
+
+// Where the simulated call differs from NCCL's estimate, the bottleneck, bandwidth and terms are
+// the call's, which the run shows: NCCL_MAX_NCHANNELS=4 leaves a 4-node all-gather 4 thread
+// blocks, a fifth of NCCL's 384 GB/s busbw.
+func TestExplainDescribesTheRun(t *testing.T) {
+	t.Setenv("NCCL_MAX_NCHANNELS", "4")
+	text, errOut, code := gpubench(t, "explain", "allgather", "--topology", "dgx-h100", "--nodes", "4", "--size", "256M")
+	if code != 0 || errOut != "" {
+		t.Fatalf("explain: exit %d, stderr %q", code, errOut)
+	}
+	bw := regexp.MustCompile(`\nbandwidth:  busbw ([0-9.]+) GB/s, algbw [0-9.]+ GB/s; NCCL's per-channel or protocol limit sets it, not the links; ` +
+		`NCCL's estimate: busbw 384\.0 GB/s; the whole call, latency included: busbw ([0-9.]+) GB/s\n`).FindStringSubmatch(text)
+	terms := regexp.MustCompile(`\nterms:      latency ([0-9.]+) us \+ bandwidth ([0-9.]+) us `).FindStringSubmatch(text)
+	if bw == nil || terms == nil {
+		t.Fatalf("no bandwidth line for the simulated call beside NCCL's estimate, or no terms:\n%s", text)
+	}
+	out, errOut, code := gpubench(t, "allgather", "--backend", "sim", "--topology", "dgx-h100", "--nodes", "4", "--sizes", "256M:256M", "-c", "0", "--output", "json")
+	var r struct {
+		Results []struct {
+			OutOfPlace struct {
+				TimeUS float64 `json:"time_us"`
+				BusGBs float64 `json:"busbw_gbs"`
+			} `json:"out_of_place"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || len(r.Results) != 1 {
+		t.Fatalf("allgather: exit %d, %v, %s", code, err, errOut)
+	}
+	run := r.Results[0].OutOfPlace
+	num := func(s string) float64 { v, _ := strconv.ParseFloat(s, 64); return v }
+	if term, whole := num(bw[1]), num(bw[2]); math.Abs(whole-run.BusGBs) > 0.01*run.BusGBs || term < run.BusGBs || term > 1.1*run.BusGBs {
+		t.Errorf("explain's busbw %.1f (the whole call %.1f), the run's %.1f:\n%s", term, whole, run.BusGBs, text)
+	}
+	if us := num(terms[1]) + num(terms[2]); math.Abs(us-run.TimeUS) > 0.01*run.TimeUS {
+		t.Errorf("explain's terms add to %.1f us, the run takes %.1f:\n%s", us, run.TimeUS, text)
 	}
 }
 
@@ -75,6 +113,7 @@ func TestExplainJSON(t *testing.T) {
 	}
 	for _, field := range []string{"collective", "topology", "bytes", "ranks", "nodes", "point_to_point", "chosen", "runner_up",
 		"runner_up_slower_percent", "bottleneck", "capped", "links_bus_gbs", "links_limit", "dominant", "balance_bytes",
+		"sim_bottleneck", "sim_capped", "sim_dominant", "sim_balance_bytes",
 		"change_below", "change_above", "scan_min_bytes", "scan_max_bytes", "candidates"} {
 		if _, ok := doc[field]; !ok {
 			t.Errorf("no %q in %s", field, out)
@@ -84,7 +123,8 @@ func TestExplainJSON(t *testing.T) {
 		t.Errorf("wrong header fields: %v %v %v %v", doc["collective"], doc["bytes"], doc["ranks"], doc["nodes"])
 	}
 	chosen, _ := doc["chosen"].(map[string]any)
-	for _, field := range []string{"algo", "proto", "channels", "time_us", "latency_us", "bandwidth_us", "algbw_gbs", "busbw_gbs", "sim_time_us", "fill_us", "sim_why"} {
+	for _, field := range []string{"algo", "proto", "channels", "time_us", "latency_us", "bandwidth_us", "algbw_gbs", "busbw_gbs", "sim_time_us",
+		"sim_latency_us", "sim_bandwidth_us", "sim_algbw_gbs", "sim_busbw_gbs", "fill_us", "sim_why"} {
 		if _, ok := chosen[field]; !ok {
 			t.Errorf("chosen has no %q: %v", field, chosen)
 		}

@@ -54,6 +54,13 @@ type Explanation struct {
 	// BalanceBytes is the size at which Chosen's latency and bandwidth terms are equal:
 	// latency × algorithm bandwidth.
 	BalanceBytes int64 `json:"balance_bytes"`
+	// Bottleneck, Capped, Dominant and BalanceBytes describe NCCL's estimate, which it picks by;
+	// SimBottleneck, SimCapped, SimDominant and SimBalanceBytes the same for the simulated call
+	// (Chosen's sim_ terms), what a run shows. They agree where the two times do.
+	SimBottleneck   string `json:"sim_bottleneck"`
+	SimCapped       bool   `json:"sim_capped"`
+	SimDominant     string `json:"sim_dominant"`
+	SimBalanceBytes int64  `json:"sim_balance_bytes"`
 	// ChangeBelow and ChangeAbove are the nearest sizes, within the scan, where the chosen
 	// (algorithm, protocol) changes; nil where it holds to the end of the scan.
 	ChangeBelow *RegimeChange `json:"change_below"`
@@ -88,6 +95,12 @@ type ExplainedCandidate struct {
 	// by; they differ where the fabric's latency is not InfiniBand's, a calibration applies, for
 	// NVLS on one NVLink domain and where NCCL's search speed falls short of the links.
 	SimTimeUS float64 `json:"sim_time_us"`
+	// SimLatencyUS and SimBandwidthUS are SimTimeUS's two terms, and SimAlgGBs and SimBusGBs the
+	// bandwidths of its bandwidth term, as LatencyUS, BandwidthUS, AlgGBs and BusGBs are TimeUS's.
+	SimLatencyUS   float64 `json:"sim_latency_us"`
+	SimBandwidthUS float64 `json:"sim_bandwidth_us"`
+	SimAlgGBs      float64 `json:"sim_algbw_gbs"`
+	SimBusGBs      float64 `json:"sim_busbw_gbs"`
 	// FillUS is the part of SimTimeUS a pipeline of stages takes to drain, which NCCL's estimate
 	// leaves out: NVLS all-reduce on one NVLink domain (docs/model.md, "NVLS's pipeline").
 	FillUS float64 `json:"fill_us"`
@@ -100,8 +113,9 @@ type ExplainedCandidate struct {
 	// Simple ring's channels, one thread block each, carry less than its links: ringBlockGBs),
 	// "channels" (NCCL_MAX_NCHANNELS runs the call on fewer channels than NCCL's figures count),
 	// "network" (NVLS or CollNet across domains, held to what the network's links carry where
-	// that is less than the NICs' rate NCCL counts: netLinks), "calibration" (the topology's own
-	// fit); empty where they are the same model.
+	// that is less than the NICs' rate NCCL counts: netLinks), "nvlstree nics" (NVLSTree across
+	// domains, held to what the NICs carry, where NCCL's figure gives n/(n-1) of it),
+	// "calibration" (the topology's own fit); empty where they are the same model.
 	SimWhy []string `json:"sim_why"`
 }
 
@@ -195,25 +209,36 @@ func explainSize(t *gpu.Topology, devs []int, env map[string]string, coll string
 			slower := 100 * (r.TimeUS/x.Chosen.TimeUS - 1)
 			x.RunnerUp, x.RunnerUpSlowerPercent = &r, &slower
 		}
-		x.Bottleneck, x.Capped = m.bottleneck(kind, d.Chosen(), bytes)
+		x.Bottleneck, x.Capped = m.bottleneck(kind, d.Chosen(), bytes, false)
+		x.SimBottleneck, x.SimCapped = m.bottleneck(kind, d.Chosen(), bytes, true)
 		grain := sizeGrain(coll, m.n)
 		x.ScanMinBytes = (ScanMinBytes + grain - 1) / grain * grain
 		x.ScanMaxBytes = ScanMaxBytes / grain * grain
 		x.ChangeBelow, x.ChangeAbove = m.regimes(kind, bytes, d.Chosen(), grain)
 	}
-	x.Dominant = "bandwidth"
-	if x.Chosen.LatencyUS > x.Chosen.BandwidthUS {
-		x.Dominant = "latency"
-	}
-	if !math.IsInf(x.Chosen.AlgGBs, 0) {
-		x.BalanceBytes = int64(math.Round(x.Chosen.LatencyUS * 1e3 * x.Chosen.AlgGBs))
-	}
+	c := x.Chosen
+	x.Dominant, x.BalanceBytes = terms(c.LatencyUS, c.BandwidthUS, c.AlgGBs)
+	x.SimDominant, x.SimBalanceBytes = terms(c.SimLatencyUS, c.SimBandwidthUS, c.SimAlgGBs)
 	return x, nil
 }
 
+// terms says which of a latency and a bandwidth term is larger, and the size at which they are
+// equal: latency × algorithm bandwidth.
+func terms(latUS, bwUS, algGBs float64) (dominant string, balance int64) {
+	dominant = "bandwidth"
+	if latUS > bwUS {
+		dominant = "latency"
+	}
+	if !math.IsInf(algGBs, 0) {
+		balance = int64(math.Round(latUS * 1e3 * algGBs))
+	}
+	return dominant, balance
+}
+
 // noAlgorithm says which variables leave coll nothing to run, and what to do: what it runs with
-// the other variables as set (NCCL_ALGO and NCCL_PROTO left out), and which algorithms
-// NCCL_NVLS_ENABLE or NCCL_COLLNET_ENABLE turn off, so that the advice never offers one of those.
+// the other variables as set (NCCL_ALGO and NCCL_PROTO left out), and which of the algorithms
+// NCCL_ALGO and NCCL_PROTO ask for NCCL_NVLS_ENABLE or NCCL_COLLNET_ENABLE keep off, with the
+// value that turns them on, so that the advice never offers one of those.
 func noAlgorithm(t *gpu.Topology, devs []int, env map[string]string, coll string, kind collKind, bytes int64) error {
 	var set []string
 	for _, v := range []string{"NCCL_ALGO", "NCCL_PROTO", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE"} {
@@ -224,31 +249,58 @@ func noAlgorithm(t *gpu.Topology, devs []int, env map[string]string, coll string
 	if set == nil {
 		set = []string{"the NCCL_* variables"}
 	}
-	without := func(drop ...string) map[string]string {
+	with := func(base map[string]string, change map[string]string, drop ...string) map[string]string {
 		out := map[string]string{}
-		for k, v := range env {
+		for k, v := range base {
 			if !slices.Contains(drop, k) {
+				out[k] = v
+			}
+		}
+		for k, v := range change {
+			if v == "" {
+				delete(out, k)
+			} else {
 				out[k] = v
 			}
 		}
 		return out
 	}
-	left := newModel(t, devs, without("NCCL_ALGO", "NCCL_PROTO")).decide(kind, bytes)
-	var off, unset []string
+	left := newModel(t, devs, with(env, nil, "NCCL_ALGO", "NCCL_PROTO")).decide(kind, bytes)
+	// What turns each on: NVLS is on by default, CollNet off (NCCL_COLLNET_ENABLE=1 on a fabric
+	// that reduces). Each variable's part is what the others, turned on too, would run without it.
+	on := map[string]string{"NCCL_NVLS_ENABLE": "", "NCCL_COLLNET_ENABLE": "1"}
+	allOn := servedAlgos(newModel(t, devs, with(env, on)).decide(kind, bytes))
+	var off, fix []string
 	for _, v := range []string{"NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE"} {
 		s, ok := env[v]
-		if !ok {
+		if ok && s == on[v] {
 			continue
 		}
+		rest := with(env, on)
+		if ok {
+			rest[v] = s
+		} else {
+			delete(rest, v)
+		}
 		var lost []string
-		for _, a := range servedAlgos(newModel(t, devs, without("NCCL_ALGO", "NCCL_PROTO", v)).decide(kind, bytes)) {
-			if !slices.Contains(servedAlgos(left), a) {
+		without := servedAlgos(newModel(t, devs, rest).decide(kind, bytes))
+		for _, a := range allOn {
+			if !slices.Contains(without, a) {
 				lost = append(lost, a)
 			}
 		}
-		if lost != nil {
+		if lost == nil {
+			continue
+		}
+		if ok {
 			off = append(off, fmt.Sprintf("%s=%s turns off %s", v, s, strings.Join(lost, " and ")))
-			unset = append(unset, v)
+		} else {
+			off = append(off, fmt.Sprintf("%s unset leaves %s off", v, strings.Join(lost, " and ")))
+		}
+		if on[v] == "" {
+			fix = append(fix, "unset "+v)
+		} else {
+			fix = append(fix, "set "+v+"="+on[v])
 		}
 	}
 	runs := served(left)
@@ -257,7 +309,7 @@ func noAlgorithm(t *gpu.Topology, devs []int, env map[string]string, coll string
 	}
 	advice := fmt.Sprintf("enable one that serves it (%s runs %s)", coll, runs)
 	if off != nil {
-		advice = fmt.Sprintf("%s; unset %s, or %s", strings.Join(off, "; "), strings.Join(unset, " and "), advice)
+		advice = fmt.Sprintf("%s; %s, or %s", strings.Join(off, "; "), strings.Join(fix, " and "), advice)
 	}
 	return fmt.Errorf("%s leaves no algorithm and protocol for %s here: %s", strings.Join(set, " "), coll, advice)
 }
@@ -326,14 +378,32 @@ func (m *model) explained(c Candidate, bytes int64, factor float64) ExplainedCan
 	if a := algoIndex(c.Algo); a >= 0 && m.graphs[a].linksInter > 0 && c.SimUS > c.TimeUS {
 		why = append(why, "network")
 	}
+	// NVLSTree (all-reduce only) across domains: where the NICs bound it, the simulated call
+	// carries what they do, NCCL's figure n/(n-1) of that (bandwidthOf).
+	if a := algoIndex(c.Algo); a == algoNVLSTree && m.nodes > 1 &&
+		m.scaled(collAllReduce, c, bytes, a, 1, 2, true) > simAlgGBs(c, bytes)*(1+1e-9) {
+		why = append(why, "nvlstree nics")
+	}
 	if cal := m.topo.Calibration; cal != nil {
 		if _, ok := cal.Algorithms[c.Algo+"/"+c.Proto]; ok {
 			why = append(why, "calibration")
 		}
 	}
-	return ExplainedCandidate{Algo: c.Algo, Proto: c.Proto, Channels: c.Channels, TimeUS: c.TimeUS,
+	x := ExplainedCandidate{Algo: c.Algo, Proto: c.Proto, Channels: c.Channels, TimeUS: c.TimeUS,
 		LatencyUS: c.LatencyUS, BandwidthUS: c.TimeUS - c.LatencyUS, AlgGBs: c.AlgGBs, BusGBs: c.AlgGBs * factor,
-		SimTimeUS: c.SimUS, FillUS: c.FillUS, SimWhy: why}
+		SimTimeUS: c.SimUS, SimLatencyUS: c.SimLatencyUS, SimBandwidthUS: c.SimUS - c.SimLatencyUS, FillUS: c.FillUS, SimWhy: why}
+	x.SimAlgGBs = simAlgGBs(c, bytes)
+	x.SimBusGBs = x.SimAlgGBs * factor
+	return x
+}
+
+// simAlgGBs is the algorithm bandwidth of candidate c's simulated bandwidth term for bytes
+// (NVLS's pipeline fill and a calibration included); 0 where that term is none.
+func simAlgGBs(c Candidate, bytes int64) float64 {
+	if us := c.SimUS - c.SimLatencyUS; us > 0 {
+		return float64(bytes) / (1e3 * us)
+	}
+	return 0
 }
 
 // netKind names the network as the link load does: its kind, or net.
@@ -345,11 +415,12 @@ func (m *model) netKind() string {
 }
 
 // bottleneck names the kind of link that bounds candidate c's bandwidth, and whether NCCL's
-// protocol or per-channel limit sets it instead. Ring, Tree and PAT run on the rings' links, whose
-// busiest link model.limit names; CollNet runs through the NICs; NVLS runs over NVLink inside a
-// node and, across nodes, over the NICs too, and the bound is the side whose halving costs more.
-// The candidate is capped when doubling its channels' bandwidth leaves it where it is.
-func (m *model) bottleneck(kind collKind, c Candidate, bytes int64) (string, bool) {
+// protocol or per-channel limit sets it instead: in NCCL's estimate, or with sim in the simulated
+// call. Ring, Tree and PAT run on the rings' links, whose busiest link model.limit names; CollNet
+// runs through the NICs; NVLS runs over NVLink inside a node and, across nodes, over the NICs
+// too, and the bound is the side whose halving costs more. The candidate is capped when doubling
+// its channels' bandwidth leaves it where it is.
+func (m *model) bottleneck(kind collKind, c Candidate, bytes int64, sim bool) (string, bool) {
 	a := algoIndex(c.Algo)
 	if a < 0 { // one rank: a local copy
 		return "memory", false
@@ -358,25 +429,35 @@ func (m *model) bottleneck(kind collKind, c Candidate, bytes int64) (string, boo
 	switch a {
 	case algoNVLS, algoNVLSTree:
 		link = string(gpu.LinkNVLink)
-		if m.nodes > 1 && m.scaled(kind, c, bytes, a, 1, 0.5) < m.scaled(kind, c, bytes, a, 0.5, 1) {
+		if m.nodes > 1 && m.scaled(kind, c, bytes, a, 1, 0.5, sim) < m.scaled(kind, c, bytes, a, 0.5, 1, sim) {
 			link = m.netKind()
 		}
 	case algoCollNetDirect, algoCollNetChain:
 		link = m.netKind()
 	}
-	return link, m.scaled(kind, c, bytes, a, 2, 2) <= c.AlgGBs*(1+1e-9)
+	now := c.AlgGBs
+	if sim {
+		now = simAlgGBs(c, bytes)
+	}
+	return link, m.scaled(kind, c, bytes, a, 2, 2, sim) <= now*(1+1e-9)
 }
 
-// scaled is candidate c's algorithm bandwidth with algorithm a's channels carrying intra times
-// as much inside a node and inter times as much between nodes.
-func (m *model) scaled(kind collKind, c Candidate, bytes int64, a int, intra, inter float64) float64 {
+// scaled is candidate c's algorithm bandwidth, NCCL's or with sim the simulated call's, with
+// algorithm a's channels carrying intra times as much inside a node and inter times as much
+// between nodes: NCCL's search speeds and, for the simulated call, what the links carry.
+func (m *model) scaled(kind collKind, c Candidate, bytes int64, a int, intra, inter float64, sim bool) float64 {
 	other := *m
-	other.graphs[a].bwIntra *= intra
-	other.graphs[a].bwInter *= inter
+	g := &other.graphs[a]
+	g.bwIntra, g.linksIntra = g.bwIntra*intra, g.linksIntra*intra
+	g.bwInter, g.linksInter = g.bwInter*inter, g.linksInter*inter
 	for _, x := range other.decide(kind, bytes).Candidates {
 		if x.Algo == c.Algo && x.Proto == c.Proto {
-			return x.AlgGBs
+			c = x
+			break
 		}
+	}
+	if sim {
+		return simAlgGBs(c, bytes)
 	}
 	return c.AlgGBs
 }
@@ -510,12 +591,14 @@ func (m *model) explainP2P(x *Explanation, coll string, bytes int64) error {
 		link = "messages" // the host posts the messages slower than the links carry them: a fixed cost, in the latency term
 	}
 	lat := math.Round((total-bw)*1e6) / 1e6 // to the picosecond: the sum's rounding is noise
-	c := ExplainedCandidate{Algo: "P2P", Proto: "Simple", Channels: m.p2pOpChannels(per), TimeUS: total, LatencyUS: lat, BandwidthUS: bw, SimTimeUS: total, SimWhy: []string{}}
+	c := ExplainedCandidate{Algo: "P2P", Proto: "Simple", Channels: m.p2pOpChannels(per), TimeUS: total, LatencyUS: lat, BandwidthUS: bw,
+		SimTimeUS: total, SimLatencyUS: lat, SimBandwidthUS: bw, SimWhy: []string{}} // the simulated call's model is the only one
 	if bw > 0 {
 		c.AlgGBs = float64(bytes) / (1e3 * bw)
 		c.BusGBs = c.AlgGBs * busFactor(coll, n)
+		c.SimAlgGBs, c.SimBusGBs = c.AlgGBs, c.BusGBs
 	}
-	x.Chosen, x.Candidates, x.Bottleneck = c, []ExplainedCandidate{c}, link
+	x.Chosen, x.Candidates, x.Bottleneck, x.SimBottleneck = c, []ExplainedCandidate{c}, link, link
 	x.ScanMinBytes, x.ScanMaxBytes = 0, 0
 	return nil
 }

@@ -453,6 +453,11 @@ func TestExplainSimWhy(t *testing.T) {
 	if x, err = Explain(ib, ranks(16), nil, "allreduce", 8); err != nil || !slices.Equal(x.Chosen.SimWhy, []string{"plugin latency"}) {
 		t.Errorf("InfiniBand with a plugin's latency: %q, %v", x.Chosen.SimWhy, err)
 	}
+	// NVLSTree across two domains carries what the NICs do, NCCL's figure n/(n-1) of that.
+	if x, err = Explain(topoOf(t, "dgx-b200", 2), ranks(16), nil, "allreduce", 1<<30); err != nil || x.Chosen.Algo != "NVLSTree" ||
+		!slices.Equal(x.Chosen.SimWhy, []string{"nvlstree nics"}) || x.Chosen.SimTimeUS <= x.Chosen.TimeUS {
+		t.Errorf("two DGX B200: %s, %q, %v against NCCL's %v, %v", x.Chosen.Algo, x.Chosen.SimWhy, x.Chosen.SimTimeUS, x.Chosen.TimeUS, err)
+	}
 	cal := topoOf(t, "dgx-a100", 1)
 	cal.Calibration = &gpu.Calibration{Algorithms: map[string]gpu.AlgoCalibration{"Ring/Simple": {Bandwidth: 0.9}}}
 	if x, err = Explain(cal, ranks(8), nil, "allreduce", 1<<30); err != nil || !slices.Equal(x.Chosen.SimWhy, []string{"calibration"}) {
@@ -584,5 +589,107 @@ func TestCheckEnvRangeIsTheRangeAccepted(t *testing.T) {
 				t.Errorf("%s=%d, outside the range stated (%d to %d): %v; want it refused with the range", name, v, lo, hi, err)
 			}
 		}
+	}
+}
+
+// Where the simulated call differs from NCCL's estimate, the sim_ figures describe the call (what a
+// run shows) and the others stay NCCL's: an NVLSTree whose fabric carries 64 times less than its
+// NICs is bound by the network at a few GB/s, where NCCL's estimate is NVLink's 461.6 GB/s busbw.
+func TestExplainDescribesTheSimulatedCall(t *testing.T) {
+	t.Parallel()
+	over := topoOf(t, "dgx-h100", 1)
+	net := *over.Network
+	net.Layout, net.NodesPerLeaf, net.Tiers, net.Oversubscription = "fat-tree", 1, 2, 64
+	over.Network = &net
+	over, err := over.WithNodes(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := Explain(over, ranks(16), nil, "allreduce", 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := x.Chosen
+	if c.Algo != "NVLSTree" || x.Bottleneck != "nvlink" || x.SimBottleneck != "infiniband" || x.SimCapped ||
+		c.SimBusGBs > 15 || c.BusGBs < 400 || !slices.Contains(c.SimWhy, "network") {
+		t.Errorf("fat tree 64:1: %s, NCCL's %s at busbw %.1f, simulated %s (capped %v) at %.1f, %q; want NVLSTree, nvlink at 461.6, infiniband at under 15",
+			pairOf(c.Algo, c.Proto), x.Bottleneck, c.BusGBs, x.SimBottleneck, x.SimCapped, c.SimBusGBs, c.SimWhy)
+	}
+	// The simulated terms add up to its time, and its bandwidths are its bandwidth term's.
+	for _, c := range x.Candidates {
+		if math.Abs(c.SimLatencyUS+c.SimBandwidthUS-c.SimTimeUS) > 1e-9*c.SimTimeUS ||
+			math.Abs(c.SimAlgGBs*1e3*c.SimBandwidthUS-float64(x.Bytes)) > 1e-6*float64(x.Bytes) ||
+			math.Abs(c.SimBusGBs-c.SimAlgGBs*busFactor("allreduce", 16)) > 1e-9*c.SimBusGBs {
+			t.Errorf("%s: simulated latency %v + bandwidth %v, time %v, algbw %v, busbw %v", pairOf(c.Algo, c.Proto), c.SimLatencyUS, c.SimBandwidthUS, c.SimTimeUS, c.SimAlgGBs, c.SimBusGBs)
+		}
+	}
+	// NCCL_MAX_NCHANNELS=4: a Simple ring of 4 thread blocks carries a fifth of NCCL's figure,
+	// held by its blocks, not the links.
+	x, err = Explain(topoOf(t, "dgx-h100", 4), ranks(32), map[string]string{"NCCL_MAX_NCHANNELS": "4"}, "allgather", 256<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := x.Chosen; x.Capped || !x.SimCapped || c.SimBusGBs > c.BusGBs/4 || c.SimBusGBs < 70 {
+		t.Errorf("NCCL_MAX_NCHANNELS=4: NCCL's busbw %.1f (capped %v), simulated %.1f (capped %v); want about 80, held by its blocks", c.BusGBs, x.Capped, c.SimBusGBs, x.SimCapped)
+	}
+	// A fabric 1 ms a step slower than NCCL's tables: NCCL's estimate is bandwidth-bound at 64
+	// MiB, the simulated call latency-bound, its balance past the size.
+	slow := topoOf(t, "dgx-h100", 2)
+	slow.Network.LatencyUS = 1000
+	if x, err = Explain(slow, ranks(16), map[string]string{"NCCL_ALGO": "Ring"}, "allreduce", 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	if c := x.Chosen; x.Dominant != "bandwidth" || x.SimDominant != "latency" || x.SimBalanceBytes <= x.Bytes ||
+		x.SimBalanceBytes != int64(math.Round(c.SimLatencyUS*1e3*c.SimAlgGBs)) {
+		t.Errorf("1 ms fabric: NCCL's %s-dominated, simulated %s-dominated with balance %d B (latency %v, algbw %v)", x.Dominant, x.SimDominant, x.SimBalanceBytes, c.SimLatencyUS, c.SimAlgGBs)
+	}
+	// Where the two agree, so do the figures.
+	x = explain(t, "dgx-a100", 8, nil, "allreduce", 1<<30)
+	if c := x.Chosen; c.SimTimeUS != c.TimeUS || x.SimBottleneck != x.Bottleneck || x.SimCapped != x.Capped || x.SimDominant != x.Dominant ||
+		math.Abs(c.SimBusGBs-c.BusGBs) > 1e-9*c.BusGBs || x.SimBalanceBytes != x.BalanceBytes {
+		t.Errorf("ring on one node: %+v; want the simulated figures NCCL's", x)
+	}
+}
+
+// A refusal names NCCL_COLLNET_ENABLE where CollNet is what NCCL_ALGO asks for and the fabric
+// reduces: off by default, it is named unset as well as set to 0, with the value that turns it on.
+// A fabric that cannot reduce is not sent to it.
+func TestNoAlgorithmNamesCollNet(t *testing.T) {
+	t.Parallel()
+	sharp := topoOf(t, "dgx-h100", 2)
+	sharp.Network.SHARP = true
+	refusal := func(tp *gpu.Topology, env map[string]string) string {
+		t.Helper()
+		_, err := Explain(tp, ranks(16), env, "allreduce", 1<<30)
+		if !errors.Is(err, ErrExplain) {
+			t.Fatalf("%v: %v; want a refusal", env, err)
+		}
+		return err.Error()
+	}
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"NCCL_ALGO": "CollNetDirect"}, "NCCL_COLLNET_ENABLE unset leaves CollNetDirect off; set NCCL_COLLNET_ENABLE=1, or enable one"},
+		{map[string]string{"NCCL_ALGO": "CollNetDirect", "NCCL_COLLNET_ENABLE": "0"}, "NCCL_COLLNET_ENABLE=0 turns off CollNetDirect; set NCCL_COLLNET_ENABLE=1, or enable one"},
+		// NVLS across nodes runs with CollNet: both are named.
+		{map[string]string{"NCCL_ALGO": "NVLS", "NCCL_NVLS_ENABLE": "0"},
+			"NCCL_NVLS_ENABLE=0 turns off NVLS; NCCL_COLLNET_ENABLE unset leaves NVLS off; unset NCCL_NVLS_ENABLE and set NCCL_COLLNET_ENABLE=1, or enable one"},
+	} {
+		if got := refusal(sharp, c.env); !strings.Contains(got, c.want) {
+			t.Errorf("%v: %s; want %q", c.env, got, c.want)
+		}
+	}
+	// The advice runs it.
+	x, err := Explain(sharp, ranks(16), map[string]string{"NCCL_ALGO": "CollNetDirect", "NCCL_COLLNET_ENABLE": "1"}, "allreduce", 1<<30)
+	if err != nil || x.Chosen.Algo != "CollNetDirect" {
+		t.Errorf("NCCL_COLLNET_ENABLE=1: %s, %v; want CollNetDirect", x.Chosen.Algo, err)
+	}
+	// Without SHARP no variable brings CollNet, and none is named; nor where the protocol rules it out.
+	if got := refusal(topoOf(t, "dgx-h100", 2), map[string]string{"NCCL_ALGO": "CollNetDirect"}); strings.Contains(got, "NCCL_COLLNET_ENABLE") {
+		t.Errorf("no SHARP: %s; want NCCL_COLLNET_ENABLE left out", got)
+	}
+	if got := refusal(sharp, map[string]string{"NCCL_ALGO": "CollNetDirect", "NCCL_PROTO": "LL"}); strings.Contains(got, "NCCL_COLLNET_ENABLE") {
+		t.Errorf("CollNetDirect with LL: %s; want NCCL_COLLNET_ENABLE left out (CollNet runs only Simple)", got)
 	}
 }
