@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	"github.com/gpubench/gpubench/internal/coll"
 	"github.com/gpubench/gpubench/internal/cuda"
 	"github.com/gpubench/gpubench/internal/gpu"
-	"github.com/gpubench/gpubench/internal/input"
 	"github.com/gpubench/gpubench/internal/launch"
 	"github.com/gpubench/gpubench/internal/nccl"
 	"github.com/gpubench/gpubench/internal/report"
@@ -394,27 +392,6 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 	return f.measure(ctx, e, g, b, opt, r, w, wd, proc.Rank == 0)
 }
 
-// testsEnv reads the variables nccl-tests' programs read: NCCL_TESTS_MIN_BW, the average bus
-// bandwidth (GB/s) under 0.9 of which the run fails, as nccl-tests fails it (nil when unset);
-// and refuses those that shape a run in ways gpubench does not (NCCL_TESTS_SPLIT and
-// NCCL_TESTS_SPLIT_MASK split the ranks into communicators, NCCL_TESTS_DEVICE offsets the GPUs).
-func testsEnv() (*float64, error) {
-	for _, k := range []string{"NCCL_TESTS_SPLIT", "NCCL_TESTS_SPLIT_MASK", "NCCL_TESTS_DEVICE"} {
-		if v := os.Getenv(k); v != "" {
-			return nil, usageErr("%s=%s asks for what gpubench does not do (nccl-tests' split communicators or device offset): unset it", k, input.Safe(v))
-		}
-	}
-	v, ok := os.LookupEnv("NCCL_TESTS_MIN_BW")
-	if !ok {
-		return nil, nil
-	}
-	bw, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-	if err != nil || !(bw >= 0 && bw <= 1e9) {
-		return nil, usageErr("invalid NCCL_TESTS_MIN_BW=%q: give the average bus bandwidth in GB/s the run must reach (it fails under 0.9 of it), e.g. 300", v) // %q escapes control characters itself
-	}
-	return &bw, nil
-}
-
 // prepare turns the flags into options and finds this process's place among the others; every
 // error is a usage error, and nothing has been written yet.
 func (f *collFlags) prepare(cmd *cobra.Command, e *env, g *globals, c *coll.Collective) (coll.Options, launch.Process, string, error) {
@@ -429,8 +406,8 @@ func (f *collFlags) prepare(cmd *cobra.Command, e *env, g *globals, c *coll.Coll
 	if err := f.expect.check(cmd); err != nil {
 		return opt, proc, "", err
 	}
-	if f.minBusBW, err = testsEnv(); err != nil {
-		return opt, proc, "", err
+	if f.minBusBW, err = coll.TestsEnv(os.LookupEnv); err != nil {
+		return opt, proc, "", usageErr("%v", err)
 	}
 	if f.op == "all" && c.Reduces {
 		fmt.Fprintln(e.stderr, "gpubench: -o all runs sum, prod, max, min and avg; nccl-tests' -o all also runs mulsum (NCCL's premultiplied sum), which gpubench does not")

@@ -73,16 +73,27 @@ func (f *diagFlags) run(cmd *cobra.Command, e *env, g *globals, read func(string
 	opt := diag.Options{Root: f.root, Env: diagEnviron(), NVMLLib: f.nvmlLib, Quick: f.quick, ReadDevices: read, Context: cmd.Context()}
 	if g.backend == "sim" {
 		b, _, err := g.openSim()
+		if envErr := err; err != nil && len(ncclEnv()) > 0 {
+			// When the NCCL_* variables are what the simulator refuses, diag reports them
+			// (nccl-names) and runs its other checks: the flags are checked without them.
+			if b, _, err = g.openSimEnv(nil); err == nil {
+				b.Close()
+				b, opt.BackendErr = nil, fmt.Errorf("the simulator refuses the NCCL variables: %w", envErr)
+			}
+		}
 		if err != nil {
 			return err
 		}
-		defer b.Close()
+		if b != nil {
+			defer b.Close()
+			opt.Backend = b
+		}
 		// The nominal figures come from the topology as written, without --sim-fault's slow links.
 		nominal, err := g.loadTopology()
 		if err != nil {
 			return err
 		}
-		opt.Sim, opt.Backend, opt.Nominal = nominal.Name, b, nominal
+		opt.Sim, opt.Nominal = nominal.Name, nominal
 	} else {
 		var b gpu.Backend
 		opt.CUDA, opt.NCCL, b, opt.BackendErr = diag.OpenLibraries(g.cudaLib, g.ncclLib)

@@ -127,3 +127,40 @@ func TestDiagUsage(t *testing.T) {
 		}
 	}
 }
+
+// NCCL values the simulator refuses are diag's finding, not a refusal to run: nccl-names fails
+// with CheckEnv's message and the other checks run (the data checks skip, saying why); exit 3.
+// The flags are still checked.
+func TestDiagBadNCCLValues(t *testing.T) {
+	t.Setenv("NCCL_ALGO", "garbage")
+	t.Setenv("NCCL_MAX_NCHANNELS", "0")
+	fixEnv(t, "NCCL_ALGO=garbage", "NCCL_MAX_NCHANNELS=0")
+	root := diagHost(t)
+	for _, quick := range []bool{true, false} {
+		args := []string{"diag", "--backend", "sim", "--root", root, "--output", "json"}
+		if quick {
+			args = append(args, "--quick")
+		}
+		out, errOut, code := gpubench(t, args...)
+		if code != exitCheck || errOut != "gpubench: diag: 1 check failed: nccl-names\n" {
+			t.Fatalf("quick %v: exit %d, stderr %q", quick, code, errOut)
+		}
+		var doc struct{ Checks []diag.Result }
+		if err := json.Unmarshal([]byte(out), &doc); err != nil || len(doc.Checks) != len(diag.Checks()) {
+			t.Fatalf("json %v, %d checks", err, len(doc.Checks))
+		}
+		for _, r := range doc.Checks {
+			switch {
+			case r.Check == "nccl-names" && (r.Status != diag.Fail || r.Remedy == "" ||
+				!strings.Contains(r.Finding, `NCCL_ALGO="garbage": unknown "garbage"`) || !strings.Contains(r.Finding, `NCCL_MAX_NCHANNELS="0": give a whole number from 1 to 1024`)):
+				t.Errorf("nccl-names: %s %q, remedy %q", r.Status, r.Finding, r.Remedy)
+			case r.Group == "data" && !quick && (r.Status != diag.Skip || !strings.HasPrefix(r.Finding, "the simulator refuses the NCCL variables: NCCL_ALGO=")):
+				t.Errorf("%s: %s %q", r.Check, r.Status, r.Finding)
+			}
+		}
+	}
+	out, errOut, code := gpubench(t, "diag", "--backend", "sim", "--root", root, "--quick", "--sim-data-cap", "lots")
+	if code != exitUsage || out != "" || !strings.Contains(errOut, "invalid --sim-data-cap \"lots\"") {
+		t.Errorf("a bad flag beside bad NCCL values: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}

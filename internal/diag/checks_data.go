@@ -67,11 +67,14 @@ func (f *Facts) dataSkip() (Result, bool) {
 	if f.opt.Backend != nil {
 		return Result{}, false
 	}
-	why := "no backend to move data on"
-	if f.opt.BackendErr != nil {
+	why, remedy := "no backend to move data on", "see the libraries checks"
+	switch {
+	case f.sim && f.opt.BackendErr != nil: // no library check on the simulator: the whole error
+		why, remedy = f.opt.BackendErr.Error(), "see the nccl-names check"
+	case f.opt.BackendErr != nil:
 		why = strings.SplitN(f.opt.BackendErr.Error(), ":", 2)[0] // the whole error is the library check's
 	}
-	return skip(why, "see the libraries checks"), true
+	return skip(why, remedy), true
 }
 
 // nominalIndex finds a device in the nominal topology: by PCI bus id, or on the simulator by

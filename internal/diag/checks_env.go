@@ -1,10 +1,12 @@
 package diag
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
+	"github.com/gpubench/gpubench/internal/input"
 	"github.com/gpubench/gpubench/internal/topo"
 )
 
@@ -106,10 +108,15 @@ func checkVisibleDevices(f *Facts) Result {
 		return fail(remedy, fmt.Sprintf("CUDA_VISIBLE_DEVICES entry %q is not of the first entry's kind, so CUDA ignores it and every entry after it", v.Stop))
 	}
 	nv, nvSet := f.lookup("NVIDIA_VISIBLE_DEVICES")
+	asked, err := parseNvidiaVisible(nv)
+	if nvSet && err != nil {
+		return warn("set NVIDIA_VISIBLE_DEVICES to all, none, or GPU indices or UUIDs separated by commas (docker run --gpus sets it)",
+			fmt.Sprintf("NVIDIA_VISIBLE_DEVICES=%q is malformed: %v", nv, err))
+	}
 	if f.sim || f.Devs == nil {
 		finding := "CUDA_VISIBLE_DEVICES unset: every GPU visible"
 		if set {
-			finding = fmt.Sprintf("CUDA_VISIBLE_DEVICES=%s is well formed", value)
+			finding = fmt.Sprintf("CUDA_VISIBLE_DEVICES=%s is well formed", input.Safe(value))
 		}
 		why := "no NVML to compare it with the GPUs"
 		if f.sim {
@@ -133,23 +140,41 @@ func checkVisibleDevices(f *Facts) Result {
 		}
 	}
 	if nvSet {
-		switch nv = strings.TrimSpace(nv); nv {
-		case "all", "":
-		case "none", "void":
-			if len(gpus) > 0 {
-				return warn("this process sees GPUs its container was not given: check how it was started", fmt.Sprintf("NVIDIA_VISIBLE_DEVICES=%s, yet NVML sees %d GPUs", nv, len(gpus)))
-			}
-		default:
-			if asked := len(strings.Split(nv, ",")); asked != len(gpus) {
-				return warn("give the container the GPUs it should have (docker run --gpus, or the device plugin's resource limit), or fix NVIDIA_VISIBLE_DEVICES",
-					fmt.Sprintf("NVIDIA_VISIBLE_DEVICES names %d %s but NVML sees %d", asked, plural(asked, "GPU", "GPUs"), len(gpus))).with("asked", asked).with("seen", len(gpus))
-			}
+		switch {
+		case asked == 0 && len(gpus) > 0:
+			return warn("this process sees GPUs its container was not given: check how it was started", fmt.Sprintf("NVIDIA_VISIBLE_DEVICES=%s, yet NVML sees %d GPUs", strings.TrimSpace(nv), len(gpus)))
+		case asked > 0 && asked != len(gpus):
+			return warn("give the container the GPUs it should have (docker run --gpus, or the device plugin's resource limit), or fix NVIDIA_VISIBLE_DEVICES",
+				fmt.Sprintf("NVIDIA_VISIBLE_DEVICES names %d %s but NVML sees %d", asked, plural(asked, "GPU", "GPUs"), len(gpus))).with("asked", asked).with("seen", len(gpus))
 		}
 	}
 	if !set {
 		return pass(fmt.Sprintf("CUDA_VISIBLE_DEVICES unset: all %d GPUs visible", len(gpus)))
 	}
-	return pass(fmt.Sprintf("CUDA_VISIBLE_DEVICES=%s: %d of %d GPUs", value, len(v.Entries), len(gpus)))
+	return pass(fmt.Sprintf("CUDA_VISIBLE_DEVICES=%s: %d of %d GPUs", input.Safe(value), len(v.Entries), len(gpus)))
+}
+
+// parseNvidiaVisible reads NVIDIA_VISIBLE_DEVICES as the NVIDIA Container Toolkit's user guide
+// gives it: "all" or "" (-1: not a count), "none" or "void" (0), or GPU indices or UUIDs separated
+// by commas, which it counts. An empty or repeated entry is an error.
+func parseNvidiaVisible(v string) (int, error) {
+	switch v = strings.TrimSpace(v); v {
+	case "all", "":
+		return -1, nil
+	case "none", "void":
+		return 0, nil
+	}
+	seen := map[string]bool{}
+	for i, e := range strings.Split(v, ",") {
+		switch e = strings.TrimSpace(e); {
+		case e == "":
+			return 0, fmt.Errorf("entry %d is empty", i+1)
+		case seen[e]:
+			return 0, fmt.Errorf("%q is named twice", e)
+		}
+		seen[e] = true
+	}
+	return len(seen), nil
 }
 
 // matches counts the GPUs whose UUID starts with the entry (CUDA accepts a unique prefix).
@@ -170,25 +195,27 @@ func checkSlurm(f *Facts) Result {
 	if !inJob {
 		return skip("not in a Slurm job (SLURM_JOB_ID is unset)", "")
 	}
-	onNode := -1
+	const remedy = "ask Slurm for GPUs: srun --gpus-per-node=N (or --gres=gpu:N), and let it set CUDA_VISIBLE_DEVICES"
+	job = input.Safe(job)
+	onNode, from := -1, ""
 	for _, name := range []string{"SLURM_GPUS_ON_NODE", "SLURM_STEP_GPUS", "SLURM_JOB_GPUS"} {
 		v, ok := f.lookup(name)
 		if !ok || v == "" {
 			continue
 		}
-		if name == "SLURM_GPUS_ON_NODE" {
-			if n, err := strconv.Atoi(v); err == nil {
-				onNode = n
-				break
-			}
-			continue
+		n, err := slurmGPUs(name, v)
+		if err != nil {
+			return warn("unset "+name+" and let Slurm set it (a count of GPUs in SLURM_GPUS_ON_NODE, GPU indices separated by commas in SLURM_STEP_GPUS and SLURM_JOB_GPUS)",
+				fmt.Sprintf("Slurm job %s: %s=%q is malformed: %v", job, name, v, err))
 		}
-		onNode = len(strings.Split(v, ","))
+		onNode, from = n, name
 		break
 	}
-	const remedy = "ask Slurm for GPUs: srun --gpus-per-node=N (or --gres=gpu:N), and let it set CUDA_VISIBLE_DEVICES"
-	if onNode <= 0 {
+	switch {
+	case onNode < 0:
 		return warn(remedy, "Slurm job "+job+" has no GPUs on this node (SLURM_GPUS_ON_NODE, SLURM_STEP_GPUS and SLURM_JOB_GPUS are unset)")
+	case onNode == 0:
+		return warn(remedy, "Slurm job "+job+" has no GPUs on this node ("+from+"=0)")
 	}
 	value, set := f.lookup("CUDA_VISIBLE_DEVICES")
 	if !set {
@@ -196,8 +223,38 @@ func checkSlurm(f *Facts) Result {
 	}
 	v := topo.ParseVisibleDevices(value, set)
 	if len(v.Entries) != onNode {
-		return warn(remedy, fmt.Sprintf("Slurm job %s has %d GPUs here but CUDA_VISIBLE_DEVICES=%s names %d", job, onNode, value, len(v.Entries))).
+		return warn(remedy, fmt.Sprintf("Slurm job %s has %d GPUs here but CUDA_VISIBLE_DEVICES=%s names %d", job, onNode, input.Safe(value), len(v.Entries))).
 			with("slurm_gpus", onNode).with("cuda_visible", len(v.Entries))
 	}
 	return pass(fmt.Sprintf("Slurm job %s: %d GPUs, as CUDA_VISIBLE_DEVICES names", job, onNode))
+}
+
+// slurmGPUs reads one of Slurm's GPU variables (sbatch(1) and srun(1), "OUTPUT ENVIRONMENT
+// VARIABLES"):
+// SLURM_GPUS_ON_NODE is a count; SLURM_STEP_GPUS and SLURM_JOB_GPUS list the GPUs' indices,
+// separated by commas ("0,1,2,3"), which it counts. Anything else is an error: Slurm writes no
+// other form, so the value was set by hand.
+func slurmGPUs(name, v string) (int, error) {
+	digits := func(s string) bool { return s != "" && strings.Trim(s, "0123456789") == "" }
+	if name == "SLURM_GPUS_ON_NODE" {
+		n, err := strconv.Atoi(v)
+		if !digits(v) || err != nil {
+			return 0, errors.New("not a count of GPUs")
+		}
+		return n, nil
+	}
+	seen := map[int]bool{}
+	for i, e := range strings.Split(v, ",") {
+		k, err := strconv.Atoi(e)
+		switch {
+		case e == "":
+			return 0, fmt.Errorf("entry %d is empty", i+1)
+		case !digits(e) || err != nil:
+			return 0, fmt.Errorf("%q is not a GPU index", e)
+		case seen[k]:
+			return 0, fmt.Errorf("GPU %d is listed twice", k)
+		}
+		seen[k] = true
+	}
+	return len(seen), nil
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/gpubench/gpubench/internal/sim"
 )
 
 // knownNCCL are the NCCL_* variables gpubench knows: NCCL's docs/userguide/source/env.rst at
@@ -73,8 +75,9 @@ func closestNCCL(name string) (string, bool) {
 
 func isKnownNCCL(name string) bool { return slices.Contains(knownNCCL, name) }
 
-// checkNCCLNames: every NCCL_* variable is one NCCL reads; NCCL ignores names it does not know,
-// silently.
+// checkNCCLNames: every NCCL_* variable is one NCCL reads (NCCL ignores names it does not know,
+// silently), and those gpubench's model reads hold values it can read: gpubench's simulator,
+// explain and plan refuse the others (sim.CheckEnv), so they fail here with its message.
 func checkNCCLNames(f *Facts) Result {
 	var typos, unchecked, known []string
 	for _, name := range f.envNames("NCCL_") {
@@ -91,6 +94,16 @@ func checkNCCLNames(f *Facts) Result {
 			}
 		}
 	}
+	if bad := badNCCLValues(f.env); len(bad) > 0 {
+		r := fail("correct or unset them (docs/model.md, \"Environment\"): gpubench's simulator, explain and plan refuse them",
+			"NCCL values gpubench cannot read: "+strings.Join(bad, "; ")).with("bad_values", bad)
+		if len(typos) > 0 {
+			r.Finding += "; unknown NCCL variables: " + list(typos)
+			r.Remedy += ", and rename the unknown variables"
+			r = r.with("unknown", typos)
+		}
+		return r
+	}
 	if len(typos) > 0 {
 		return warn("rename the variables: NCCL ignores names it does not know, without a word",
 			"unknown NCCL variables: "+list(typos)).with("unknown", typos)
@@ -103,6 +116,25 @@ func checkNCCLNames(f *Facts) Result {
 		finding += "; not in gpubench's list, so not checked: " + strings.Join(unchecked, ", ")
 	}
 	return pass(finding).with("set", append(known, unchecked...))
+}
+
+// badNCCLValues is sim.CheckEnv's refusal of each variable it reads that holds a bad value, or,
+// when each alone is good, of them together (NCCL_MIN_NCHANNELS over NCCL_MAX_NCHANNELS).
+func badNCCLValues(env map[string]string) []string {
+	var bad []string
+	for _, name := range sim.EnvVars {
+		if v, ok := env[name]; ok {
+			if err := sim.CheckEnv(map[string]string{name: v}); err != nil {
+				bad = append(bad, err.Error())
+			}
+		}
+	}
+	if len(bad) == 0 {
+		if err := sim.CheckEnv(env); err != nil {
+			bad = append(bad, err.Error())
+		}
+	}
+	return bad
 }
 
 // checkNCCLTransports: no variable turns off one of NCCL's transports (cuda-nccl-abi.md §2.5):

@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // ErrConfig marks errors in how the processes were started (environment, flags, a port in use,
@@ -200,7 +202,7 @@ func intVar(env func(string) (string, bool), name string) (int, error) {
 	v, _ := env(name)
 	n, err := strconv.Atoi(strings.TrimSpace(v))
 	if err != nil || n < 0 {
-		return 0, configErr("%s=%q is not a rank or a count", name, v)
+		return 0, configErr("%s=%q is not a rank or a count: give a whole number from 0, as the launcher sets it", name, v)
 	}
 	return n, nil
 }
@@ -235,8 +237,15 @@ func (p Process) Address(flag string) (string, error) {
 			port = 20000 + n%20000
 		}
 	}
-	if host, ok := p.env("MASTER_ADDR"); ok && strings.TrimSpace(host) != "" {
-		return hostPort(strings.TrimSpace(host), port), nil
+	if v, ok := p.env("MASTER_ADDR"); ok && strings.TrimSpace(v) != "" {
+		host := strings.TrimSpace(v)
+		if len(host) > 2 && host[0] == '[' && host[len(host)-1] == ']' { // an IPv6 address as in a URL
+			host = host[1 : len(host)-1]
+		}
+		if err := checkHost(host); err != nil {
+			return "", configErr("MASTER_ADDR=%q: %v; give rank 0's host name or address alone (the port goes in MASTER_PORT)", v, err)
+		}
+		return hostPort(host, port), nil
 	}
 	if p.Source == "slurm" {
 		for _, name := range []string{"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"} {
@@ -269,10 +278,23 @@ func splitHostPort(s string) (string, int, error) {
 	if err != nil || port < 1 || port > 65535 {
 		return "", 0, fmt.Errorf("port %q is not 1-65535", p)
 	}
-	if host == "" || strings.ContainsAny(host, "[] /") {
-		return "", 0, fmt.Errorf("host %q is not a host name or address", host)
+	if err := checkHost(host); err != nil {
+		return "", 0, err
 	}
 	return host, port, nil
+}
+
+// checkHost refuses what is not a host name or an IP address: empty, brackets, a slash, spaces or
+// control characters, or a colon outside an IPv6 address (a port, which goes elsewhere).
+func checkHost(host string) error {
+	bad := host == "" || strings.ContainsAny(host, "[]/") || strings.IndexFunc(host, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0
+	if _, err := netip.ParseAddr(host); !bad && strings.Contains(host, ":") && err != nil {
+		bad = true
+	}
+	if bad {
+		return fmt.Errorf("host %q is not a host name or address", host)
+	}
+	return nil
 }
 
 // FirstHost returns the first host of a Slurm host list, such as "gpu[07-09,12],login1" (gpu07).
@@ -317,6 +339,9 @@ func FirstHost(list string) (string, error) {
 	}
 	if b.Len() == 0 {
 		return "", errors.New("no host")
+	}
+	if err := checkHost(b.String()); err != nil {
+		return "", err
 	}
 	return b.String(), nil
 }

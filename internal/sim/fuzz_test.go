@@ -5,6 +5,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,4 +90,70 @@ func FuzzSimulate(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzTunerEnv gives the integer NCCL_* variables any values (each set or not, by the bits of
+// set): CheckEnv refuses a value out of its range with one line naming the variable, and for what
+// it accepts parseTunerEnv reads the numbers the variables hold; whatever the values,
+// parseTunerEnv's channel range stays one CheckEnv accepts, and clampChannels within it.
+func FuzzTunerEnv(f *testing.F) {
+	f.Add("2", "8", "0", "1", "0", "1", "0", uint8(0x7f))
+	f.Add("16", "4", "", "", "", "", "", uint8(3))
+	f.Add("0", "0", "-1", "x", " 1 ", "1025", "+1", uint8(0x7f))
+	f.Add("99999999999999999999", "-5", "1\n", "", "", "", "", uint8(0x0f))
+	f.Add("100", "", "", "", "", "", "", uint8(1))
+	f.Fuzz(func(t *testing.T, minCh, maxCh, nvls, collnet, p2p, pxn, ib string, set uint8) {
+		names := []string{"NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_P2P_DISABLE", "NCCL_PXN_DISABLE", "NCCL_IB_DISABLE"}
+		defaults := []int{0, 64, 1, 0, 0, 0, 0}
+		env := map[string]string{}
+		for i, v := range []string{minCh, maxCh, nvls, collnet, p2p, pxn, ib} {
+			if set&(1<<i) != 0 {
+				env[names[i]] = v
+			}
+		}
+		e := parseTunerEnv(env)
+		if e.maxCh < 1 || e.maxCh > 1024 || e.minCh < 0 || e.minCh > 1024 {
+			t.Fatalf("%q: channels %d to %d", env, e.minCh, e.maxCh)
+		}
+		for _, n := range []int{-1, 0, 1, 64, 2000} {
+			if c := e.clampChannels(n); c < 1 || c > e.maxCh {
+				t.Fatalf("%q: %d channels clamped to %d", env, n, c)
+			}
+		}
+		err := CheckEnv(env)
+		if err != nil {
+			named := false
+			for _, name := range names {
+				_, ok := env[name]
+				named = named || ok && strings.HasPrefix(err.Error(), name+"=")
+			}
+			if !named || strings.ContainsAny(err.Error(), "\n\r") {
+				t.Fatalf("%q: error %q", env, err)
+			}
+			return
+		}
+		got := []int{e.minCh, e.maxCh, b2i(e.nvls), b2i(e.collnet), b2i(e.p2pDisable), b2i(e.noPXN), b2i(e.ibDisable)}
+		for i, name := range names {
+			want := defaults[i]
+			if v, ok := env[name]; ok {
+				want, _ = strconv.Atoi(strings.TrimSpace(v))
+			}
+			if i >= 2 { // the switches: on when not 0
+				want = b2i(want != 0)
+			}
+			if got[i] != want {
+				t.Fatalf("%s=%q accepted and read as %d", name, env[name], got[i])
+			}
+		}
+		if _, ok := env["NCCL_MAX_NCHANNELS"]; ok && e.minCh > e.maxCh {
+			t.Fatalf("%q: accepted channels %d to %d", env, e.minCh, e.maxCh)
+		}
+	})
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

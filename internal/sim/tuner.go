@@ -722,13 +722,23 @@ func hcaFilter(v string) func(id string) bool {
 	}
 }
 
+// envInt reads an integer variable; a value CheckEnv refuses (not a number, or out of its range)
+// is def.
 func envInt(env map[string]string, name string, def int) int {
 	if v, ok := env[name]; ok {
-		if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil {
+		if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n >= envLeast(name) && n <= 1024 {
 			return n
 		}
 	}
 	return def
+}
+
+// envLeast is the least value of an integer variable: a call runs on at least one channel.
+func envLeast(name string) int {
+	if name == "NCCL_MAX_NCHANNELS" {
+		return 1
+	}
+	return 0
 }
 
 // EnvVars are the NCCL_* variables the simulator reads (docs/model.md, "NCCL's environment").
@@ -748,10 +758,7 @@ func CheckEnv(env map[string]string) error {
 		}
 	}
 	for _, name := range []string{"NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_P2P_DISABLE", "NCCL_PXN_DISABLE", "NCCL_IB_DISABLE"} {
-		least := 0
-		if name == "NCCL_MAX_NCHANNELS" {
-			least = 1 // a call runs on at least one channel
-		}
+		least := envLeast(name)
 		if s, ok := env[name]; ok {
 			if n, err := strconv.Atoi(strings.TrimSpace(s)); err != nil || n < least || n > 1024 {
 				return fmt.Errorf("%s=%q: give a whole number from %d to 1024", name, s, least)
