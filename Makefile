@@ -70,10 +70,12 @@ standin-check:
 # A short run of every fuzz target (go test fuzzes one package and one target at a time).
 fuzz:
 	$(GO) test ./internal/coll -run '^$$' -fuzz '^FuzzParseSizes$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/coll -run '^$$' -fuzz '^FuzzTestsEnv$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/gpu -run '^$$' -fuzz '^FuzzParseTopology$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/gpu -run '^$$' -fuzz '^FuzzParseDType$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/sim -run '^$$' -fuzz '^FuzzParseFault$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/sim -run '^$$' -fuzz '^FuzzParseNCCLList$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/sim -run '^$$' -fuzz '^FuzzTunerEnv$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/sim -run '^$$' -fuzz '^FuzzSimulate$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/p2p -run '^$$' -fuzz '^FuzzParsePairs$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzParseVisibleDevices$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
@@ -81,15 +83,20 @@ fuzz:
 	$(GO) test ./internal/topo -run '^$$' -fuzz '^FuzzSysfsValues$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/diag -run '^$$' -fuzz '^FuzzParsers$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/diag -run '^$$' -fuzz '^FuzzParseACSControl$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/diag -run '^$$' -fuzz '^FuzzEnvChecks$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/results -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/results -run '^$$' -fuzz '^FuzzParseThreshold$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzGreet$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzFirstHost$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzAddressFlag$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzDetect$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzAddressEnv$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/plan -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/plan -run '^$$' -fuzz '^FuzzSetup$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/plan -run '^$$' -fuzz '^FuzzParseZeRO$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/plot -run '^$$' -fuzz '^FuzzParseImageSize$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/burnin -run '^$$' -fuzz '^FuzzParseIgnoredXIDs$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/burnin -run '^$$' -fuzz '^FuzzParseCollectives$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 
 # CPU seconds and peak memory of simulated 8B:8GB all-reduce and all-to-all sweeps at 8 to 8,192
 # GPUs, loading 1,024 nodes, a rendezvous of 1,024 ranks, and 16 one-rank processes against one

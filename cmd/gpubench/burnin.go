@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -120,17 +121,8 @@ func (f *burninFlags) options() (burnin.Options, error) {
 	case f.hold > 0 && f.metricsAddr == "":
 		return opt, usageErr("--hold %v keeps the --metrics server up after the end; give --metrics too", f.hold)
 	}
-	if f.collectives != "none" {
-		for _, name := range strings.Split(f.collectives, ",") {
-			c := findColl(strings.TrimSpace(name))
-			if c == nil {
-				return opt, usageErr("invalid --collectives: unknown collective %q; use names from allreduce, allgather, reducescatter, broadcast, reduce, alltoall, sendrecv", name)
-			}
-			if slices.Contains(opt.Collectives, c) {
-				return opt, usageErr("invalid --collectives: %s is named twice", c.Name)
-			}
-			opt.Collectives = append(opt.Collectives, c)
-		}
+	if opt.Collectives, err = burnin.ParseCollectives(f.collectives); err != nil {
+		return opt, usageErr("invalid --collectives: %v", err)
 	}
 	if opt.Sweep, err = coll.ParseSizes(f.sizes); err != nil {
 		return opt, usageErr("invalid --sizes %q: %v; use MIN:MAX[:xFACTOR|:+STEP], e.g. 256K:1G:x16", f.sizes, err)
@@ -143,14 +135,8 @@ func (f *burninFlags) options() (burnin.Options, error) {
 	if len(opt.Collectives) == 0 && opt.P2PSize == 0 {
 		return opt, usageErr("nothing to run: give --collectives or a --p2p-size above 0")
 	}
-	if f.ignoreXID != "none" && f.ignoreXID != "" {
-		for _, s := range strings.Split(f.ignoreXID, ",") {
-			x, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil || x < 1 {
-				return opt, usageErr("invalid --ignore-xid %q: %q is not an XID number; give a list such as 13,31,43", f.ignoreXID, s)
-			}
-			opt.IgnoredXIDs = append(opt.IgnoredXIDs, x)
-		}
+	if opt.IgnoredXIDs, err = burnin.ParseIgnoredXIDs(f.ignoreXID); err != nil {
+		return opt, usageErr("invalid --ignore-xid %q: %v", f.ignoreXID, err)
 	}
 	if f.results != "" {
 		if f.out != "" && f.out != f.results {
@@ -178,15 +164,6 @@ func (f *burninFlags) options() (burnin.Options, error) {
 		}
 	}
 	return opt, nil
-}
-
-func findColl(name string) *coll.Collective {
-	for _, c := range coll.Collectives {
-		if c.Name == name {
-			return c
-		}
-	}
-	return nil
 }
 
 // openTelemetry returns the telemetry of backend b: the simulator's model on the simulator, NVML
@@ -222,6 +199,13 @@ func (f *burninFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	defer b.Close()
 	if err := checkP2PSize(b, opt.P2PSize); err != nil {
 		return err
+	}
+	if sb, ok := b.(*sim.Backend); ok { // NCCL_ALGO or NCCL_PROTO that leaves a collective nothing: refused now, as its command refuses it
+		for _, c := range opt.Collectives {
+			if err := sb.CheckCollective(c.Name, len(b.Devices())); err != nil {
+				return usageErr("%v", err)
+			}
+		}
 	}
 	for path, ranks := range f.refRanks { // busbw depends on the ranks: another count is another machine
 		if n := len(b.Devices()); ranks != n {
@@ -315,6 +299,7 @@ func (f *burninFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 			fmt.Fprintln(e.stderr, msg)
 		}
 	}
+	opt.Notice = func(msg string) { fmt.Fprintf(e.stderr, "gpubench: burnin: %s\n", msg) }
 	rep, runErr := burnin.Run(ctx, b, opt)
 	if e.progress {
 		fmt.Fprintln(e.stderr)
@@ -353,19 +338,104 @@ func (f *burninFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	case writeErr != nil:
 		return runtimeErr(writeErr)
 	case rep.Verdict == burnin.Fail:
-		var failed []string
-		for _, c := range rep.Checks {
-			switch {
-			case c.Verdict != burnin.Fail:
-			case c.Subject == "all": // the run's own check (the collectives, their calls, a hang), not every GPU's
-				failed = append(failed, c.Check)
-			default:
-				failed = append(failed, c.Check+" on "+subjectText(c.Subject))
-			}
-		}
-		return &exitError{code: exitCheck, err: fmt.Errorf("burnin failed: %s", strings.Join(failed, ", "))}
+		return &exitError{code: exitCheck, err: fmt.Errorf("burnin failed: %s", failedText(rep.Checks))}
 	}
 	return nil
+}
+
+// failedText names the failed checks, one entry per check with its subjects as the table names
+// them, counted where there are many: "bandwidth, p2p_bandwidth on all and 56 pairs (among GPUs
+// 0 to 7)". A burn-in of 72 GPUs that fails everywhere still says it in a line.
+func failedText(checks []burnin.Check) string {
+	var out []string
+	for i := 0; i < len(checks); {
+		name := checks[i].Check
+		var all bool
+		var gpus []int
+		var pairs [][2]int
+		for ; i < len(checks) && checks[i].Check == name; i++ { // the checks come grouped by check
+			c := checks[i]
+			if c.Verdict != burnin.Fail {
+				continue
+			}
+			a, b, pair := strings.Cut(c.Subject, "-")
+			x, _ := strconv.Atoi(a)
+			y, _ := strconv.Atoi(b)
+			switch {
+			case c.Subject == "all": // the run's own check (the collectives, their calls, a hang)
+				all = true
+			case pair:
+				pairs = append(pairs, [2]int{x, y})
+			default:
+				gpus = append(gpus, x)
+			}
+		}
+		var subjects []string
+		if all {
+			subjects = append(subjects, "all")
+		}
+		if len(gpus) > 0 {
+			subjects = append(subjects, gpuText(gpus))
+		}
+		switch n := len(pairs); {
+		case n == 0:
+		case n <= 4:
+			var s []string
+			for _, p := range pairs {
+				s = append(s, fmt.Sprintf("%d-%d", p[0], p[1]))
+			}
+			subjects = append(subjects, "pair"+plural(n)+" "+strings.Join(s, ", "))
+		default:
+			count := map[int]int{}
+			for _, p := range pairs {
+				count[p[0]]++
+				count[p[1]]++
+			}
+			involved := slices.Sorted(maps.Keys(count))
+			what := "among " + gpuText(involved)
+			for _, g := range involved {
+				if count[g] == n {
+					what = fmt.Sprintf("each involving GPU %d", g)
+				}
+			}
+			subjects = append(subjects, fmt.Sprintf("%d pairs (%s)", n, what))
+		}
+		switch {
+		case len(subjects) == 0:
+		case len(subjects) == 1 && all:
+			out = append(out, name)
+		default:
+			out = append(out, name+" on "+strings.Join(subjects, " and "))
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
+// gpuText names GPUs (in order): "GPU 3", "GPUs 0 to 3, 6", or "12 GPUs" when that is long.
+func gpuText(gpus []int) string {
+	if len(gpus) == 1 {
+		return fmt.Sprintf("GPU %d", gpus[0])
+	}
+	var runs []string
+	for i := 0; i < len(gpus); {
+		j := i
+		for j+1 < len(gpus) && gpus[j+1] == gpus[j]+1 {
+			j++
+		}
+		switch {
+		case j-i >= 2:
+			runs = append(runs, fmt.Sprintf("%d to %d", gpus[i], gpus[j]))
+		case j > i:
+			runs = append(runs, strconv.Itoa(gpus[i]), strconv.Itoa(gpus[j]))
+		default:
+			runs = append(runs, strconv.Itoa(gpus[i]))
+		}
+		i = j + 1
+	}
+	if len(runs) > 6 {
+		return fmt.Sprintf("%d GPUs", len(gpus))
+	}
+	return "GPUs " + strings.Join(runs, ", ")
 }
 
 // checkP2PSize refuses copies that cannot fit: each GPU holds two buffers of the copy size.
@@ -377,14 +447,6 @@ func checkP2PSize(b gpu.Backend, size int64) error {
 		}
 	}
 	return nil
-}
-
-func subjectText(s string) string {
-	switch {
-	case strings.Contains(s, "-"):
-		return "GPUs " + strings.Replace(s, "-", "->", 1)
-	}
-	return "GPU " + s
 }
 
 // expectFloors holds every collective row to --floor of what the simulator expects of the machine

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpubench/gpubench/internal/burnin"
 )
 
 type burninDoc struct {
@@ -85,7 +87,7 @@ func TestBurninFaults(t *testing.T) {
 						t.Errorf("a corrupt GPU 2 also failed %s", k)
 					}
 				}
-				if !strings.HasSuffix(errOut, "gpubench: burnin failed: data, data on GPU 2\n") { // not "data on all GPUs"
+				if !strings.HasSuffix(errOut, "gpubench: burnin failed: data on all and GPU 2\n") { // not "data on all GPUs"
 					t.Errorf("stderr %q; want the collectives' data check and GPU 2's", errOut)
 				}
 			}
@@ -218,7 +220,7 @@ func TestBurninUsageErrors(t *testing.T) {
 		{"--p2p-size", "100G", "--collectives", "none"},
 		{"--sim-fault", "xid=99@1s"}, {"--sim-fault", "slow-link=gpu0,nowhere,0.5@1s"},
 		{"--baseline", "0s"}, {"--min-busbw", "Inf"}, {"--max-nvlink-errors", "-1"}, {"--hold", "5s"},
-		{"--collectives", "allreduce,allreduce"}, {"-T", "9300000000"},
+		{"--collectives", "allreduce,allreduce"}, {"-T", "9300000000"}, {"--ignore-xid", "99999999"}, {"--ignore-xid", "13,13"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			out, errOut, code := gpubench(t, append([]string{"burnin", "--backend", "sim", "--duration", "1s"}, args...)...)
@@ -376,6 +378,9 @@ func TestBurninPrometheusEndToEnd(t *testing.T) {
 		err = json.NewDecoder(resp.Body).Decode(&r)
 		resp.Body.Close()
 		if err == nil && r.Status == "success" && len(r.Data.Result) == 1 {
+			if v := r.Data.Result[0].Value; len(v) == 2 && v[1] == "0" {
+				continue // the series exists at 0 from the start; the XID comes at 1 s
+			}
 			if v := r.Data.Result[0].Value; len(v) != 2 || v[1] != "1" || r.Data.Result[0].Metric["job"] != "gpubench" {
 				t.Fatalf("series %+v", r.Data.Result[0])
 			}
@@ -576,5 +581,68 @@ func TestBurninWriteFailureExits1(t *testing.T) {
 		if code != 1 || !strings.Contains(errOut, "/dev/full: no space left") || strings.Contains(errOut, "gpubench: burnin: ") || out != "" {
 			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit 1 naming /dev/full before anything ran", flag, code, out, errOut)
 		}
+	}
+}
+
+// The failure summary on stderr is one entry per check, naming its subjects as the table does
+// (pairs A-B) and counting them where there are many: a slow node's 56 pairs are not 56 entries.
+func TestBurninFailedText(t *testing.T) {
+	var checks []burnin.Check
+	add := func(check, subject, verdict string) {
+		checks = append(checks, burnin.Check{Check: check, Subject: subject, Verdict: verdict})
+	}
+	add("data", "all", "fail")
+	add("data", "2", "fail")
+	add("data", "3", "pass")
+	add("bandwidth", "all", "fail")
+	add("p2p_bandwidth", "all", "fail")
+	for a := range 8 {
+		for b := range 8 {
+			if a != b {
+				add("p2p_bandwidth", fmt.Sprintf("%d-%d", a, b), "fail")
+			}
+		}
+	}
+	for _, g := range []string{"0", "1", "2", "3", "5"} {
+		add("xid", g, "fail")
+	}
+	want := "data on all and GPU 2, bandwidth, p2p_bandwidth on all and 56 pairs (among GPUs 0 to 7), xid on GPUs 0 to 3, 5"
+	if got := failedText(checks); got != want {
+		t.Errorf("failedText = %q\nwant %q", got, want)
+	}
+	checks = nil
+	for _, p := range []string{"0-3", "3-0", "1-3", "3-1", "2-3"} {
+		add("p2p_bandwidth", p, "fail")
+	}
+	if got, want := failedText(checks), "p2p_bandwidth on 5 pairs (each involving GPU 3)"; got != want {
+		t.Errorf("failedText = %q; want %q", got, want)
+	}
+	if got, want := failedText(checks[:2]), "p2p_bandwidth on pairs 0-3, 3-0"; got != want {
+		t.Errorf("failedText = %q; want %q", got, want)
+	}
+	if got, want := gpuText([]int{0, 2, 4, 6, 8, 10, 12, 14}), "8 GPUs"; got != want {
+		t.Errorf("gpuText = %q; want %q", got, want)
+	}
+}
+
+// NCCL_ALGO or NCCL_PROTO that leaves one of --collectives no algorithm is refused before the
+// burn-in starts (exit 2, one line naming the variable), as the collective's own command refuses it.
+func TestBurninRefusesSteeringThatLeavesNothing(t *testing.T) {
+	t.Setenv("NCCL_ALGO", "tree")
+	out, errOut, code := gpubench(t, "burnin", "--backend", "sim", "--duration", "2s", "--collectives", "allreduce,broadcast")
+	if code != 2 || out != "" || errOut != "gpubench: NCCL_ALGO=tree leaves no algorithm and protocol for broadcast here: enable one that serves it (broadcast runs Ring (LL, LL128, Simple))\n" {
+		t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 and the collectives' refusal", code, out, errOut)
+	}
+	if _, errOut, code := gpubench(t, "burnin", "--backend", "sim", "--duration", "1ms", "--collectives", "allreduce", "--p2p-size", "0"); code != 0 {
+		t.Errorf("allreduce, which Tree serves: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// Sizes past what the GPUs hold are cut, and stderr says to what.
+func TestBurninSaysTheSizesWereCut(t *testing.T) {
+	t.Parallel()
+	_, errOut, code := gpubench(t, "burnin", "--backend", "sim", "--duration", "1ms", "--sizes", "1T", "--collectives", "allreduce", "--p2p-size", "0")
+	if code != 0 || !strings.Contains(errOut, "gpubench: burnin: the collectives run sizes up to 26717366954 B, not the 1099511627776 B of --sizes") {
+		t.Errorf("exit %d, stderr %q; want the cut said", code, errOut)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -72,6 +73,8 @@ type Options struct {
 	Record func(Record) error
 	// Progress, when set, hears after every step how far the burn-in is.
 	Progress func(elapsed time.Duration, pass int, failing int)
+	// Notice, when set, hears what the burn-in runs other than asked: sizes the GPUs' memory cut.
+	Notice func(string)
 }
 
 // Report is a finished burn-in.
@@ -121,13 +124,36 @@ type runner struct {
 	xidsSeen int
 	// slowSeen counts, per GPU, the sampler's samples with a hardware slowdown judged so far.
 	slowSeen map[int]int
+	// xids are the distinct XIDs seen per GPU, failing and ignored apart, each with when it came
+	// first: the xid check's reason names every one.
+	xids map[xidKey][]xidAt
+	// heldSample is set when the simulator's telemetry was sampled during the step now running,
+	// while its buffers were held (sampleHeld): the step's end judges that sample rather than
+	// one taken after they were freed.
+	heldSample bool
+	// cutTo is the largest size the GPUs' memory cut the sweep to, once said (0: not cut).
+	cutTo int64
+	// collRows counts the collective rows measured, collAfter those after the baseline window,
+	// and lastColl is when the last came; lastCopies is when the last copies were measured.
+	collRows, collAfter  int
+	lastColl, lastCopies time.Duration
+}
+
+type xidKey struct {
+	gpu     int
+	ignored bool
+}
+
+type xidAt struct {
+	code int
+	at   time.Duration
 }
 
 // Run runs the burn-in on b. It returns a report also when it stops early, with the reason in
 // Report.Err and as the error; a collective's or copy's own failure stops it too, and is the
 // calls check's verdict rather than an error.
 func Run(ctx context.Context, b gpu.Backend, opt Options) (*Report, error) {
-	r := &runner{b: b, opt: opt, collBase: map[string]float64{}, p2pBase: map[[2]int]float64{}, devs: b.Devices(), slowSeen: map[int]int{}}
+	r := &runner{b: b, opt: opt, collBase: map[string]float64{}, p2pBase: map[[2]int]float64{}, devs: b.Devices(), slowSeen: map[int]int{}, xids: map[xidKey][]xidAt{}}
 	r.ctx, r.cancel = context.WithCancel(ctx)
 	defer r.cancel()
 	r.v = newVerdicts(func(c Check) {
@@ -155,7 +181,7 @@ func Run(ctx context.Context, b gpu.Backend, opt Options) (*Report, error) {
 		}
 	}
 	r.initChecks()
-	r.observe()
+	r.observe(true)
 	err := r.loop()
 	if r.writeErr != nil {
 		err = r.writeErr // not an interruption: the burn-in stopped itself
@@ -175,7 +201,7 @@ func Run(ctx context.Context, b gpu.Backend, opt Options) (*Report, error) {
 		err = nil // judged: the verdict says it
 	}
 	if err == nil || r.writeErr == nil {
-		r.observe()
+		r.observe(true)
 	}
 	r.finishChecks()
 	rep.Elapsed, rep.Passes = b.Now()-r.start, r.done
@@ -300,7 +326,8 @@ func (r *runner) loop() error {
 
 // step ends every measurement: the context, telemetry, metrics and progress.
 func (r *runner) step() error {
-	r.observe()
+	r.observe(!r.heldSample) // a sample taken while the step's buffers were held stands
+	r.heldSample = false
 	if r.opt.Bench != nil {
 		r.opt.Bench.State(true, r.opt.Duration.Seconds(), r.elapsed().Seconds())
 	}
@@ -327,12 +354,28 @@ func (r *runner) collective(c *coll.Collective) error {
 	opt := coll.Options{Coll: c, Sweep: r.opt.Sweep, DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum},
 		Iters: r.opt.Iters, Warmup: warmup, Check: 1, Average: 1, Seed: 1, Inputs: &r.inputs, Timeout: r.opt.Timeout}
 	opt.OnResult = func(res coll.Result) { r.collResult(c, res) }
-	_, err := coll.Run(r.ctx, r.b, opt)
+	s, err := coll.Run(r.ctx, r.b, opt)
 	if err != nil {
 		r.interruptedOp = errors.Is(err, context.Canceled)
 		return r.callFailed(fmt.Errorf("%s: %w", c.Name, err))
 	}
+	if s.ClampedFrom > 0 && s.Sweep.Max != r.cutTo && r.opt.Notice != nil {
+		r.cutTo = s.Sweep.Max
+		r.opt.Notice(fmt.Sprintf("the collectives run sizes up to %d B, not the %d B of --sizes: the GPUs' memory cuts the largest size as nccl-tests cuts it (Reducing maxBytes to %d due to memory limitation)",
+			s.Sweep.Max, s.ClampedFrom, s.Sweep.Max))
+	}
 	return r.step()
+}
+
+// sampleHeld samples the simulator's telemetry while the copies' buffers are held (before each
+// matrix), so that its memory in use shows them: a sample at the step's end finds them freed.
+// A collective frees its buffers before its rows come back (coll.Run has no hook while it holds
+// them), so its step's sample shows none.
+func (r *runner) sampleHeld() {
+	if r.opt.Sampler != nil && r.opt.PollEachPass {
+		r.observe(true)
+		r.heldSample = true
+	}
 }
 
 // callFailed notes err, a collective's or copy's error, as the call's own failure unless it is
@@ -347,6 +390,10 @@ func (r *runner) callFailed(err error) error {
 
 func (r *runner) collResult(c *coll.Collective, res coll.Result) {
 	t := r.elapsed()
+	r.collRows, r.lastColl = r.collRows+1, t
+	if t > r.opt.Baseline {
+		r.collAfter++
+	}
 	op, ip := res.OutOfPlace, res.InPlace
 	rec := Record{Record: "result", Kind: "collective", Pass: r.pass, Collective: c.Name, Size: res.Size, Type: res.Type,
 		TimeUS: ptr(op.TimeUS), AlgBW: ptr(op.AlgBW), BusBW: ptr(op.BusBW), Wrong: op.Wrong, InPlaceBW: ptr(ip.BusBW), InWrong: ip.Wrong}
@@ -431,7 +478,8 @@ func (r *runner) copies() error {
 	if !ok {
 		return nil
 	}
-	res, err := p2p.Run(r.ctx, pb, p2p.Options{Size: r.opt.P2PSize, Repeat: 1, Samples: 1, Verify: true, Timeout: r.opt.Timeout})
+	res, err := p2p.Run(r.ctx, pb, p2p.Options{Size: r.opt.P2PSize, Repeat: 1, Samples: 1, Verify: true, Timeout: r.opt.Timeout,
+		Progress: func(string) { r.sampleHeld() }})
 	if errors.Is(err, p2p.ErrTooBig) {
 		r.v.set("all", CheckP2PBandwidth, Skip, "", "copies of %d bytes stopped fitting in pass %d: %v", r.opt.P2PSize, r.pass, err)
 		r.opt.P2PSize = 0
@@ -520,6 +568,7 @@ func (r *runner) copyBandwidth(res *p2p.Result) {
 		return
 	}
 	t := r.elapsed()
+	r.lastCopies = t
 	thr := fmt.Sprintf("copy GB/s >= %g x best of the first %v", r.opt.Floor, r.opt.Baseline)
 	useExp := len(r.opt.P2PExpected) > 0
 	if useExp {
@@ -615,26 +664,60 @@ func (r *runner) finishChecks() {
 		r.v.set("all", CheckCalls, Pass, "no error", "every collective and copy returned without an error")
 	}
 	if _, ok := r.v.get("all", CheckBandwidth); !ok {
-		if len(r.b.Devices()) < 2 {
-			r.v.set("all", CheckBandwidth, Skip, "", "one GPU: a collective's busbw is 0 by definition, so it has no floor")
-		} else {
-			r.v.set("all", CheckBandwidth, Skip, "", "the burn-in ran %v, not past the %v baseline window: no floor to judge by (give --min-busbw or --reference, or a longer --duration)", round(r.elapsed()), r.opt.Baseline)
-		}
+		r.v.set("all", CheckBandwidth, Skip, "", "%s", r.noFloor())
 	}
 	if r.opt.P2PSize > 0 {
 		if _, ok := r.v.get("all", CheckP2PBandwidth); !ok {
-			r.v.set("all", CheckP2PBandwidth, Skip, "", "the burn-in did not run past the %v baseline window", r.opt.Baseline)
+			why := fmt.Sprintf("the burn-in did not run past the %v baseline window", r.opt.Baseline)
+			switch {
+			case r.lastCopies == 0:
+				why = "no copies were measured"
+			case r.elapsed() > r.opt.Baseline:
+				why = fmt.Sprintf("no copies were measured after the %v baseline window (the last at %v; the burn-in ended at %v)", r.opt.Baseline, round(r.lastCopies), round(r.elapsed()))
+			}
+			r.v.set("all", CheckP2PBandwidth, Skip, "", "%s", why)
 		}
 	}
 }
 
-// observe reads telemetry and judges the telemetry checks on it.
-func (r *runner) observe() {
+// noFloor says why no collective row was held to a floor.
+func (r *runner) noFloor() string {
+	elapsed := round(r.elapsed())
+	switch {
+	case len(r.b.Devices()) < 2:
+		return "one GPU: a collective's busbw is 0 by definition, so it has no floor"
+	case len(r.opt.Collectives) == 0:
+		return "no collective ran (--collectives none)"
+	case r.collRows == 0:
+		return fmt.Sprintf("no collective row was measured (the burn-in ended at %v)", elapsed)
+	case len(r.opt.Reference) > 0 && r.opt.ReferenceFrom != "":
+		return "the simulator expects no figure of these collectives and sizes: no floor to judge by (give --min-busbw or --reference)"
+	case len(r.opt.Reference) > 0:
+		return "the --reference files hold none of these collectives and sizes: no floor to judge by (give --min-busbw, or a reference of these sizes)"
+	}
+	// A pass's length on the backend's clock says how long a run must be: collectives run past
+	// the window only in a pass that begins past it, which two passes past it make sure of.
+	pass := r.elapsed() / time.Duration(max(r.pass, 1))
+	enough := (r.opt.Baseline + 2*pass + time.Second - 1).Truncate(time.Second)
+	advice := fmt.Sprintf("give --min-busbw or --reference, or a --duration of at least %v: the window and two passes of %v", enough, round(pass))
+	switch {
+	case r.elapsed() <= r.opt.Baseline:
+		return fmt.Sprintf("the burn-in ran %v, not past the %v baseline window: no floor to judge by (%s)", elapsed, r.opt.Baseline, advice)
+	case r.collAfter == 0:
+		return fmt.Sprintf("no collective row was measured after the %v baseline window (the last at %v, and the burn-in ended at %v): no row to hold to its floor (%s)",
+			r.opt.Baseline, round(r.lastColl), elapsed, advice)
+	}
+	return fmt.Sprintf("no collective row after the %v baseline window had a row of its collective and size inside the window to set its floor (give a longer --baseline, or --min-busbw or --reference)", r.opt.Baseline)
+}
+
+// observe reads telemetry and judges the telemetry checks on it; poll samples anew where the
+// sampler has no timer of its own (PollEachPass), else the latest sample is judged.
+func (r *runner) observe(poll bool) {
 	if r.opt.Sampler == nil {
 		return
 	}
 	var snap metrics.Snapshot
-	if r.opt.PollEachPass {
+	if r.opt.PollEachPass && poll {
 		snap = r.opt.Sampler.Refresh()
 	} else {
 		snap = r.opt.Sampler.Latest()
@@ -652,11 +735,21 @@ func (r *runner) observe() {
 	for _, x := range snap.XIDs[r.xidsSeen:] {
 		g := strconv.Itoa(x.GPU)
 		r.record(Record{Record: "event", Kind: "xid", GPU: ptr(x.GPU), XID: x.Code})
-		if ignored[x.Code] {
+		k := xidKey{x.GPU, ignored[x.Code]}
+		if !slices.ContainsFunc(r.xids[k], func(s xidAt) bool { return s.code == x.Code }) {
+			r.xids[k] = append(r.xids[k], xidAt{x.Code, round(r.elapsed())})
+		}
+		if k.ignored {
 			r.v.set(g, CheckXID, Warn, "", "XID %d (an application error, ignored) at %v", x.Code, round(r.elapsed()))
+			if xs := r.xids[k]; len(xs) > 1 {
+				r.v.explain(g, CheckXID, Warn, "XIDs "+xidList(xs)+" (application errors, ignored)")
+			}
 			continue
 		}
 		r.v.set(g, CheckXID, Fail, "", "XID %d on GPU %d at %v", x.Code, x.GPU, round(r.elapsed()))
+		if xs := r.xids[k]; len(xs) > 1 { // every distinct XID, not only the first
+			r.v.explain(g, CheckXID, Fail, fmt.Sprintf("XIDs %s on GPU %d", xidList(xs), x.GPU))
+		}
 		r.failed(CheckXID, 1)
 	}
 	r.xidsSeen = len(snap.XIDs)
@@ -772,6 +865,15 @@ func (r *runner) judgeGPU(g, first, slowed telemetry.GPU, baseClock float64) {
 	default:
 		r.v.set(s, CheckClocks, Pass, fmt.Sprintf(">= base %.0f MHz under load", baseClock/1e6), "SM clock at or above base under load")
 	}
+}
+
+// xidList lists distinct XIDs, each with when it came first: "79 at 5s, 48 at 6s".
+func xidList(xids []xidAt) string {
+	s := make([]string, len(xids))
+	for i, x := range xids {
+		s[i] = fmt.Sprintf("%d at %v", x.code, x.at)
+	}
+	return strings.Join(s, ", ")
 }
 
 func (r *runner) gpuSubjects() []string {

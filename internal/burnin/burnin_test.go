@@ -246,3 +246,92 @@ func TestFailedCallFailsTheCallsCheck(t *testing.T) {
 		t.Errorf("a healthy run: err %v, calls %+v; want pass", err, verdictOf(rep, "all", CheckCalls))
 	}
 }
+
+// A run past the baseline window whose collectives all came inside it (the last pass's copies ran
+// past it) says so, not that it did not run past the window.
+func TestBandwidthSkipSaysNoRowAfterTheWindow(t *testing.T) {
+	opt := options(t, "allreduce")
+	opt.Duration, opt.Baseline, opt.P2PSize = 100*time.Millisecond, 100*time.Millisecond, 64<<20
+	rep, err := Run(context.Background(), simBackend(t), opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Elapsed <= opt.Baseline {
+		t.Fatalf("the run ended at %v, inside the window; the test needs copies past it", rep.Elapsed)
+	}
+	c := verdictOf(rep, "all", CheckBandwidth)
+	if c.Verdict != Skip || !strings.Contains(c.Reason, "no collective row was measured after the 100ms baseline window") || strings.Contains(c.Reason, "not past") {
+		t.Errorf("bandwidth %s (%s); want skip: no collective row after the window", c.Verdict, c.Reason)
+	}
+}
+
+// Two different XIDs on a GPU are both named, not only the first.
+func TestXIDReasonNamesEveryXID(t *testing.T) {
+	topo, err := sim.LoadTopology("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sim.New(topo, sim.Options{DataCap: sim.DefaultDataCap, Faults: []sim.Fault{
+		{Kind: "xid", Device: 3, Code: 79}, {Kind: "xid", Device: 3, Code: 48, At: time.Millisecond}, {Kind: "xid", Device: 3, Code: 79, At: 2 * time.Millisecond}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := options(t, "allreduce")
+	opt.Duration, opt.Sampler, opt.PollEachPass = 20*time.Millisecond, metrics.NewSampler(sim.NewTelemetry(b), time.Second), true
+	rep, err := Run(context.Background(), b, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := verdictOf(rep, "3", CheckXID); c.Verdict != Fail || !strings.HasPrefix(c.Reason, "XIDs 79 at ") || !strings.Contains(c.Reason, ", 48 at ") || strings.Count(c.Reason, "79") != 1 || c.Failures != 3 {
+		t.Errorf("xid %s (%s), %d failures; want fail naming XIDs 79 and 48 once each, 3 failures", c.Verdict, c.Reason, c.Failures)
+	}
+}
+
+// On the simulator the telemetry is sampled while the copies hold their buffers, so that the
+// memory in use a scrape shows is not always 0: every copies' step ends on a sample of two buffers
+// of --p2p-size on every GPU, not on one after they were freed.
+func TestSimulatedMemoryInUseShowsTheCopies(t *testing.T) {
+	b := simBackend(t)
+	sampler := metrics.NewSampler(sim.NewTelemetry(b), time.Second)
+	opt := options(t)
+	opt.Duration, opt.P2PSize, opt.Sampler, opt.PollEachPass = time.Second, 64<<20, sampler, true
+	var used [][]float64
+	opt.Progress = func(time.Duration, int, int) {
+		var step []float64
+		for _, g := range sampler.Latest().Sample.GPUs {
+			step = append(step, g.MemoryUsedBytes)
+		}
+		used = append(used, step)
+	}
+	if _, err := Run(context.Background(), b, opt); err != nil {
+		t.Fatal(err)
+	}
+	if len(used) < 2 {
+		t.Fatalf("%d steps; want two passes or more", len(used))
+	}
+	for i, step := range used {
+		for g, u := range step {
+			if u < 2*64<<20 {
+				t.Errorf("step %d: GPU %d's memory in use %v; want at least the copies' two buffers of 64 MiB", i+1, g, u)
+			}
+		}
+	}
+}
+
+// Sizes past what the GPUs' memory holds are cut, as nccl-tests cuts them, and the burn-in says so.
+func TestSweepCutIsSaid(t *testing.T) {
+	opt := options(t, "allreduce", "alltoall")
+	sw, err := coll.ParseSizes("1T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.Sweep, opt.Duration = sw, time.Millisecond
+	var notices []string
+	opt.Notice = func(s string) { notices = append(notices, s) }
+	if _, err := Run(context.Background(), simBackend(t), opt); err != nil {
+		t.Fatal(err)
+	}
+	if len(notices) != 1 || !strings.Contains(notices[0], "not the 1099511627776 B of --sizes") || !strings.Contains(notices[0], "Reducing maxBytes to ") {
+		t.Errorf("notices %q; want one, naming the cut", notices)
+	}
+}

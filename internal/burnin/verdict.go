@@ -107,6 +107,16 @@ func (v *verdicts) set(subject, check, verdict, threshold, format string, a ...a
 	}
 }
 
+// explain replaces the reason of a check that stands at verdict, for a reason that grows with
+// what is seen (every distinct XID, not only the first).
+func (v *verdicts) explain(subject, check, verdict, reason string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if c, ok := v.checks[[2]string{subject, check}]; ok && c.Verdict == verdict {
+		c.Reason = reason
+	}
+}
+
 func (v *verdicts) get(subject, check string) (Check, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()

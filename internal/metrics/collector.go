@@ -12,6 +12,14 @@ import (
 // Collectors are the sampler's parts, as gpubench_scrape_collector_* name them.
 var Collectors = []string{"gpu", "xid"}
 
+// WatchedXIDs are the XIDs of failing hardware in NVIDIA's catalog
+// (https://docs.nvidia.com/deploy/xid-errors/): 48 double-bit ECC error, 63 and 64 row remapping
+// (page retirement) recorded and failed, 74 NVLink error, 79 GPU fallen off the bus, 92 high
+// single-bit ECC rate, 94 and 95 contained and uncontained ECC error. Their series exist for
+// every GPU from the first scrape, at 0, so that increase() sees the first one (unless XIDs cannot
+// be read); a series of another XID starts at its first event.
+var WatchedXIDs = []int{48, 63, 64, 74, 79, 92, 94, 95}
+
 type desc struct {
 	d *prometheus.Desc
 	t prometheus.ValueType
@@ -135,6 +143,16 @@ func (c *TelemetryCollector) Collect(ch chan<- prometheus.Metric) {
 	})
 	for _, k := range keys {
 		emit(dXID, snap.XIDCounts[k], strconv.Itoa(k[0]), uuid[k[0]], strconv.Itoa(k[1]))
+	}
+	for _, d := range inv.Devices {
+		if snap.Sample.Errors["xid"] != nil {
+			break // no event set: a 0 would say no XID came, and none can be seen
+		}
+		for _, x := range WatchedXIDs {
+			if _, seen := snap.XIDCounts[[2]int{d.Index, x}]; !seen {
+				emit(dXID, 0, strconv.Itoa(d.Index), d.UUID, strconv.Itoa(x))
+			}
+		}
 	}
 	if snap.Samples == 0 {
 		return

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -191,5 +192,60 @@ func TestServer(t *testing.T) {
 		if resp, _ := get(m, "/metrics", nil); resp.StatusCode != 405 {
 			t.Errorf("%s /metrics: %d; want 405", m, resp.StatusCode)
 		}
+	}
+}
+
+// noEvents is fakeSource without an NVML event set: its XIDs cannot be read.
+type noEvents struct{ fakeSource }
+
+func (n *noEvents) Sample() telemetry.Sample {
+	s := n.fakeSource.Sample()
+	s.XIDs, s.Errors = nil, map[string]error{"xid": errors.New("no NVML event set")}
+	return s
+}
+
+// The watched XIDs' series exist at 0 for every GPU before any XID, so that increase() sees the
+// first one; the XID that comes counts in its series, and a source that cannot read XIDs claims
+// no 0.
+func TestWatchedXIDsStartAtZero(t *testing.T) {
+	xids := func(src telemetry.Source, polls int) map[string]float64 {
+		s := metrics.NewSampler(src, time.Second)
+		reg, _ := metrics.NewRegistry(s)
+		for range polls {
+			s.Refresh()
+		}
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, mf := range mfs {
+			if mf.GetName() != "gpubench_gpu_xid_errors_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				l := map[string]string{}
+				for _, p := range m.GetLabel() {
+					l[p.GetName()] = p.GetValue()
+				}
+				got[l["gpu"]+"/"+l["xid"]] = m.GetCounter().GetValue()
+			}
+		}
+		return got
+	}
+	before, after := xids(&fakeSource{}, 1), xids(&fakeSource{}, 2)
+	for _, gpu := range []string{"0", "1"} {
+		for _, x := range metrics.WatchedXIDs {
+			k := gpu + "/" + strconv.Itoa(x)
+			if v, ok := before[k]; !ok || v != 0 {
+				t.Errorf("before any XID, GPU %s XID %d: %v (exported %v); want 0", gpu, x, v, ok)
+			}
+		}
+	}
+	if len(before) != 2*len(metrics.WatchedXIDs) || len(after) != len(before) || after["1/48"] != 2 || after["0/48"] != 0 {
+		t.Errorf("%d series before, %d after (GPU 1 XID 48 at %v); want %d both times and 2", len(before), len(after), after["1/48"], 2*len(metrics.WatchedXIDs))
+	}
+	if got := xids(&noEvents{}, 1); len(got) != 0 {
+		t.Errorf("XIDs unreadable: %v; want no series", got)
 	}
 }
