@@ -274,6 +274,14 @@ func TestRingsByOwnNICs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	oneNIC, err := one.WithNodes(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oneNIC.NICOK = func(id string) bool { return id == "mlx5_0" }
+	if err := oneNIC.Validate(); err != nil {
+		t.Fatal(err)
+	}
 	all := func(n int) []int {
 		var g []int
 		for i := range n {
@@ -287,7 +295,8 @@ func TestRingsByOwnNICs(t *testing.T) {
 		gpus  int
 		want  float64
 		limit string
-	}{{"GPUs 1, 2, 6, 7", two, 8, 200, "infiniband"}, {"one GPU a node", lone, 2, 50, "infiniband"}, {"whole nodes", single, 16, 400, "infiniband"}} {
+	}{{"GPUs 1, 2, 6, 7", two, 8, 200, "infiniband"}, {"one GPU a node", lone, 2, 50, "infiniband"}, {"whole nodes", single, 16, 400, "infiniband"},
+		{"whole nodes, one NIC each (NCCL_IB_HCA)", oneNIC, 16, 50, "infiniband"}} {
 		if peak, limit := c.topo.BusPeak(all(c.gpus)); math.Abs(peak-c.want) > 1e-6 || limit != c.limit {
 			t.Errorf("%s of two DGX H100: bus peak %.2f GB/s (%s); want %.0f (%s)", c.name, peak, limit, c.want, c.limit)
 		}

@@ -1245,7 +1245,7 @@ func (t *Topology) BusPeak(gpus []int) (gbs float64, limit string) {
 		})
 		return us
 	}
-	flows, rings := t.BestRingFlows(gpus, nil, ncclView)
+	flows, rings := t.BestRingFlows(gpus, t.NICOK, ncclView) // the NICs NCCL_IB_HCA leaves
 	us, kind := t.load(flows, func(e edge) float64 { return e.gbs })
 	if us == 0 {
 		return 0, ""
