@@ -35,7 +35,7 @@ func newDiagCmdWith(e *env, g *globals, read func(string, topo.Options) (*diag.D
 		Short: "Find what is wrong with the machine and say how to fix it (driver, GPUs, NVLink, P2P, RDMA, containers, NCCL)",
 		Long: "diag checks the driver and libraries, each GPU's health and settings, NVLink, P2P, ACS and the\n" +
 			"IOMMU, RDMA, the container and scheduler, and the NCCL environment, then (without --quick) runs a\n" +
-			"short P2P and all-reduce measurement against the topology's nominal bandwidth. Each check passes,\n" +
+			"short P2P and all-reduce measurement against what the simulator expects of the topology. Each check passes,\n" +
 			"warns, fails or is skipped with the reason, with a remedy; the exit status is 3 when any fails.",
 		Example: "  gpubench diag\n  gpubench diag --quick --output json\n" +
 			"  gpubench diag --root /host    # a container reading the host's /sys and /proc mounted under /host\n" +
