@@ -61,7 +61,7 @@ func newBurninCmd(e *env, g *globals) *cobra.Command {
 		Example: "  gpubench burnin --duration 2h --metrics :9400 --out burnin.jsonl\n" +
 			"  gpubench burnin --backend sim --duration 10m --sim-fault xid=3@5m:48\n" +
 			"  gpubench burnin --reference allreduce.json --output json",
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd, e, g) },
 	}
 	fl := cmd.Flags()

@@ -71,7 +71,7 @@ func newCollCmdWith(e *env, g *globals, c *coll.Collective, runF func(*cobra.Com
 		Short: fmt.Sprintf("Measure %s bandwidth over a size sweep, as nccl-tests' %s does", c.Name, c.Perf),
 		Example: fmt.Sprintf("  gpubench %s --sizes 8B:8GB\n  gpubench %s -b 8 -e 128M -f 2 -g 8\n  gpubench %s --backend sim --topology pcie-4090x8 --output json",
 			c.Name, c.Name, c.Name),
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runF(cmd, f)
 		},

@@ -40,7 +40,7 @@ func newDiagCmdWith(e *env, g *globals, read func(string, topo.Options) (*diag.D
 		Example: "  gpubench diag\n  gpubench diag --quick --output json\n" +
 			"  gpubench diag --root /host    # a container reading the host's /sys and /proc mounted under /host\n" +
 			"  gpubench diag --backend sim --topology pcie-4090x8",
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.run(cmd, e, g, read)
 		},

@@ -119,7 +119,7 @@ func TestDiagUsage(t *testing.T) {
 		{[]string{"--root", "/nonexistent", "--backend", "sim"}, "invalid --root \"/nonexistent\": give a directory that holds sys/ and proc/"},
 		{[]string{"--nvml-lib", "/x.so", "--backend", "sim"}, "--nvml-lib reads a real machine's GPUs: drop it, or drop --backend sim"},
 		{[]string{"--backend", "gpu"}, "unknown --backend \"gpu\" for diag: use auto or cuda or sim"},
-		{[]string{"extra", "--backend", "sim"}, "unknown command \"extra\" for \"gpubench diag\""},
+		{[]string{"extra", "--backend", "sim"}, "diag takes no arguments, and was given \"extra\""},
 	} {
 		out, errOut, code := gpubench(t, append([]string{"diag"}, c.args...)...)
 		if code != exitUsage || out != "" || !strings.Contains(errOut, c.want) || strings.Count(errOut, "\n") != 1 {

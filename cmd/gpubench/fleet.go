@@ -58,7 +58,7 @@ func newFleetCmd(e *env, g *globals) *cobra.Command {
 		Example: "  gpubench fleet --backend sim --topology dgx-h100 --nodes 512 --sim-fault slow-nic=dgx-h100-317/mlx5_3,0.4\n" +
 			"  gpubench fleet --backend sim --nodes 64 --drain-file drain.sh --output json\n" +
 			"  srun --ntasks-per-node=1 gpubench fleet --drain-file drain.sh   # real nodes, one process each",
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd, e, g) },
 	}
 	fl := cmd.Flags()
@@ -90,7 +90,10 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 		return usageErr("invalid --timeout %v: give seconds, above 0 and at most 3600", f.timeout)
 	}
 	bytes, err := coll.ParseSize(f.size)
-	if err != nil || bytes < 1<<10 || bytes > 1<<40 {
+	if err != nil {
+		return usageErr("invalid --size %q: %v; give 1KiB to 1TiB, e.g. 256MiB", f.size, err)
+	}
+	if bytes < 1<<10 || bytes > 1<<40 {
 		return usageErr("invalid --size %q: give 1KiB to 1TiB, e.g. 256MiB", f.size)
 	}
 	if err := refuseBlindFaults(g.faults, map[string]string{"xid": "fleet reads no XID events (burnin does)"},

@@ -183,6 +183,7 @@ func TestFleetRefuses(t *testing.T) {
 		{[]string{"--drain-file", "x.out", "--metrics-file", "x.out"}, "gpubench: --drain-file x.out and --metrics-file x.out name the same file: give each its own file\n"},
 		{[]string{"--drain-file", "x.out", "--metrics-file", "./x.out"}, "gpubench: --drain-file x.out and --metrics-file ./x.out name the same file: give each its own file\n"},
 		{[]string{"--drain-file", drain, "--metrics-file", hard}, "gpubench: --drain-file " + drain + " and --metrics-file " + hard + " name the same file: give each its own file\n"},
+		{[]string{"--size", "8XB"}, "gpubench: invalid --size \"8XB\": unknown unit \"XB\" in \"8XB\": use B, K, M, G or T (or KiB, MiB, GiB, TiB); give 1KiB to 1TiB, e.g. 256MiB\n"},
 		{[]string{"--size", "32G"}, "gpubench: invalid --size 32G: more than the GPUs hold for a checked all-reduce (79.6 GiB of memory): give at most 25479MiB\n"},
 		{[]string{"--metrics-file", os.TempDir()}, "gpubench: cannot write --metrics-file " + os.TempDir() + ": it is a folder; name a file in it\n"},
 		{[]string{"--sim-fault", "xid=1"}, "gpubench: --sim-fault xid=1: fleet reads no XID events (burnin does): give hang, corrupt, slow-link, slow-nic, slow-node or flaky-link\n"},

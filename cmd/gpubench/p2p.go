@@ -39,7 +39,7 @@ func newP2PCmd(e *env, g *globals) *cobra.Command {
 			"device-to-host and device-local copy bandwidth. Copies that run together start together,\n" +
 			"every copy's data is checked afterwards, and GB means 1e9 bytes.",
 		Example: "  gpubench p2p\n  gpubench p2p --devices 0-3 --size 256MiB\n  gpubench p2p --pairs 0-1 --sweep 4K:1G\n  gpubench p2p --backend sim --topology pcie-4090x8",
-		Args:    cobra.NoArgs,
+		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.run(cmd, e, g)
 		},
@@ -85,7 +85,7 @@ func (f *p2pFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	if f.sweep != "" {
 		w, err := coll.ParseSizes(f.sweep)
 		if err != nil {
-			return usageErr("invalid --sweep %q: %v", f.sweep, err)
+			return usageErr("invalid --sweep %q: %v; use MIN:MAX[:xFACTOR|:+STEP], e.g. 4K:64M:x4", f.sweep, err)
 		}
 		opt.Sweep = w.Sizes()
 		if opt.Sweep[0] < p2p.LatencyBytes {

@@ -364,3 +364,12 @@ func summary(e *env, format, command, text string, fields map[string]any) error 
 	_, err := fmt.Fprintf(e.stderr, "gpubench: %s: %s\n", command, text)
 	return err
 }
+
+// noArgs refuses a positional argument to a command that takes none, which cobra would call an
+// unknown command: most often a flag's value given without its flag, or after a stray space.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageErr("%s takes no arguments, and was given %q: give its options as flags (gpubench %s --help lists them)", cmd.Name(), args[0], cmd.Name())
+	}
+	return nil
+}

@@ -28,7 +28,7 @@ func newServeCmd(e *env, g *globals) *cobra.Command {
 			"serves the latest sample on GET /metrics, with GET /health for liveness probes. Without NVML,\n" +
 			"--backend auto serves the simulator's idle machine instead, with a notice.",
 		Example: "  gpubench serve --metrics :9400\n  gpubench serve --metrics 127.0.0.1:9400 --sample-interval 5s",
-		Args:    cobra.NoArgs,
+		Args:    noArgs,
 		RunE:    func(cmd *cobra.Command, _ []string) error { return f.run(cmd, e, g) },
 	}
 	fl := cmd.Flags()

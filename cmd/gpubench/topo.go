@@ -37,7 +37,7 @@ func newTopoCmdWith(e *env, g *globals, discover func(topo.Options) (*topo.Repor
 		Example: "  gpubench topo\n  gpubench topo --p2p read\n" +
 			"  gpubench topo --output json > machine.json && gpubench allreduce --backend sim --topology machine.json\n" +
 			"  gpubench topo --backend sim --topology dgx-a100 --output dot | dot -Tsvg > dgx-a100.svg",
-		Args: cobra.NoArgs,
+		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.run(cmd, e, g, discover)
 		},

@@ -153,7 +153,7 @@ func TestTopoBadInput(t *testing.T) {
 		{[]string{"--p2p", "pci"}, `unknown --p2p "pci": use read, write, nvlink, atomics`},
 		{[]string{"--backend", "sim", "--nvml-lib", "/x.so"}, "--nvml-lib and --sysfs-root read a real machine"},
 		{[]string{"--backend", "sim", "--topology", "nosuch"}, `invalid --topology: unknown topology "nosuch"`},
-		{[]string{"extra"}, `unknown command "extra"`},
+		{[]string{"extra"}, `topo takes no arguments, and was given "extra"`},
 		{[]string{"--p2p"}, "flag needs an argument"},
 	} {
 		out, errOut, code := topoRun(t, mustNotDiscover(t), c.args...)

@@ -13,7 +13,7 @@ func newVersionCmd(e *env, g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print gpubench's version",
-		Args:  cobra.NoArgs,
+		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			v := struct {
 				Version string `json:"version"`

@@ -64,7 +64,7 @@ func ParseSize(s string) (int64, error) {
 func ParseSizes(s string) (Sweep, error) {
 	parts := strings.Split(s, ":")
 	if len(parts) > 3 {
-		return Sweep{}, fmt.Errorf("too many fields: use MIN:MAX[:xFACTOR|:+STEP]")
+		return Sweep{}, fmt.Errorf("too many fields")
 	}
 	w := Sweep{Factor: 2}
 	var err error
