@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -252,7 +253,7 @@ func ParseTopology(data []byte) (*Topology, error) {
 	if err := dec.Decode(&t); err == io.EOF {
 		return nil, fmt.Errorf("not a gpubench topology file: it is empty (gpubench topo --output json writes one)")
 	} else if err != nil {
-		return nil, fmt.Errorf("not a gpubench topology file: %v", err)
+		return nil, fmt.Errorf("not a gpubench topology file: %s", jsonErr(data, err))
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("not a gpubench topology file: data after the topology object")
@@ -261,6 +262,29 @@ func ParseTopology(data []byte) (*Topology, error) {
 		return nil, err
 	}
 	return &t, nil
+}
+
+// jsonErr says where in data a decoding error is, as a line and column, which a JSON error's byte
+// offset leaves the reader to count.
+func jsonErr(data []byte, err error) string {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return fmt.Sprintf("%v, at %s", err, lineCol(data, se.Offset))
+	case errors.As(err, &te):
+		return fmt.Sprintf("%v, at %s", err, lineCol(data, te.Offset))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "it ends inside the topology (the file was cut short?)"
+	}
+	return err.Error()
+}
+
+// lineCol is where the byte before offset off of data is (encoding/json's offsets count the byte
+// at fault read), as "line L, column C", both from 1.
+func lineCol(data []byte, off int64) string {
+	before := data[:min(max(off, 1), int64(len(data)))]
+	return fmt.Sprintf("line %d, column %d", bytes.Count(before, []byte("\n"))+1, len(before)-bytes.LastIndexByte(before, '\n')-1)
 }
 
 // Validate checks the topology and builds its routing graph; an empty p2p becomes "all", a
