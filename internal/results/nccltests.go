@@ -310,10 +310,10 @@ func f0(f []string) string {
 	return f[0]
 }
 
-// isCount says whether s is a row's first field, a size in bytes.
+// isCount says whether s is a row's first field, a size in bytes: digits only, so that a size too
+// large to read is refused with its line, not passed over as another line.
 func isCount(s string) bool {
-	_, err := strconv.ParseUint(s, 10, 63)
-	return err == nil
+	return s != "" && strings.Trim(s, "0123456789") == ""
 }
 
 // ncclVersion writes NCCL_VERSION_CODE as a version: 22902 is 2.29.2 (1000s before 2.9).

@@ -245,6 +245,7 @@ func TestReadNCCLTestsBad(t *testing.T) {
 		name, data, want string
 	}{
 		{"not a number", ntHeader + strings.Replace(row, "135.8", "13x.8", 1), `x.log: line 2: out-of-place time "13x.8" is not a number from 0 to 1e12`},
+		{"size too large", ntHeader + strings.Replace(row, "          8 ", "99999999999999999999 ", 1), `x.log: line 2: size "99999999999999999999" is not a count`},
 		{"negative", ntHeader + strings.Replace(row, "123.5", "-23.5", 1), `x.log: line 2: in-place time "-23.5" is not a number from 0 to 1e12`},
 		{"nan", ntHeader + strings.Replace(row, "0.00    0.00      0    123.5", "nan    0.00      0    123.5", 1), `x.log: line 2: out-of-place algbw "nan" is not a number from 0 to 1e12`},
 		{"short row", ntHeader + "   8  2  float  sum  -1  135.8\n", "x.log: line 2: a table row with 6 fields, where the table header has 13 columns"},
