@@ -263,7 +263,11 @@ func (g *globals) openSimEnv(env map[string]string) (*sim.Backend, int64, error)
 	}
 	b, err := sim.New(topo, opt)
 	if fe := (*sim.FaultError)(nil); errors.As(err, &fe) {
-		return nil, 0, usageErr("invalid --sim-fault %s: %v", fe.Fault, fe.Err)
+		given := fe.Fault.String()
+		if i := slices.Index(opt.Faults, fe.Fault); i >= 0 {
+			given = g.faults[i] // as the user wrote it
+		}
+		return nil, 0, usageErr("invalid --sim-fault %s: %v", input.Safe(given), fe.Err)
 	} else if err != nil {
 		return nil, 0, usageErr("%v", err)
 	}

@@ -88,6 +88,8 @@ func ParseFault(s string) (Fault, error) {
 		switch {
 		case !ok || what == "" || strings.Contains(factorText, ","):
 			return Fault{}, fmt.Errorf("bad fault %q: %s", s, faultUsage)
+		case strings.Contains(factorText, "@"):
+			return Fault{}, fmt.Errorf("bad fault %q: a start time (@TIME) is for slow-link only; %s starts slow", s, kind)
 		case err != nil || !(factor >= gpu.MinSlowFactor && factor <= 1):
 			return Fault{}, fmt.Errorf("bad fault %q: factor %q must be a number from %g to 1", s, factorText, gpu.MinSlowFactor)
 		case kind == "slow-nic" && !strings.Contains(what, "/"):

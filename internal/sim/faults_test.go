@@ -108,6 +108,7 @@ func TestParseFaultErrors(t *testing.T) {
 		{"slow-nic factor 2", "slow-nic=h/mlx5_3,2", []string{`factor "2" must be a number from 0.001 to 1`}},
 		{"slow-nic no factor", "slow-nic=h/mlx5_3", []string{usage}},
 		{"slow-node three fields", "slow-node=h,0.5,1", []string{usage}},
+		{"slow-node at a time", "slow-node=h,0.5@1m30s", []string{"a start time (@TIME) is for slow-link only; slow-node starts slow"}},
 		{"flaky-link period 0", "flaky-link=a,b,0", []string{`"0" is not a period`}},
 		{"flaky-link two fields", "flaky-link=a,3", []string{usage}},
 	}
