@@ -217,6 +217,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"version", "extra"}, "version takes no arguments"},
 		{[]string{"allgather", "-o", "out.json"}, "invalid -o"},
 		{[]string{"allreduce", "--sim-fault", "hang=8"}, "invalid --sim-fault hang=8: topology dgx-h100 has devices 0-7"},
+		{[]string{"help", "garbage"}, `no help topic "garbage": gpubench --help lists the commands`},
 		{[]string{"allreduce", "--sim-fault", "xid=9"}, "invalid --sim-fault xid=9: topology dgx-h100 has devices 0-7"}, // as written, not xid=9:79
 	}
 	for _, c := range cases {

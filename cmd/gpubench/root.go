@@ -87,6 +87,17 @@ func newRootCmd(e *env) *cobra.Command {
 		Version:       e.version,
 	}
 	root.SetVersionTemplate(versionLine(e.version) + "\n")
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, _, err := c.Root().Find(args)
+			if cmd == nil || err != nil { // cobra's own help says so on stdout and exits 0
+				return usageErr("no help topic %q: gpubench --help lists the commands", strings.Join(args, " "))
+			}
+			return cmd.Help()
+		},
+	})
 	root.SetFlagErrorFunc(flagErr)
 	pf := root.PersistentFlags()
 	pf.StringVar(&g.backend, "backend", "auto", "GPU backend: auto (real GPUs when available, else the simulator), cuda or sim")
