@@ -270,9 +270,14 @@ func TestHangExits5(t *testing.T) {
 // A copy that hangs names the device, as p2p's GPUs are devices, not ranks of a communicator.
 func TestP2PHangNamesDevice(t *testing.T) {
 	t.Parallel()
-	_, errOut, code := gpubench(t, "p2p", "--backend", "sim", "--sim-fault", "hang=3", "-T", "1", "--size", "1M")
-	if code != 5 || errOut != "gpubench: hang: device 3 did not finish: context deadline exceeded\n" {
-		t.Errorf("exit %d, stderr %q; want 5 and device 3 named", code, errOut)
+	for _, format := range []string{"table", "markdown"} {
+		out, errOut, code := gpubench(t, "p2p", "--backend", "sim", "--sim-fault", "hang=3", "-T", "1", "--size", "1M", "--output", format)
+		if code != 5 || errOut != "gpubench: hang: device 3 did not finish: context deadline exceeded\n" {
+			t.Errorf("%s: exit %d, stderr %q; want 5 and device 3 named", format, code, errOut)
+		}
+		if strings.Contains(out, "H2D") { // the run stopped before the host copies: no empty table
+			t.Errorf("%s: a host copy table without rows:\n%s", format, out)
+		}
 	}
 }
 

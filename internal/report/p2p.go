@@ -208,10 +208,12 @@ func p2pTable(w io.Writer, r *P2PRun) error {
 			fmt.Fprintf(w, "   %s\n", note)
 		}
 	}
-	fmt.Fprintln(w, "Host and Local Copy Bandwidth (GB/s; pinned host memory; Bidir = both directions together; Local = one copy's bytes)")
-	fmt.Fprintf(w, "%6s %8s %8s %8s %8s\n", "GPU", "H2D", "D2H", "Bidir", "Local")
-	for i, h := range res.Host {
-		fmt.Fprintf(w, "%6d %8s %8s %8s %8s\n", res.Devices[i].Ordinal, cellText(h.H2D, "%.2f"), cellText(h.D2H, "%.2f"), cellText(h.Bidir, "%.2f"), cellText(h.Local, "%.2f"))
+	if len(res.Host) > 0 { // none when a run stopped before the host copies
+		fmt.Fprintln(w, "Host and Local Copy Bandwidth (GB/s; pinned host memory; Bidir = both directions together; Local = one copy's bytes)")
+		fmt.Fprintf(w, "%6s %8s %8s %8s %8s\n", "GPU", "H2D", "D2H", "Bidir", "Local")
+		for i, h := range res.Host {
+			fmt.Fprintf(w, "%6d %8s %8s %8s %8s\n", res.Devices[i].Ordinal, cellText(h.H2D, "%.2f"), cellText(h.D2H, "%.2f"), cellText(h.Bidir, "%.2f"), cellText(h.Local, "%.2f"))
+		}
 	}
 	if res.SweepPair != nil {
 		fmt.Fprintf(w, "Size Sweep, GPU %d <-> GPU %d, %s (GB/s)\n", res.SweepPair.A, res.SweepPair.B, sweepMode(res))
@@ -494,9 +496,11 @@ func p2pMarkdown(w io.Writer, r *P2PRun) error {
 		}
 		mdNotes(w, naNotes(res, m)) // why the N/A cells are N/A, as the table says
 	}
-	fmt.Fprintf(w, "\n| GPU | H2D (GB/s) | D2H (GB/s) | Bidir (GB/s) | Local (GB/s) |\n|---:|---:|---:|---:|---:|\n")
-	for i, h := range res.Host {
-		fmt.Fprintf(w, "| %d | %s | %s | %s | %s |\n", res.Devices[i].Ordinal, cellText(h.H2D, "%.2f"), cellText(h.D2H, "%.2f"), cellText(h.Bidir, "%.2f"), cellText(h.Local, "%.2f"))
+	if len(res.Host) > 0 {
+		fmt.Fprintf(w, "\n| GPU | H2D (GB/s) | D2H (GB/s) | Bidir (GB/s) | Local (GB/s) |\n|---:|---:|---:|---:|---:|\n")
+		for i, h := range res.Host {
+			fmt.Fprintf(w, "| %d | %s | %s | %s | %s |\n", res.Devices[i].Ordinal, cellText(h.H2D, "%.2f"), cellText(h.D2H, "%.2f"), cellText(h.Bidir, "%.2f"), cellText(h.Local, "%.2f"))
+		}
 	}
 	if res.SweepPair != nil {
 		fmt.Fprintf(w, "\nSize sweep, GPU %d <-> GPU %d, %s\n\n| size (B) | Uni (GB/s) | Bidir (GB/s) |\n|---:|---:|---:|\n", res.SweepPair.A, res.SweepPair.B, sweepMode(res))
