@@ -46,7 +46,7 @@ func standinEnv(t *testing.T, extra ...string) (env, args []string) {
 // machine expectations come from).
 func TestCollectivesOnStandins(t *testing.T) {
 	env, backend := standinEnv(t)
-	for _, c := range []string{"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "sendrecv"} {
+	for _, c := range []string{"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "sendrecv", "gather", "scatter"} {
 		t.Run(c, func(t *testing.T) {
 			out, errOut, code := gpubenchProcess(t, env, append([]string{c, "--sizes", "8B:64K:x8", "-n", "3", "-d", "all", "-T", "60", "--topology", "dgx-h100"}, backend...)...)
 			// -d all says which of nccl-tests' types it leaves out, and nothing else is said.

@@ -22,7 +22,7 @@ import (
 func TestEveryDefaultOutputIsRead(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	for _, c := range []string{"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "sendrecv"} {
+	for _, c := range []string{"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "sendrecv", "gather", "scatter"} {
 		doc, stream := filepath.Join(dir, c+".json"), filepath.Join(dir, c+".jsonl")
 		out, errOut, code := gpubench(t, c, "--backend", "sim", "--output", "json", "--out", stream, "-n", "2", "-w", "0") // the default sizes
 		if code != 0 {
@@ -37,7 +37,7 @@ func TestEveryDefaultOutputIsRead(t *testing.T) {
 		if _, errOut, code := gpubench(t, "plot", doc, stream, "--out", filepath.Join(dir, c+".svg")); code != 0 {
 			t.Errorf("plot %s: exit %d, %s", c, code, errOut)
 		}
-		if c == "sendrecv" || c == "broadcast" || c == "reduce" {
+		if c == "sendrecv" || c == "broadcast" || c == "reduce" || c == "gather" || c == "scatter" {
 			continue // burn-in runs all-reduce, all-gather, reduce-scatter and all-to-all
 		}
 		if _, errOut, code := gpubench(t, "burnin", "--backend", "sim", "--duration", "1ms", "--collectives", c, "--p2p-size", "0", "--reference", doc, "--reference", stream); code != 0 {

@@ -66,7 +66,7 @@ func gpubench(t *testing.T, args ...string) (stdout, stderr string, code int) {
 // A simulated sweep of every collective, byte for byte.
 func TestGoldenEveryCollective(t *testing.T) {
 	t.Parallel()
-	for _, c := range []string{"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "sendrecv"} {
+	for _, c := range []string{"allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "sendrecv", "gather", "scatter"} {
 		t.Run(c, func(t *testing.T) {
 			out, errOut, code := gpubench(t, c, "--backend", "sim", "--topology", "dgx-h100", "--sizes", "8B:4MB:x4")
 			if code != 0 || errOut != "" {

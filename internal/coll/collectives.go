@@ -46,7 +46,7 @@ type Collective struct {
 }
 
 // Collectives lists every collective, in the order the CLI shows them.
-var Collectives = []*Collective{AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, SendRecv}
+var Collectives = []*Collective{AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, SendRecv, Gather, Scatter}
 
 func twoNm1n(n int) float64 { return 2 * float64(n-1) / float64(n) }
 func nm1n(n int) float64    { return float64(n-1) / float64(n) }
@@ -182,6 +182,68 @@ var SendRecv = &Collective{
 			ops = append(ops,
 				gpu.P2POp{Rank: rank, Peer: (rank + 1) % n, Send: true, Buf: s[rank]},
 				gpu.P2POp{Rank: rank, Peer: (rank - 1 + n) % n, Buf: r[rank]})
+		}
+		return c.SendRecv(ops, k.Param, a.DType)
+	},
+}
+
+// Gather: the root ends with every rank's chunk, in rank order; the other ranks' receive buffers
+// are left alone. As nccl-tests runs it before NCCL's ncclGather (2.28): each rank sends to the
+// root, which receives from every rank, itself too, in one group.
+var Gather = &Collective{
+	Name: "gather", Perf: "gather_perf", Rooted: true,
+	Factor: nm1n,
+	Counts: AllGather.Counts,
+	// In place, a rank's chunk starts in its own place of the receive buffer.
+	InPlace: func(k Counts, rank int) (int64, int64) { return int64(rank) * k.Send, 0 },
+	Expected: func(in *Row, before []byte, rank int, k Counts, a Args) []byte {
+		if rank != a.Root {
+			return before
+		}
+		return AllGather.Expected(in, before, rank, k, a)
+	},
+	Call: func(c gpu.Comm, s, r []gpu.Buffer, k Counts, a Args) error {
+		chunk := k.Param * int64(a.DType.Size())
+		var ops []gpu.P2POp
+		for rank := range a.Ranks {
+			if s[rank] == nil {
+				continue // driven by another process
+			}
+			ops = append(ops, gpu.P2POp{Rank: rank, Peer: a.Root, Send: true, Buf: s[rank]})
+			if rank == a.Root {
+				for peer := range a.Ranks {
+					ops = append(ops, gpu.P2POp{Rank: rank, Peer: peer, Buf: r[rank].Slice(int64(peer)*chunk, chunk)})
+				}
+			}
+		}
+		return c.SendRecv(ops, k.Param, a.DType)
+	},
+}
+
+// Scatter: rank r ends with chunk r of the root's input. As nccl-tests runs it before NCCL's
+// ncclScatter (2.28): the root sends every rank its chunk, itself too, in one group.
+var Scatter = &Collective{
+	Name: "scatter", Perf: "scatter_perf", Rooted: true,
+	Factor: nm1n,
+	Counts: ReduceScatter.Counts,
+	// In place, a rank receives into its own place of the root's send buffer's shape.
+	InPlace: func(k Counts, rank int) (int64, int64) { return 0, int64(rank) * k.Recv },
+	Expected: func(in *Row, _ []byte, rank int, k Counts, a Args) []byte {
+		return elems(in.Input(a.Root), a.DType, int64(rank)*k.Recv, k.Recv)
+	},
+	Call: func(c gpu.Comm, s, r []gpu.Buffer, k Counts, a Args) error {
+		chunk := k.Param * int64(a.DType.Size())
+		var ops []gpu.P2POp
+		for rank := range a.Ranks {
+			if s[rank] == nil {
+				continue // driven by another process
+			}
+			if rank == a.Root {
+				for peer := range a.Ranks {
+					ops = append(ops, gpu.P2POp{Rank: rank, Peer: peer, Send: true, Buf: s[rank].Slice(int64(peer)*chunk, chunk)})
+				}
+			}
+			ops = append(ops, gpu.P2POp{Rank: rank, Peer: a.Root, Buf: r[rank]})
 		}
 		return c.SendRecv(ops, k.Param, a.DType)
 	},

@@ -120,9 +120,13 @@ func TestCorruptFaultIsDetected(t *testing.T) {
 		t.Run(c.Name, func(t *testing.T) {
 			t.Parallel()
 			b := newSim(t, "dgx-h100", sim.Options{Faults: []sim.Fault{{Kind: "corrupt", Device: 2}}})
+			root := 0
+			if c == coll.Gather { // only the root receives
+				root = 2
+			}
 			s, err := coll.Run(context.Background(), b, coll.Options{
 				Coll: c, Sweep: sweep(t, "1K:64K:x8"), DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum},
-				Root: 0, Iters: 1, Check: 1, Average: 1,
+				Root: root, Iters: 1, Check: 1, Average: 1,
 			})
 			if err != nil {
 				t.Fatal(err)

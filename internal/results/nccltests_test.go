@@ -254,8 +254,8 @@ func TestReadNCCLTestsBad(t *testing.T) {
 		{"redop", ntHeader + strings.Replace(row, "sum", "xor", 1), `x.log: line 2: redop "xor" is not one nccl-tests prints`},
 		{"cpu time", strings.Replace(ntHeader, "time", "cputime", 2) + row, "x.log: line 1: the table reports host CPU times (-C 1), which gpubench does not set against GPU times: rerun without -C (gpubench's --output json of such a run holds both)"},
 		{"one placement", "#  size  count  type  time  algbw  busbw  #wrong\n", "x.log: line 1: a table header with 1 time columns: expected an out-of-place and an in-place one"},
-		{"gather", "# Collective test starting: gather_perf\n" + ntHeader + row,
-			"x.log: line 1: gather_perf measures a collective gpubench does not run (it reads all_reduce_perf, all_gather_perf, reduce_scatter_perf, broadcast_perf, reduce_perf, alltoall_perf, sendrecv_perf)"},
+		{"hypercube", "# Collective test starting: hypercube_perf\n" + ntHeader + row,
+			"x.log: line 1: hypercube_perf measures a collective gpubench does not run (it reads all_reduce_perf, all_gather_perf, reduce_scatter_perf, broadcast_perf, reduce_perf, alltoall_perf, sendrecv_perf, gather_perf, scatter_perf)"},
 		{"ends otherwise", "# Collective test starting: all_reduce_perf\n" + ntHeader + row + "# Collective test concluded: reduce_perf\n", "x.log: line 4: the run of all_reduce_perf (line 1) ends as reduce_perf"},
 		{"bounds", ntHeader + row + "# Out of bounds values : many FAILED\n", `x.log: line 3: out of bounds values "many FAILED" is not a count`},
 		{"twice", "# Collective test concluded: all_reduce_perf\n" + ntHeader + row + row + strings.Replace(row, "   8    ", "  16    ", 1) + row,
@@ -265,7 +265,7 @@ func TestReadNCCLTestsBad(t *testing.T) {
 		{"json version", strings.Replace(jsonDoc, `"version": 3`, `"version": 2`, 1), "x.log: nccl-tests JSON version 2: only version 3 (JSON_FILE_VERSION in nccl-tests' src/util.cu) is read"},
 		{"json nan", strings.Replace(jsonDoc, `"time": 30.310000`, `"time": "nan"`, 1), `x.log: results[0].out_of_place.time: "nan" is not a number from 0 to 1e12`},
 		{"json cpu time", strings.Replace(jsonDoc, `"time": 30.310000`, `"cpu_time": 30.310000`, 1), "x.log: results[0].out_of_place.cpu_time: host CPU times (nccl-tests -C 1) are not set against GPU times: rerun without -C"},
-		{"json program", strings.Replace(jsonDoc, "./build/all_reduce_perf", "./build/hypercube_perf", 1), "x.log: args[0]: hypercube_perf measures a collective gpubench does not run (it reads all_reduce_perf, all_gather_perf, reduce_scatter_perf, broadcast_perf, reduce_perf, alltoall_perf, sendrecv_perf)"},
+		{"json program", strings.Replace(jsonDoc, "./build/all_reduce_perf", "./build/hypercube_perf", 1), "x.log: args[0]: hypercube_perf measures a collective gpubench does not run (it reads all_reduce_perf, all_gather_perf, reduce_scatter_perf, broadcast_perf, reduce_perf, alltoall_perf, sendrecv_perf, gather_perf, scatter_perf)"},
 		{"json nwrong", strings.Replace(jsonDoc, `"nwrong": 0.000000`, `"nwrong": -1.000000`, 1), "x.log: results[0].out_of_place.nwrong: -1.000000 is not a count"},
 	}
 	for _, c := range cases {
