@@ -80,6 +80,7 @@ func FuzzAddressEnv(f *testing.F) {
 	f.Add("", "", false, "123456", "gpu[07-09]", false)
 	f.Add("node1:29500", "0", false, "-7", "a b", true)
 	f.Add("[]", "+1", true, "x", "", true)
+	f.Add("", "1", false, "", "0", true) // empty MASTER_ADDR: the node list names the host
 	f.Fuzz(func(t *testing.T, addr, port string, agent bool, job, nodes string, set bool) {
 		env := map[string]string{"SLURM_JOB_ID": job, "SLURM_STEP_NODELIST": nodes}
 		if set {
@@ -99,7 +100,7 @@ func FuzzAddressEnv(f *testing.F) {
 		if err != nil || host == "" || strings.ContainsAny(host, "[]/ \t\n\r") || n < 1 || n > 65535 {
 			t.Fatalf("MASTER_ADDR %q, MASTER_PORT %q, nodes %q: address %q", addr, port, nodes, got)
 		}
-		if !set {
+		if !set || strings.TrimSpace(addr) == "" { // an empty MASTER_ADDR is no MASTER_ADDR: Slurm's node list names rank 0's host
 			return
 		}
 		if want := strings.Trim(strings.TrimSpace(addr), "[]"); host != want {
