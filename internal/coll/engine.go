@@ -511,12 +511,18 @@ func (r *runner) stop(s *Summary, err error) (*Summary, error) {
 }
 
 // allGather meets the other processes (opt.Group) within the timeout, as a wait for the devices
-// is: a rank that never comes (a stopped process) is a hang, not a wait for ever.
+// is: a rank that never comes (a stopped process) is a hang, not a wait for ever. Rank 0, where
+// the figures meet, knows which ranks it awaits; the others wait gatherGrace longer, so that its
+// word naming them comes first, rather than a word of their own that names no one.
 func (r *runner) allGather(vals []float64) ([][]float64, error) {
 	ctx := r.ctx
 	if r.opt.Timeout > 0 {
+		wait := r.opt.Timeout
+		if r.opt.Rank != 0 {
+			wait += gatherGrace
+		}
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, r.opt.Timeout)
+		ctx, cancel = context.WithTimeout(ctx, wait)
 		defer cancel()
 	}
 	all, err := r.opt.Group.AllGather(ctx, vals)
@@ -527,12 +533,23 @@ func (r *runner) allGather(vals []float64) ([][]float64, error) {
 	return all, err
 }
 
-// sync waits for the devices, within the timeout.
+// gatherGrace is how much longer than the timeout a rank other than 0 waits for rank 0's word,
+// at a gathering of figures or for the devices: rank 0 tells every rank of a hang within a few
+// seconds of its own timeout (the rendezvous's word on a failure may take 2 s: cmd/gpubench's
+// world.close).
+const gatherGrace = 5 * time.Second
+
+// sync waits for the devices, within the timeout (across processes, for ranks other than 0,
+// gatherGrace longer: rank 0 names a rank that does not come, as in allGather).
 func (r *runner) sync() error {
 	ctx := r.ctx
 	if r.opt.Timeout > 0 {
+		wait := r.opt.Timeout
+		if r.opt.Group != nil && r.opt.Rank != 0 {
+			wait += gatherGrace
+		}
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, r.opt.Timeout)
+		ctx, cancel = context.WithTimeout(ctx, wait)
 		defer cancel()
 	}
 	return r.comm.Synchronize(ctx)

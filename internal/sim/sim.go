@@ -59,7 +59,9 @@ type Backend struct {
 	calls  []int           // per device: collectives run
 	peers  map[[2]int]bool // (dev, peer) pairs with peer access enabled
 	hubs   []net.Listener  // exchanges this process serves for communicators spanning processes
-	flaky  []*flakyLink    // flaky-link faults and their count of calls
+	// awaits is, by exchange address, the rank each exchange this process serves awaits (hubWait).
+	awaits map[string]*hubWait
+	flaky  []*flakyLink // flaky-link faults and their count of calls
 	// world is the most ranks of a communicator across processes this process joined (one rank
 	// each), 0 before any: its share of the data cap is DataCap / world, so that a launcher's run
 	// backs the same sizes with data as one process simulating every GPU does.

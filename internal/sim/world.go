@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -48,12 +49,21 @@ func (b *Backend) NewUniqueID() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sim: starting the exchange for a communicator across processes: %w", err)
 	}
+	w := &hubWait{}
 	b.mu.Lock()
 	b.hubs = append(b.hubs, ln)
+	if b.awaits == nil {
+		b.awaits = map[string]*hubWait{}
+	}
+	b.awaits[ln.Addr().String()] = w
 	b.mu.Unlock()
-	go serveHub(ln.(*net.TCPListener))
+	go serveHub(ln.(*net.TCPListener), w)
 	return []byte(idPrefix + ln.Addr().String()), nil
 }
+
+// hubWait is the rank an exchange is waiting for at a meeting, plus one (0: none), so that the
+// rank in the exchange's process, which times out first (coll's gatherGrace), names it.
+type hubWait struct{ rank atomic.Int64 }
 
 // Close stops the exchanges this process serves.
 func (b *Backend) Close() error {
@@ -86,6 +96,9 @@ func (b *Backend) JoinComm(ctx context.Context, id []byte, size, rank, dev int) 
 		return nil, fmt.Errorf("sim: joining the exchange at %s: %w", addr, err)
 	}
 	j := &joined{rank: rank, conn: conn, enc: gob.NewEncoder(conn)}
+	b.mu.Lock()
+	j.await = b.awaits[addr] // nil unless this process serves the exchange
+	b.mu.Unlock()
 	j.dec = gob.NewDecoder(countReader{conn, &j.received})
 	conn.SetDeadline(time.Now().Add(joinWait))
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
@@ -196,6 +209,7 @@ type joined struct {
 	pending  []*call    // enqueued, run at Synchronize
 	deferred []wireCall // timing-only calls run since the last meeting, for the exchange to check
 	recorded *[]*call   // non-nil while capturing a graph
+	await    *hubWait   // the exchange's, when this process serves it
 }
 
 // call is one enqueued call: what the exchange gets of it, and how to run it once the exchange
@@ -276,7 +290,13 @@ func (j *joined) Synchronize(ctx context.Context) error {
 		var err error
 		if outs, err = j.exchange(batch); err != nil {
 			if ctx.Err() != nil {
-				err = &gpu.HangError{Err: ctx.Err()}
+				hang := &gpu.HangError{Err: ctx.Err()}
+				if j.await != nil {
+					if r := j.await.rank.Load(); r > 0 {
+						hang.Ranks = []int{int(r - 1)} // the rank the exchange still awaits
+					}
+				}
+				err = hang
 			}
 			j.broken = err
 			return err
@@ -547,7 +567,7 @@ func (j *joined) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 // every rank's batch of calls; it runs each call's data movement and hands every rank its own
 // outputs. A rank that leaves or disagrees ends it, with an error naming that rank sent to the
 // others.
-func serveHub(ln *net.TCPListener) {
+func serveHub(ln *net.TCPListener, await *hubWait) {
 	defer ln.Close()
 	ln.SetDeadline(time.Now().Add(joinWait))
 	var members []*member
@@ -604,6 +624,7 @@ func serveHub(ln *net.TCPListener) {
 	for {
 		batches := make([]wireBatch, size)
 		for _, m := range members {
+			await.rank.Store(int64(m.rank) + 1)
 			b, ok := <-m.calls
 			if !ok {
 				// At the end every rank closes the communicator after its last reply, and none
@@ -621,6 +642,7 @@ func serveHub(ln *net.TCPListener) {
 			}
 			batches[m.rank] = b
 		}
+		await.rank.Store(0)
 		replies, err := outputs(batches)
 		if err != nil {
 			fail(members, err.Error())
