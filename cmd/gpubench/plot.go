@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -160,37 +161,37 @@ func checkOutFile(flag, path string, inputs ...string) error {
 }
 
 // writeAtomic writes data to path through a temporary file in the same folder, so that a failure
-// leaves no half-written file. As a shell's redirect does, it follows a link to the file it
-// names, and writes through what is not a regular file (-o /dev/null): renaming over a device
-// would replace it for every process of the machine. A file it replaces keeps its permissions.
+// leaves no half-written file. As a shell's redirect does, it writes through what is not a
+// regular file (-o /dev/null, /dev/stdout: renaming over a device would replace it for every
+// process of the machine) and follows links to the file they name, existing or not. A file it
+// replaces keeps its permissions.
 func writeAtomic(path string, data []byte) error {
-	for range 40 { // a link to a file that does not exist yet names that file, as for a redirect
-		st, err := os.Lstat(path)
-		if err != nil || st.Mode()&os.ModeSymlink == 0 {
-			break
-		}
-		to, err := os.Readlink(path)
+	st, err := os.Stat(path)
+	switch {
+	case err == nil && (!st.Mode().IsRegular() || strings.HasPrefix(path, "/dev/") || strings.HasPrefix(path, "/proc/")):
+		// /dev/stdout redirected to a file is that file's open descriptor: written through too
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
 		if err != nil {
 			return err
 		}
-		if !filepath.IsAbs(to) {
-			to = filepath.Join(filepath.Dir(path), to)
+		if _, err := f.Write(data); err != nil {
+			f.Close()
+			return err
 		}
-		path = to
+		return f.Close()
+	case err == nil:
+		if path, err = filepath.EvalSymlinks(path); err != nil {
+			return err
+		}
+	case errors.Is(err, fs.ErrNotExist):
+		if path, err = newFile(path); err != nil {
+			return err
+		}
+	default:
+		return err // a loop of links, a folder that cannot be read
 	}
 	mode := os.FileMode(0o644)
-	if st, err := os.Stat(path); err == nil {
-		if !st.Mode().IsRegular() {
-			f, err := os.OpenFile(path, os.O_WRONLY, 0)
-			if err != nil {
-				return err
-			}
-			if _, err := f.Write(data); err != nil {
-				f.Close()
-				return err
-			}
-			return f.Close()
-		}
+	if st != nil {
 		mode = st.Mode().Perm()
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
@@ -213,4 +214,29 @@ func writeAtomic(path string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// newFile is the file a path that does not exist yet names: the path, or where the links it
+// passes through lead, each resolved from its folder's real place.
+func newFile(path string) (string, error) {
+	for range 40 {
+		dir, err := filepath.EvalSymlinks(filepath.Dir(path))
+		if err != nil {
+			return "", err
+		}
+		path = filepath.Join(dir, filepath.Base(path))
+		st, err := os.Lstat(path)
+		if err != nil || st.Mode()&os.ModeSymlink == 0 {
+			return path, nil // a new file
+		}
+		to, err := os.Readlink(path)
+		if err != nil {
+			return "", err
+		}
+		if !filepath.IsAbs(to) {
+			to = filepath.Join(dir, to)
+		}
+		path = to
+	}
+	return "", fmt.Errorf("%s: too many links", path)
 }

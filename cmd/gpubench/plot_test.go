@@ -283,6 +283,32 @@ func TestWriteAtomicKeepsWhatThePathIs(t *testing.T) {
 	if st, err := os.Stat(target); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("the replaced file's mode is %v, was 0600", st.Mode().Perm())
 	}
+
+	// A link to a file not made yet, reached through a folder that is itself a link, names the
+	// file beside the link's real folder (d -> a/b, a/b/f -> ../x.json: a/x.json), as the kernel
+	// resolves it; a loop of links is refused, and left as it is.
+	if err := os.MkdirAll(filepath.Join(dir, "a/b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if os.Symlink("a/b", filepath.Join(dir, "d")) != nil || os.Symlink("../x.json", filepath.Join(dir, "a/b/f")) != nil ||
+		os.Symlink("l2", filepath.Join(dir, "l1")) != nil || os.Symlink("l1", filepath.Join(dir, "l2")) != nil {
+		t.Fatal("links")
+	}
+	if err := writeAtomic(filepath.Join(dir, "d/f"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(filepath.Join(dir, "a/x.json")); err != nil || string(data) != "x" {
+		t.Errorf("a/x.json holds %q, %v", data, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "x.json")); err == nil {
+		t.Error("wrote x.json beside d, not beside a/b")
+	}
+	if err := writeAtomic(filepath.Join(dir, "l1"), []byte("x")); err == nil {
+		t.Error("a loop of links was written")
+	}
+	if st, err := os.Lstat(filepath.Join(dir, "l1")); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the loop's link was replaced: %v", err)
+	}
 }
 
 // A collective's --out naming its own topology file is refused before anything runs, as other
