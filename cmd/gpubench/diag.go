@@ -66,6 +66,9 @@ func (f *diagFlags) run(cmd *cobra.Command, e *env, g *globals, read func(string
 	if g.backend == "sim" && cmd.Flags().Changed("nvml-lib") {
 		return usageErr("--nvml-lib reads a real machine's GPUs: drop it, or drop --backend sim")
 	}
+	if err := g.noLibsForSim(); err != nil {
+		return err
+	}
 	if err := refuseBlindFaults(g.faults, map[string]string{"xid": "diag reads no XID events (burnin does)"},
 		"hang, corrupt, slow-link, slow-nic, slow-node or flaky-link"); err != nil {
 		return err
@@ -78,7 +81,7 @@ func (f *diagFlags) run(cmd *cobra.Command, e *env, g *globals, read func(string
 			// (nccl-names) and runs its other checks: the flags are checked without them.
 			if b, _, err = g.openSimEnv(nil); err == nil {
 				b.Close()
-				b, opt.BackendErr = nil, fmt.Errorf("the simulator refuses the NCCL variables: %w", envErr)
+				b, opt.BackendErr, opt.SimEnvErr = nil, fmt.Errorf("the simulator refuses the NCCL variables: %w", envErr), envErr
 			}
 		}
 		if err != nil {

@@ -120,6 +120,7 @@ func TestDiagUsage(t *testing.T) {
 		{[]string{"--nvml-lib", "/x.so", "--backend", "sim"}, "--nvml-lib reads a real machine's GPUs: drop it, or drop --backend sim"},
 		{[]string{"--backend", "gpu"}, "unknown --backend \"gpu\" for diag: use auto or cuda or sim"},
 		{[]string{"extra", "--backend", "sim"}, "diag takes no arguments, and was given \"extra\""},
+		{[]string{"--backend", "sim", "--nccl-lib", "x.so"}, "--nccl-lib does not apply to --backend sim, which loads no library: drop it, or use --backend cuda"},
 	} {
 		out, errOut, code := gpubench(t, append([]string{"diag"}, c.args...)...)
 		if code != exitUsage || out != "" || !strings.Contains(errOut, c.want) || strings.Count(errOut, "\n") != 1 {

@@ -94,9 +94,19 @@ func checkNCCLNames(f *Facts) Result {
 			}
 		}
 	}
-	if bad := badNCCLValues(f.env); len(bad) > 0 {
-		r := fail("correct or unset them (docs/model.md, \"Environment\"): gpubench's simulator, explain and plan refuse them",
-			"NCCL values gpubench cannot read: "+strings.Join(bad, "; ")).with("bad_values", bad)
+	bad := badNCCLValues(f.env)
+	if len(bad) == 0 && f.opt.SimEnvErr != nil {
+		bad = []string{strings.TrimPrefix(f.opt.SimEnvErr.Error(), "sim: ")}
+	}
+	if len(bad) > 0 {
+		// On the simulator nothing runs with them; on real GPUs NCCL may clamp or ignore what
+		// gpubench's model refuses, so there it is a warning.
+		judge := warn
+		remedy := "correct or unset them (docs/model.md, \"Environment\"): gpubench's simulator, explain and plan refuse them, and NCCL may clamp or ignore them"
+		if f.sim {
+			judge, remedy = fail, "correct or unset them (docs/model.md, \"Environment\"): the simulator, explain and plan refuse them"
+		}
+		r := judge(remedy, "NCCL values gpubench cannot read: "+strings.Join(bad, "; ")).with("bad_values", bad)
 		if len(typos) > 0 {
 			r.Finding += "; unknown NCCL variables: " + list(typos)
 			r.Remedy += ", and rename the unknown variables"

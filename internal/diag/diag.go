@@ -72,6 +72,9 @@ type Options struct {
 	// nil, BackendErr says why, and those checks skip.
 	Backend    gpu.Backend
 	BackendErr error
+	// SimEnvErr is the simulator's refusal of the NCCL_* variables where it goes beyond their
+	// values alone (NCCL_IB_HCA naming no NIC of the topology), on --backend sim.
+	SimEnvErr error
 	// Nominal gives the data checks their nominal figures: the simulator's topology, or the real
 	// machine's as topo records it; nil when unknown.
 	Nominal *gpu.Topology
