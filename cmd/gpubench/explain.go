@@ -44,6 +44,9 @@ func newExplainCmd(e *env, g *globals) *cobra.Command {
 			if len(args) != 1 {
 				return usageErr("explain takes one collective (%s), e.g. gpubench explain allreduce --size 1G", strings.Join(sim.ExplainCollectives, ", "))
 			}
+			if args[0] == "gather" || args[0] == "scatter" {
+				return usageErr("explain follows NCCL's tuner, which has no %s (a group of sends and receives that nccl-tests times): gpubench %s --backend sim gives the simulated times", args[0], args[0])
+			}
 			return nil
 		},
 		ValidArgs: sim.ExplainCollectives,

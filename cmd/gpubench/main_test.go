@@ -218,6 +218,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"allgather", "-o", "out.json"}, "invalid -o"},
 		{[]string{"allreduce", "--sim-fault", "hang=8"}, "invalid --sim-fault hang=8: topology dgx-h100 has devices 0-7"},
 		{[]string{"help", "garbage"}, `no help topic "garbage": gpubench --help lists the commands`},
+		{[]string{"explain", "gather", "--size", "1M"}, "explain follows NCCL's tuner, which has no gather"},
 		{[]string{"allreduce", "--sim-fault", "xid=9"}, "invalid --sim-fault xid=9: topology dgx-h100 has devices 0-7"}, // as written, not xid=9:79
 	}
 	for _, c := range cases {
@@ -387,5 +388,14 @@ func TestCSVCutSweepNotice(t *testing.T) {
 	}
 	if _, errOut, code = gpubench(t, args...); code != 0 || errOut != "" {
 		t.Errorf("table: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// gpubench help COMMAND prints the command's help as --help does, its -h flag included.
+func TestHelpCommand(t *testing.T) {
+	t.Parallel()
+	out, errOut, code := gpubench(t, "help", "version")
+	if code != 0 || errOut != "" || !strings.Contains(out, "-h, --help") || !strings.HasPrefix(out, "Print gpubench's version") {
+		t.Errorf("exit %d, stderr %q, stdout:\n%s", code, errOut, out)
 	}
 }

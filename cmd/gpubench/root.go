@@ -95,6 +95,7 @@ func newRootCmd(e *env) *cobra.Command {
 			if cmd == nil || err != nil { // cobra's own help says so on stdout and exits 0
 				return usageErr("no help topic %q: gpubench --help lists the commands", strings.Join(args, " "))
 			}
+			cmd.InitDefaultHelpFlag() // as cobra's own help does, so that -h is listed
 			return cmd.Help()
 		},
 	})
