@@ -634,7 +634,8 @@ func nodeFigure(n Node, c string) *Figure {
 }
 
 // wiring is what a node's own tests depend on, for the node of GPU g: its parts and links,
-// without its name (or the UUIDs that tell one machine's GPUs from another's), so that the nodes
+// without its name or what tells one machine's GPUs from another's (UUIDs, bus ids, the facts
+// gpubench topo records and the simulator does not use: docs/topology.md), so that the nodes
 // of one template share their expected figures and nodes wired otherwise (another GPU, another
 // PCIe or NVLink layout) have their own.
 func (f *fleet) wiring(g int) string {
@@ -642,8 +643,9 @@ func (f *fleet) wiring(g int) string {
 	body := *n
 	body.Hostname, body.Template, body.Count = "", "", 0
 	body.GPUs = slices.Clone(n.GPUs)
-	for i := range body.GPUs {
-		body.GPUs[i].UUID = ""
+	for i, g := range body.GPUs { // what one machine's GPUs do not share with another's
+		body.GPUs[i] = gpu.GPU{ID: g.ID, Name: g.Name, MemoryBytes: g.MemoryBytes, MemoryGBs: g.MemoryGBs,
+			ComputeCapability: g.ComputeCapability, NUMANode: g.NUMANode, NIC: g.NIC}
 	}
 	key, _ := json.Marshal(body)
 	return "node " + string(key)
