@@ -119,6 +119,18 @@ func startRanksWith(t *testing.T, ctx context.Context, size int, extraEnv []stri
 	}
 }
 
+// firstRow waits until rank 0 has printed a row (its stdout holds marker, the redop column's).
+func firstRow(t *testing.T, rank0 *rankProcess, marker string) {
+	t.Helper()
+	for !strings.Contains(rank0.stdout.String(), marker) {
+		select {
+		case <-rank0.done:
+			t.Fatalf("rank 0 ended before its first row: exit %d, %s", rank0.code, rank0.stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // listening waits until rank 0 answers at port as gpubench does, or has exited.
 func listening(port string, rank0 *rankProcess) bool {
 	for {
@@ -196,13 +208,7 @@ func TestKilledRankIsNamedByTheOthers(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			ps := startRanks(t, ctx, 4, nil, "sendrecv", "--backend", "sim", "--sizes", "8B:1M", "-n", "2000", "-w", "0", "-c", "0")
-			for !strings.Contains(ps[0].stdout.String(), "    none  ") {
-				select {
-				case <-ps[0].done:
-					t.Fatalf("rank 0 ended before its first row: exit %d, %s", ps[0].code, ps[0].stderr.String())
-				case <-time.After(50 * time.Millisecond):
-				}
-			}
+			firstRow(t, ps[0], "    none  ")
 			if err := ps[victim].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
@@ -235,13 +241,7 @@ func TestSignalStopsEveryRank(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			ps := startRanks(t, ctx, 4, nil, "allreduce", "--backend", "sim", "--sizes", "8B:1M", "-n", "5000", "-w", "0", "-c", "0")
-			for !strings.Contains(ps[0].stdout.String(), "     sum  ") {
-				select {
-				case <-ps[0].done:
-					t.Fatalf("rank 0 ended before its first row: exit %d, %s", ps[0].code, ps[0].stderr.String())
-				case <-time.After(50 * time.Millisecond):
-				}
-			}
+			firstRow(t, ps[0], "     sum  ")
 			for rank, p := range ps {
 				if c.target < 0 || rank == c.target {
 					if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
@@ -290,13 +290,7 @@ func TestStoppedRankIsAHang(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ps := startRanks(t, ctx, 4, nil, "allreduce", "--backend", "sim", "--sizes", "1M:4G:+1M", "-n", "20", "-w", "0", "--sim-data-cap", "0", "-T", "2")
-	for !strings.Contains(ps[0].stdout.String(), "     sum  ") {
-		select {
-		case <-ps[0].done:
-			t.Fatalf("rank 0 ended before its first row: exit %d, %s", ps[0].code, ps[0].stderr.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	firstRow(t, ps[0], "     sum  ")
 	if err := ps[2].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}

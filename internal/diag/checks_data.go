@@ -34,33 +34,8 @@ const (
 	dataTimeout    = 30 * time.Second
 )
 
-// The sizes the data checks check data at when the measured sizes carried none: the simulator
-// backs only --sim-data-cap bytes of device memory (8 MiB by default) with data, and copies and
-// all-reduces past it are timed without data. gpubench fleet checks its all-reduces at 256 KiB
-// for the same reason; diag halves that until every GPU's two buffers fit, down to 1 KiB.
-const (
-	checkBytes    = 256 << 10
-	minCheckBytes = 1 << 10
-)
-
 // notChecked is the finding's note when no data could be checked at any size.
 const notChecked = "data not checked: the simulator backs too little device memory with data (--sim-data-cap)"
-
-// checkSize is the size at which n GPUs' two buffers each (source and destination, or send and
-// receive) fit in the backend's data cap: checkBytes, halved until they fit; 0 when not even
-// minCheckBytes does. A backend without a data cap (a real one) holds data at every size.
-func checkSize(b gpu.Backend, n int) int64 {
-	c, ok := b.(interface{ DataCap() int64 })
-	if !ok {
-		return checkBytes
-	}
-	for size := int64(checkBytes); size >= minCheckBytes; size /= 2 {
-		if int64(2*n)*size <= c.DataCap() {
-			return size
-		}
-	}
-	return 0
-}
 
 // dataSkip is the result of a data check without a backend.
 func (f *Facts) dataSkip() (Result, bool) {
@@ -250,7 +225,7 @@ func checkP2PBandwidth(f *Facts) Result {
 // data for, and checks the copies: for when the measured copies carried none. It returns that
 // run, or nil and why no data was checked.
 func checkP2PData(f *Facts, b p2p.Backend, n int) (*p2p.Result, string, error) {
-	size := checkSize(b, n)
+	size := coll.CheckSize(b, n)
 	if size == 0 {
 		return nil, notChecked, nil
 	}
@@ -353,7 +328,7 @@ func expectedAllReduce(f *Facts, idx []int) float64 {
 // backend holds data for, checked: for when the measured size carried none. It returns that run,
 // or nil and why no data was checked.
 func checkAllReduceData(f *Facts, b gpu.Backend, n int) (*coll.Summary, string, error) {
-	size := checkSize(b, n)
+	size := coll.CheckSize(b, n)
 	if size == 0 {
 		return nil, notChecked, nil
 	}

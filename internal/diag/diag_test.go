@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpubench/gpubench/internal/coll"
 	"github.com/gpubench/gpubench/internal/gpu"
 	"github.com/gpubench/gpubench/internal/sim"
 	"github.com/gpubench/gpubench/internal/topo"
@@ -446,8 +447,8 @@ func TestCheckSize(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := checkSize(b, c.n); got != c.want {
-			t.Errorf("checkSize(cap %d, %d GPUs) = %d; want %d", c.cap, c.n, got, c.want)
+		if got := coll.CheckSize(b, c.n); got != c.want {
+			t.Errorf("CheckSize(cap %d, %d GPUs) = %d; want %d", c.cap, c.n, got, c.want)
 		}
 	}
 }

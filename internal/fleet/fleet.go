@@ -150,14 +150,9 @@ func (r *Report) Healthy() bool {
 	return len(r.Suspects) == 0
 }
 
-// The sizes tested by default: large enough that bandwidth sets the time; and the size whose
-// data each node's collectives check (a simulator backs little memory), halved as diag does
-// until the GPUs' buffers fit in the simulator's data cap, down to minCheckBytes.
-const (
-	defaultBytes  = 256 << 20
-	checkBytes    = 256 << 10
-	minCheckBytes = 1 << 10
-)
+// The size tested by default: large enough that bandwidth sets the time. Each node's data is
+// checked at coll.CheckSize, as diag checks it (a simulator backs little memory).
+const defaultBytes = 256 << 20
 
 type fleet struct {
 	ctx       context.Context
@@ -308,7 +303,7 @@ func (f *fleet) report() (*Report, error) {
 			hosts = fmt.Sprintf("%s and %d others", strings.Join(unchecked[:8], ", "), len(unchecked)-8)
 		}
 		f.rep.NotTested = append(f.rep.NotTested, fmt.Sprintf("the GPUs' data on %s (their collectives carried none even at %s: the simulator's --sim-data-cap is too small; raise it)",
-			hosts, coll.FormatSize(minCheckBytes)))
+			hosts, coll.FormatSize(coll.MinCheckBytes)))
 	}
 	return f.rep, f.ctx.Err()
 }
@@ -417,12 +412,12 @@ type outcome struct {
 
 func (o outcome) failed() bool { return o.hang != nil || o.err != nil || len(o.wrong) > 0 }
 
-// run times collective c over the GPUs ords on b at size bytes, checking data at checkSize first
+// run times collective c over the GPUs ords on b at size bytes, checking data at coll.CheckSize first
 // when check is set.
 func (f *fleet) run(b gpu.Backend, c *coll.Collective, ords []int, bytes int64, check bool) outcome {
 	f.rep.Tests++
 	w := coll.Sweep{Min: bytes, Max: bytes}
-	if size := checkSize(b, len(ords)); check && size > 0 && size < bytes {
+	if size := coll.CheckSize(b, len(ords)); check && size > 0 && size < bytes {
 		w = coll.Sweep{Min: size, Max: bytes, Step: bytes - size} // these two sizes alone
 	}
 	s, err := coll.Run(f.ctx, b, coll.Options{Coll: c, Sweep: w, DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum},
@@ -450,22 +445,6 @@ func (f *fleet) run(b gpu.Backend, c *coll.Collective, ords []int, bytes int64, 
 		}
 	}
 	return o
-}
-
-// checkSize is the size at which n GPUs' two buffers each fit in what the backend backs with
-// data (the simulator's data cap): checkBytes, halved until they fit; 0 when not even
-// minCheckBytes does. A backend without a data cap (real GPUs) holds data at every size.
-func checkSize(b gpu.Backend, n int) int64 {
-	c, ok := b.(interface{ DataCap() int64 })
-	if !ok {
-		return checkBytes
-	}
-	for size := int64(checkBytes); size >= minCheckBytes; size /= 2 {
-		if int64(2*n)*size <= c.DataCap() {
-			return size
-		}
-	}
-	return 0
 }
 
 // expect is the busbw the fault-free machine reaches for the same test, once per key.
