@@ -156,8 +156,9 @@ func wrongPlacements(c *Coll) int {
 // Regressions is the number of lines judged a regression.
 func (c *Comparison) Regressions() int { return c.Counts[Regression] }
 
-// Wrong is the number of lines where NEW delivered wrong data.
-func (c *Comparison) Wrong() int { return c.Counts[WrongData] }
+// Wrong is the number of NEW's row placements that delivered wrong data (each may be set against
+// several of OLD's, one per cycle, as several lines).
+func (c *Comparison) Wrong() int { return wrongPlacements(c.New.Coll) }
 
 func where(c *Coll) string {
 	if c.Topology != "" {

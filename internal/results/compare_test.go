@@ -127,6 +127,12 @@ func TestCompareWrongData(t *testing.T) {
 	if c, _ = Compare(mk(5, 1024), mk(0, 1024), 0.05); c.Wrong() != 0 || !strings.Contains(strings.Join(c.Notes, "; "), "OLD delivered wrong data in 1 row placement:") {
 		t.Errorf("OLD wrong: counts %v, notes %q", c.Counts, c.Notes)
 	}
+	// Against an OLD of two cycles (-N 2) a wrong NEW placement is two lines, and one placement.
+	cycles := mk(0, 1024, 1024)
+	cycles.Coll.Results[0].Cycle, cycles.Coll.Results[1].Cycle = 1, 2
+	if c, _ = Compare(cycles, mk(5, 1024), 0.05); c.Counts[WrongData] != 2 || c.Wrong() != 1 {
+		t.Errorf("OLD of two cycles: counts %v, %d placements wrong; want 2 lines, 1 placement", c.Counts, c.Wrong())
+	}
 }
 
 // A move of exactly the threshold is within it, though 95 / 100 - 1 is a little below -0.05.

@@ -205,7 +205,7 @@ type jsonCompare struct {
 	Old         jsonFileInfo     `json:"old"`
 	Comparisons []jsonComparison `json:"comparisons"`
 	Regressions int              `json:"regressions"`
-	WrongData   int              `json:"wrong_data"` // lines where NEW delivered wrong data
+	WrongData   int              `json:"wrong_data"` // row placements where NEW delivered wrong data
 }
 
 type jsonFileInfo struct {
