@@ -11,7 +11,7 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commitID=$(COMMIT) -extldflags=-Wl
 # A count of executions, not a duration: Go 1.26's fuzz coordinator can fail a target with "context
 # deadline exceeded" when a -fuzztime duration ends while a starved worker is mid-call
 # (go.dev/issue/75804, fixed in Go 1.27); a count has no deadline to race.
-FUZZTIME ?= 30000x
+FUZZTIME ?= 20000x
 # Shrinking each input that finds new code takes up to 60 s by default: on a fresh machine, whose
 # fuzz cache is empty, FuzzSimulate (whose every input runs the simulator) spent a minute there.
 # A count bounds it the same way FUZZTIME bounds the run.
