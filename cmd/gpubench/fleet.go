@@ -924,8 +924,8 @@ func (x *crossing) backend(rail int) (gpu.Backend, error) {
 		return x.real, nil
 	}
 	env := ncclEnv()
-	if rail >= 0 && x.topo.NICOf(x.nodes[0][rail]) != "" {
-		env["NCCL_IB_HCA"] = "=" + x.topo.NICOf(x.nodes[0][rail])
+	if hca := fleet.RailHCA(x.topo, x.nodes, rail); rail >= 0 && hca != "" {
+		env["NCCL_IB_HCA"] = hca
 	}
 	capBytes, _ := parseCap(x.g.dataCap)
 	var faults []sim.Fault

@@ -833,7 +833,10 @@ func (f *fleet) railRound() error {
 			f.rep.Rails = append(f.rep.Rails, Rail{Rail: k, NIC: nic, Status: Untested, Why: "one NVLink domain"})
 			continue
 		}
-		env := map[string]string{"NCCL_IB_HCA": "=" + nic}
+		env := map[string]string{"NCCL_IB_HCA": RailHCA(f.topo, f.nodes, k)}
+		if names := strings.TrimPrefix(env["NCCL_IB_HCA"], "="); names != nic {
+			nic = names // nodes of several kinds, whose rail-k NICs are named apart
+		}
 		twin, err := f.opt.Open(env, true)
 		if err != nil {
 			return err
@@ -847,7 +850,7 @@ func (f *fleet) railRound() error {
 		}
 		var set []int
 		for _, n := range base {
-			if f.rep.Nodes[n].Status != Failed {
+			if f.rep.Nodes[n].Status != Failed && k < len(f.nodes[n]) && f.topo.NICOf(f.nodes[n][k]) != "" { // a node with a GPU on the rail
 				set = append(set, n)
 			}
 		}
@@ -901,6 +904,24 @@ func (v *verdict) status() Status {
 		return Failed
 	}
 	return Degraded
+}
+
+// RailHCA is the NCCL_IB_HCA that pins rail k's tests to its NIC on every node: the NIC of each
+// node's k-th GPU, by exact name, all of them where nodes of several kinds name theirs apart
+// ("=mlx5_4,mlx5_10"); "" where no node's k-th GPU has a NIC.
+func RailHCA(t *gpu.Topology, nodes [][]int, k int) string {
+	var names []string
+	for _, gpus := range nodes {
+		if k >= 0 && k < len(gpus) {
+			if nic := t.NICOf(gpus[k]); nic != "" && !slices.Contains(names, nic) {
+				names = append(names, nic)
+			}
+		}
+	}
+	if names == nil {
+		return ""
+	}
+	return "=" + strings.Join(names, ",")
 }
 
 // crossTest is a test across nodes: an all-reduce over GPU rail of each node (-1: every GPU of
@@ -1053,6 +1074,10 @@ func (f *fleet) name(found []finding, what string, s Suspect, prefix, short, fai
 			}
 		case st == Failed:
 			mark = prefix + failed
+		}
+		if s.Kind == "nic" && s.Rail != nil && !x.hung { // the node's own NIC of the rail, where kinds of node name theirs apart
+			own := f.topo.NICOf(f.nodes[x.node][*s.Rail])
+			named.NIC, mark = own, strings.Replace(mark, "NIC "+s.NIC+" ", "NIC "+own+" ", 1)
 		}
 		f.bad[x.node] = true
 		f.markNode(x.node, st, mark)

@@ -519,6 +519,53 @@ func TestMixedNodes(t *testing.T) {
 	}
 }
 
+// Nodes of kinds whose rails' NICs are named apart (a DGX H100's GPU 4 leaves by mlx5_4, an L40S
+// box's by mlx5_2, which it shares with GPU 5) are tested on every rail, each node through its own
+// NIC of the rail, and a slow NIC is named by the node's own name for it.
+func TestMixedNodesRailNICs(t *testing.T) {
+	kinds := map[string]gpu.Node{}
+	for name, preset := range map[string]string{"h": "dgx-h100", "l": "pcie-l40s-8"} {
+		topo, err := sim.LoadTopology(preset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := topo.Nodes[0]
+		n.Hostname = ""
+		kinds[name] = n
+	}
+	mixed := &gpu.Topology{Format: "gpubench-topology/2", Name: "mixed", Network: &gpu.Network{Kind: "infiniband"}, Templates: kinds,
+		Nodes: []gpu.Node{{Hostname: "h{i}", Template: "h", Count: 2}, {Hostname: "l{i}", Template: "l", Count: 2}}}
+	data, err := json.Marshal(mixed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func(env map[string]string, expected bool) (gpu.Backend, error) {
+		topo, err := gpu.ParseTopology(data)
+		if err != nil {
+			return nil, err
+		}
+		opt := sim.Options{Env: env}
+		if !expected {
+			opt.Faults = []sim.Fault{{Kind: "slow-nic", A: "l1/mlx5_2", Factor: 0.3}}
+		}
+		return sim.New(topo, opt)
+	}
+	rep, err := Run(context.Background(), Options{Open: open, Floor: 0.75, Repeat: 1, Group: 16, Bytes: 64 << 20, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var named []string
+	for _, s := range rep.Suspects {
+		named = append(named, fmt.Sprintf("%s %s %s rail %d", s.Kind, s.Host, s.NIC, *s.Rail))
+	}
+	if want := []string{"nic l1 mlx5_2 rail 4", "nic l1 mlx5_2 rail 5"}; !slices.Equal(named, want) || len(rep.Rails) != 8 {
+		t.Errorf("suspects %q, %d rails; want %q of 8", named, len(rep.Rails), want)
+	}
+	if r := rep.Rails[4]; r.NIC != "mlx5_4,mlx5_2" || r.Status != Degraded {
+		t.Errorf("rail 4: %+v; want mlx5_4,mlx5_2 degraded", r)
+	}
+}
+
 // A node's collectives check their data at a size the simulator's data cap holds: a GPU that
 // corrupts what it receives is named with a cap too small for 256 KiB a GPU; where not even
 // 1 KiB fits, the nodes' data is listed as not tested, never passed over.
