@@ -140,19 +140,19 @@ func (g *globals) openColl(e *env) (gpu.Backend, int64, error) {
 	}
 	if g.backend != "sim" {
 		cb, err := cuda.Open(g.cudaLib)
-		named := g.namedLibs(true, false) // the library that failed, where a flag named it
+		failed := g.namedLibs(true, false) // the library that failed, where a flag named it
 		var b *nccl.Backend
 		if err == nil {
 			b, err = nccl.Open(cb, g.ncclLib)
-			named = g.namedLibs(false, true)
+			failed = g.namedLibs(false, true)
 		}
 		if err == nil {
 			return b, 0, nil
 		}
-		if asked := g.namedLibs(true, true); named == "" && asked != "" {
+		if asked := g.namedLibs(true, true); failed == "" && asked != "" {
 			return nil, 0, &exitError{code: exitNoGPU, err: fmt.Errorf("%s asks for the real GPUs, which did not open: %w", asked, err)}
 		}
-		if err := g.noRealGPU(e, err, named); err != nil {
+		if err := g.noRealGPU(e, err, failed); err != nil {
 			return nil, 0, err
 		}
 	}

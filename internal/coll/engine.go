@@ -511,20 +511,10 @@ func (r *runner) stop(s *Summary, err error) (*Summary, error) {
 }
 
 // allGather meets the other processes (opt.Group) within the timeout, as a wait for the devices
-// is: a rank that never comes (a stopped process) is a hang, not a wait for ever. Rank 0, where
-// the figures meet, knows which ranks it awaits; the others wait gatherGrace longer, so that its
-// word naming them comes first, rather than a word of their own that names no one.
+// is: a rank that never comes (a stopped process) is a hang, not a wait for ever.
 func (r *runner) allGather(vals []float64) ([][]float64, error) {
-	ctx := r.ctx
-	if r.opt.Timeout > 0 {
-		wait := r.opt.Timeout
-		if r.opt.Rank != 0 {
-			wait += gatherGrace
-		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, wait)
-		defer cancel()
-	}
+	ctx, cancel := r.within()
+	defer cancel()
 	all, err := r.opt.Group.AllGather(ctx, vals)
 	var hang *gpu.HangError
 	if err != nil && errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &hang) {
@@ -533,27 +523,32 @@ func (r *runner) allGather(vals []float64) ([][]float64, error) {
 	return all, err
 }
 
-// gatherGrace is how much longer than the timeout a rank other than 0 waits for rank 0's word,
-// at a gathering of figures or for the devices: rank 0 tells every rank of a hang within a few
-// seconds of its own timeout (the rendezvous's word on a failure may take 2 s: cmd/gpubench's
-// world.close).
-const gatherGrace = 5 * time.Second
-
-// sync waits for the devices, within the timeout (across processes, for ranks other than 0,
-// gatherGrace longer: rank 0 names a rank that does not come, as in allGather).
+// sync waits for the devices, within the timeout.
 func (r *runner) sync() error {
-	ctx := r.ctx
-	if r.opt.Timeout > 0 {
-		wait := r.opt.Timeout
-		if r.opt.Group != nil && r.opt.Rank != 0 {
-			wait += gatherGrace
-		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, wait)
-		defer cancel()
-	}
+	ctx, cancel := r.within()
+	defer cancel()
 	return r.comm.Synchronize(ctx)
 }
+
+// within is the run's context bounded by the timeout for a wait on the devices or the other
+// processes (none without one). Across processes a rank other than 0 waits gatherGrace longer:
+// rank 0, where the figures meet, knows which ranks it awaits, and its word naming them comes
+// first, rather than a word of the rank's own that names no one.
+func (r *runner) within() (context.Context, context.CancelFunc) {
+	if r.opt.Timeout <= 0 {
+		return r.ctx, func() {}
+	}
+	wait := r.opt.Timeout
+	if r.opt.Group != nil && r.opt.Rank != 0 {
+		wait += gatherGrace
+	}
+	return context.WithTimeout(r.ctx, wait)
+}
+
+// gatherGrace is how much longer than the timeout a rank other than 0 waits for rank 0's word:
+// rank 0 tells every rank of a hang within a few seconds of its own timeout (the rendezvous's
+// word on a failure may take 2 s: cmd/gpubench's world.close).
+const gatherGrace = 5 * time.Second
 
 // buffers is one placement's device memory: each rank's send and receive buffer, and the places
 // the timed iterations move through in turn (turn), the first of which is send and recv.

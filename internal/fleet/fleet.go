@@ -834,9 +834,7 @@ func (f *fleet) railRound() error {
 			continue
 		}
 		env := map[string]string{"NCCL_IB_HCA": RailHCA(f.topo, f.nodes, k)}
-		if names := strings.TrimPrefix(env["NCCL_IB_HCA"], "="); names != nic {
-			nic = names // nodes of several kinds, whose rail-k NICs are named apart
-		}
+		nic = strings.TrimPrefix(env["NCCL_IB_HCA"], "=") // every kind of node's name for it
 		twin, err := f.opt.Open(env, true)
 		if err != nil {
 			return err
@@ -876,8 +874,7 @@ func (f *fleet) railRound() error {
 				rail.Untested = append(rail.Untested, host)
 			}
 		}
-		f.name(found, what, Suspect{Kind: "nic", NIC: nic, Rail: &k}, fmt.Sprintf("NIC %s (rail %d) ", nic, k),
-			"falls short of what its rail should do", "fails its rail's test")
+		f.name(found, what, Suspect{Kind: "nic", Rail: &k}, "falls short of what its rail should do", "fails its rail's test")
 		f.rep.Rails = append(f.rep.Rails, rail)
 	}
 	return nil
@@ -1054,17 +1051,23 @@ func (f *fleet) groupRound() {
 			break
 		}
 		_, found, _ := f.hunt(group, test)
-		f.name(found, what, Suspect{Kind: "node"}, "", "falls short of what the nodes should do together", "fails an all-reduce across nodes")
+		f.name(found, what, Suspect{Kind: "node"}, "falls short of what the nodes should do together", "fails an all-reduce across nodes")
 	}
 }
 
-// name records what a hunt in test what found: each node marked bad, why (prefix, then short or
-// failed as the finding fell short or failed), and a suspect like s on that node. A finding that
-// hung is named as a hang whose rank is named at once: on a rail, the node's GPU of that rail.
-func (f *fleet) name(found []finding, what string, s Suspect, prefix, short, failed string) {
+// name records what a hunt in test what found: each node marked bad, why (short or failed as the
+// finding fell short or failed, after the NIC for a rail's), and a suspect like s on that node:
+// for a rail, the node's own NIC of it (kinds of node may name theirs apart). A finding that hung
+// is named as a hang whose rank is named at once: on a rail, the node's GPU of that rail.
+func (f *fleet) name(found []finding, what string, s Suspect, short, failed string) {
 	for _, x := range found {
 		st, why := x.judge(what, f.opt.Floor)
-		named, mark := s, prefix+short
+		named, prefix := s, ""
+		if s.Kind == "nic" {
+			named.NIC = f.topo.NICOf(f.nodes[x.node][*s.Rail])
+			prefix = fmt.Sprintf("NIC %s (rail %d) ", named.NIC, *s.Rail)
+		}
+		mark := prefix + short
 		switch {
 		case x.hung:
 			mark = why
@@ -1074,10 +1077,6 @@ func (f *fleet) name(found []finding, what string, s Suspect, prefix, short, fai
 			}
 		case st == Failed:
 			mark = prefix + failed
-		}
-		if s.Kind == "nic" && s.Rail != nil && !x.hung { // the node's own NIC of the rail, where kinds of node name theirs apart
-			own := f.topo.NICOf(f.nodes[x.node][*s.Rail])
-			named.NIC, mark = own, strings.Replace(mark, "NIC "+s.NIC+" ", "NIC "+own+" ", 1)
 		}
 		f.bad[x.node] = true
 		f.markNode(x.node, st, mark)

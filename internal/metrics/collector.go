@@ -144,13 +144,12 @@ func (c *TelemetryCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, k := range keys {
 		emit(dXID, snap.XIDCounts[k], strconv.Itoa(k[0]), uuid[k[0]], strconv.Itoa(k[1]))
 	}
-	for _, d := range inv.Devices {
-		if snap.Sample.Errors["xid"] != nil {
-			break // no event set: a 0 would say no XID came, and none can be seen
-		}
-		for _, x := range WatchedXIDs {
-			if _, seen := snap.XIDCounts[[2]int{d.Index, x}]; !seen {
-				emit(dXID, 0, strconv.Itoa(d.Index), d.UUID, strconv.Itoa(x))
+	if snap.Sample.Errors["xid"] == nil { // else no event set: a 0 would say no XID came, and none can be seen
+		for _, d := range inv.Devices {
+			for _, x := range WatchedXIDs {
+				if _, seen := snap.XIDCounts[[2]int{d.Index, x}]; !seen {
+					emit(dXID, 0, strconv.Itoa(d.Index), d.UUID, strconv.Itoa(x))
+				}
 			}
 		}
 	}

@@ -135,19 +135,23 @@ func Compare(old, new *File, threshold float64) (*Comparison, error) {
 
 // wrongOr is WrongData when p delivered wrong data, else verdict.
 func wrongOr(p Placement, verdict string) string {
-	if p.Wrong != nil && *p.Wrong > 0 {
+	if wrong(p) {
 		return WrongData
 	}
 	return verdict
 }
 
+func wrong(p Placement) bool { return p.Wrong != nil && *p.Wrong > 0 }
+
+// wrongPlacements counts c's row placements that delivered wrong data.
 func wrongPlacements(c *Coll) int {
 	n := 0
 	for _, r := range c.Results {
-		for _, pl := range []string{OutOfPlace, InPlace} {
-			if wrongOr(pick(r, pl), "") != "" {
-				n++
-			}
+		if wrong(r.OutOfPlace) {
+			n++
+		}
+		if wrong(r.InPlace) {
+			n++
 		}
 	}
 	return n
