@@ -108,7 +108,10 @@ func newCollCmdWith(e *env, g *globals, c *coll.Collective, runF func(*cobra.Com
 	f.launch.add(cmd)
 	complete(cmd, "dtype", append(typeList(), "all"))
 	opHelp := "reduction: sum, prod, max, min, avg, or all"
-	if !c.Reduces {
+	if c.TakesOp && !c.Reduces {
+		opHelp = "nccl-tests: " + c.Name + " reduces nothing, but runs and names each op as sendrecv_perf does: sum, prod, max, min, avg, or all"
+	}
+	if !c.TakesOp {
 		opHelp = "nccl-tests: the reduction of the reducing collectives; " + c.Name + " reduces nothing, so it is ignored"
 	}
 	fl.StringVarP(&f.op, "op", "o", "sum", opHelp)
@@ -258,7 +261,7 @@ func (f *collFlags) options(cmd *cobra.Command, c *coll.Collective, seed uint64)
 	if err != nil {
 		return opt, usageErr("invalid -o: %v", err)
 	}
-	if c.Reduces {
+	if c.TakesOp {
 		opt.Ops = ops
 	}
 	return opt, nil
@@ -409,7 +412,7 @@ func (f *collFlags) prepare(cmd *cobra.Command, e *env, g *globals, c *coll.Coll
 	if f.minBusBW, err = coll.TestsEnv(os.LookupEnv); err != nil {
 		return opt, proc, "", usageErr("%v", err)
 	}
-	if f.op == "all" && c.Reduces {
+	if f.op == "all" && c.TakesOp {
 		fmt.Fprintln(e.stderr, "gpubench: -o all runs sum, prod, max, min and avg; nccl-tests' -o all also runs mulsum (NCCL's premultiplied sum), which gpubench does not")
 	}
 	if f.dtype == "all" {
@@ -418,8 +421,8 @@ func (f *collFlags) prepare(cmd *cobra.Command, e *env, g *globals, c *coll.Coll
 	if !c.Rooted && f.root != 0 {
 		fmt.Fprintf(e.stderr, "gpubench: -r %d ignored: %s has no root (-r is for broadcast and reduce)\n", f.root, c.Name)
 	}
-	if !c.Reduces && cmd.Flags().Changed("op") { // nccl-tests' binaries share one parser, -o included
-		fmt.Fprintf(e.stderr, "gpubench: -o %s ignored: %s reduces nothing (-o is for allreduce, reducescatter and reduce)\n", f.op, c.Name)
+	if !c.TakesOp && cmd.Flags().Changed("op") { // nccl-tests' binaries share one parser, -o included
+		fmt.Fprintf(e.stderr, "gpubench: -o %s ignored: %s reduces nothing (-o is for allreduce, reducescatter, reduce and sendrecv)\n", f.op, c.Name)
 	}
 	if proc, err = f.launch.process(); err != nil {
 		return opt, proc, "", err

@@ -208,7 +208,7 @@ func TestKilledRankIsNamedByTheOthers(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			ps := startRanks(t, ctx, 4, nil, "sendrecv", "--backend", "sim", "--sizes", "8B:1M", "-n", "2000", "-w", "0", "-c", "0")
-			firstRow(t, ps[0], "    none  ")
+			firstRow(t, ps[0], "     sum  ")
 			if err := ps[victim].cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}

@@ -287,8 +287,19 @@ func TestP2PHangNamesDevice(t *testing.T) {
 func TestOpOnEveryCollective(t *testing.T) {
 	t.Parallel()
 	_, errOut, code := gpubench(t, "broadcast", "--backend", "sim", "-b", "1K", "-e", "1K", "-o", "prod")
-	if code != 0 || errOut != "gpubench: -o prod ignored: broadcast reduces nothing (-o is for allreduce, reducescatter and reduce)\n" {
+	if code != 0 || errOut != "gpubench: -o prod ignored: broadcast reduces nothing (-o is for allreduce, reducescatter, reduce and sendrecv)\n" {
 		t.Errorf("broadcast -o prod: exit %d, stderr %q", code, errOut)
+	}
+	// sendrecv_perf runs and names each op, though it reduces nothing.
+	out, errOut, code := gpubench(t, "sendrecv", "--backend", "sim", "-g", "4", "-b", "1K", "-e", "1K", "-o", "all")
+	var ops []string
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[0] == "1024" {
+			ops = append(ops, f[3])
+		}
+	}
+	if code != 0 || strings.Contains(errOut, "ignored") || strings.Join(ops, " ") != "sum prod max min avg" {
+		t.Errorf("sendrecv -o all: exit %d, ops %q, stderr %q", code, ops, errOut)
 	}
 }
 

@@ -25,8 +25,12 @@ type Args struct {
 type Collective struct {
 	Name string // command name, e.g. "allreduce"
 	Perf string // the nccl-tests binary it matches, e.g. "all_reduce_perf"
-	// Reduces: the collective takes a reduction op (otherwise the op column says "none").
+	// Reduces: the collective reduces its inputs with the row's op.
 	Reduces bool
+	// TakesOp: the collective runs once per -o op and its rows name the op (otherwise the op
+	// column says "none"): the reducing collectives, and send/recv, which nccl-tests'
+	// sendrecv_perf runs per op though it reduces nothing.
+	TakesOp bool
 	// Rooted: the collective takes a root (otherwise the root column says -1).
 	Rooted bool
 	// InPlaceUnchecked: nccl-tests does not verify the in-place result.
@@ -69,7 +73,7 @@ func elems(b []byte, dt gpu.DType, from, n int64) []byte {
 
 // AllReduce: every rank ends with the reduction of all inputs.
 var AllReduce = &Collective{
-	Name: "allreduce", Perf: "all_reduce_perf", Reduces: true,
+	Name: "allreduce", Perf: "all_reduce_perf", Reduces: true, TakesOp: true,
 	Factor: twoNm1n, Counts: same, InPlace: noOffset,
 	Expected: func(in *Row, _ []byte, _ int, _ Counts, _ Args) []byte {
 		return in.Reduction()
@@ -102,7 +106,7 @@ var AllGather = &Collective{
 
 // ReduceScatter: rank r ends with chunk r of the reduction.
 var ReduceScatter = &Collective{
-	Name: "reducescatter", Perf: "reduce_scatter_perf", Reduces: true,
+	Name: "reducescatter", Perf: "reduce_scatter_perf", Reduces: true, TakesOp: true,
 	Factor: nm1n,
 	Counts: func(c int64, elt, n int) Counts {
 		b := chunk(c, elt, n)
@@ -131,7 +135,7 @@ var Broadcast = &Collective{
 
 // Reduce: the root ends with the reduction; other ranks' receive buffers are left alone.
 var Reduce = &Collective{
-	Name: "reduce", Perf: "reduce_perf", Reduces: true, Rooted: true,
+	Name: "reduce", Perf: "reduce_perf", Reduces: true, TakesOp: true, Rooted: true,
 	Factor: one, Counts: same, InPlace: noOffset,
 	Expected: func(in *Row, before []byte, rank int, _ Counts, a Args) []byte {
 		if rank != a.Root {
@@ -167,7 +171,7 @@ var AllToAll = &Collective{
 
 // SendRecv: a ring; every rank sends to the next and receives from the previous one.
 var SendRecv = &Collective{
-	Name: "sendrecv", Perf: "sendrecv_perf", InPlaceUnchecked: true,
+	Name: "sendrecv", Perf: "sendrecv_perf", TakesOp: true, InPlaceUnchecked: true,
 	Factor: one, Counts: same, InPlace: noOffset,
 	Expected: func(in *Row, _ []byte, rank int, _ Counts, a Args) []byte {
 		return in.Input((rank - 1 + a.Ranks) % a.Ranks)

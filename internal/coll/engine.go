@@ -411,7 +411,7 @@ func clamp(ctx context.Context, b gpu.Backend, opt Options, s *Summary, local []
 // args lists the type, op and root combinations a run measures, in nccl-tests' order.
 func (r *runner) args() []Args {
 	ops := []gpu.RedOp{gpu.Sum}
-	if r.opt.Coll.Reduces {
+	if r.opt.Coll.TakesOp {
 		ops = r.opt.Ops
 	}
 	roots := []int{-1}
@@ -440,7 +440,7 @@ func (r *runner) row(s *Summary, cycle int, size int64, a Args) error {
 	c := r.opt.Coll
 	k := c.Counts(size/int64(a.DType.Size()), a.DType.Size(), r.n)
 	res := Result{Cycle: cycle, Size: k.Bytes, Count: k.Param, Type: a.DType.String(), Op: "none", Root: -1}
-	if c.Reduces {
+	if c.TakesOp {
 		res.Op = a.Op.String()
 	}
 	if c.Rooted {

@@ -274,7 +274,7 @@ func below(r *CollRun) []results.Below {
 				if r.Opt.Cycles != 0 && r.Opt.Cycles != 1 {
 					b.Cycle = res.Cycle + 1
 				}
-				if r.Coll.Reduces {
+				if r.Coll.TakesOp {
 					b.Op = results.NullString(res.Op)
 				}
 				if r.Coll.Rooted {
@@ -603,7 +603,7 @@ func CollJSON(r *CollRun) *results.Coll {
 		doc.Config.DTypes = append(doc.Config.DTypes, d.String())
 	}
 	doc.Config.Ops = []string{}
-	if r.Coll.Reduces {
+	if r.Coll.TakesOp {
 		for _, op := range o.Ops {
 			doc.Config.Ops = append(doc.Config.Ops, op.String())
 		}
@@ -649,7 +649,7 @@ func jsonRow(r *CollRun, res coll.Result) results.Row {
 	if r.Opt.Cycles != 0 && r.Opt.Cycles != 1 {
 		row.Cycle = res.Cycle + 1
 	}
-	if r.Coll.Reduces {
+	if r.Coll.TakesOp {
 		row.Op = results.NullString(res.Op)
 	}
 	if r.Coll.Rooted {

@@ -557,11 +557,12 @@ func (r *ntRun) collective() (*coll.Collective, error) {
 	return nil, fmt.Errorf(`line %d: which nccl-tests program printed this table? It has no "# Collective test concluded:" line, %s, and its columns fit several collectives: add the line "# Collective test concluded: NAME_perf" (all_gather_perf, alltoall_perf, ...) after the table`, r.tableLine, why)
 }
 
-// inferCollective tells the collective from a table alone, or returns nil: whether rows reduce
-// (redop) and have a root, and size / (count x element size), which is 1 for all-reduce,
+// inferCollective tells the collective from a table alone, or returns nil: whether rows name an
+// op (redop) and have a root, and size / (count x element size), which is 1 for all-reduce,
 // reduce, broadcast and send/recv, and the rank count for reduce-scatter, all-gather and
 // all-to-all. All-gather and all-to-all print alike, as do gather and scatter; on one rank
-// every ratio is 1.
+// every ratio is 1. All-reduce and send/recv (whose rows nccl-tests heads with -o's op too)
+// differ in busbw / algbw alone (allReduceOrSendRecv).
 func inferCollective(rows []Row, ranks int) *coll.Collective {
 	var found *coll.Collective
 	for _, r := range rows {
@@ -580,7 +581,9 @@ func inferCollective(rows []Row, ranks int) *coll.Collective {
 		case reduces && rooted && ratio == 1:
 			c = coll.Reduce
 		case reduces && !rooted && ratio == 1:
-			c = coll.AllReduce
+			if c = allReduceOrSendRecv(r, ranks); c == nil {
+				continue // this row cannot tell them apart
+			}
 		case reduces && !rooted:
 			c = coll.ReduceScatter
 		case !reduces && rooted && ratio == 1:
@@ -596,6 +599,27 @@ func inferCollective(rows []Row, ranks int) *coll.Collective {
 		found = c
 	}
 	return found
+}
+
+// allReduceOrSendRecv tells an all-reduce row from a send/recv one by busbw / algbw, as far as
+// the printed digits of busbw and the time (algbw = size / time) tell: 2(n-1)/n for all-reduce,
+// 1 for send/recv. It returns nil where they cannot: below 3 ranks both are 1, and with the
+// ranks unknown a factor of 1 may be a 2-rank all-reduce.
+func allReduceOrSendRecv(r Row, ranks int) *coll.Collective {
+	for _, p := range []Placement{r.OutOfPlace, r.InPlace} {
+		if p.TimeUS <= 0 || p.BusBW <= 0 || r.Size <= 0 {
+			continue
+		}
+		f := p.BusBW * p.TimeUS * 1e3 / float64(r.Size)
+		lo, hi := f*(1-p.slack)*(1-p.timeSlack), f*(1+p.slack)*(1+p.timeSlack)
+		switch {
+		case lo > 1:
+			return coll.AllReduce
+		case ranks >= 3 && hi < coll.AllReduce.Factor(ranks):
+			return coll.SendRecv
+		}
+	}
+	return nil
 }
 
 // mergeRuns makes one collective run of a log's runs, and refuses runs that cannot be one.
@@ -639,7 +663,7 @@ func mergeRuns(runs []*ntRun) (*Coll, []string, error) {
 		var first, last RowKey // without the cycle
 		cycle := 0
 		for i, row := range r.rows {
-			if !c0.Reduces {
+			if !c0.TakesOp {
 				row.Op = ""
 			}
 			if !c0.Rooted {
@@ -842,7 +866,7 @@ func readNCCLTestsJSON(name string, doc []byte) (*File, error) {
 	}
 	c.Collective, c.NCCLTests = co.Name, co.Perf
 	for i := range c.Results {
-		if !co.Reduces {
+		if !co.TakesOp {
 			c.Results[i].Op = ""
 		}
 		if !co.Rooted {

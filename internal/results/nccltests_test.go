@@ -1,6 +1,7 @@
 package results
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"strings"
@@ -161,6 +162,51 @@ func TestReadNCCLTestsUnnamed(t *testing.T) {
 	f, err := Read("a.log", append(readFixture(t, ntDir+"superbench-alltoall.log"), "# Collective test concluded: alltoall_perf\n"...))
 	if err != nil || f.Coll.Collective != "alltoall" {
 		t.Fatalf("with the line added: %v", err)
+	}
+}
+
+// sendrecv_perf heads its rows with -o's op, as all_reduce_perf does: an unnamed table is told
+// from an all-reduce by busbw / algbw where its digits and ranks can, refused where they cannot.
+// gpubench's rows before it named the op (none) read as the sum they ran.
+func TestReadNCCLTestsSendRecvOrAllReduce(t *testing.T) {
+	devs := func(n int) string {
+		var b strings.Builder
+		for r := range n {
+			fmt.Fprintf(&b, "#  Rank %2d Group  0 Pid 1 on h device %2d [0000:%02x:00] NVIDIA H100 80GB HBM3\n", r, r, r)
+		}
+		return b.String()
+	}
+	sendrecv := "     4194304       1048576     float     sum      -1    61.28   68.44   68.44      0    61.28   68.44   68.44    N/A\n"
+	allreduce := "     4194304       1048576     float     sum      -1    61.28   68.44  119.77      0    61.28   68.44  119.77      0\n"
+	tiny := "           8             2     float     sum      -1    23.11    0.00    0.00      0    23.11    0.00    0.00    N/A\n"
+	old := strings.Replace(sendrecv, "sum", "none", 1)
+	for _, c := range []struct {
+		name, log, want, op string
+	}{
+		{"sendrecv on 8 ranks", devs(8) + ntHeader + sendrecv, "sendrecv", "sum"},
+		{"allreduce on 8 ranks", devs(8) + ntHeader + allreduce, "allreduce", "sum"},
+		{"allreduce, ranks unknown", ntHeader + allreduce, "allreduce", "sum"},
+		{"sendrecv, ranks unknown", ntHeader + sendrecv, "", ""},
+		{"2 ranks", devs(2) + ntHeader + sendrecv, "", ""},
+		{"digits too few", devs(8) + ntHeader + tiny, "", ""},
+		{"earlier gpubench", devs(8) + ntHeader + old, "sendrecv", "sum"},
+		{"earlier gpubench, named", devs(8) + ntHeader + old + "# Collective test concluded: sendrecv_perf\n", "sendrecv", "sum"},
+	} {
+		f, err := Read("x.log", []byte(c.log))
+		switch {
+		case c.want == "" && (err == nil || !strings.Contains(err.Error(), "fit several collectives")):
+			t.Errorf("%s: %v; want it refused as fitting several", c.name, err)
+		case c.want != "" && err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case c.want != "" && (f.Coll.Collective != c.want || string(f.Coll.Results[0].Op) != c.op):
+			t.Errorf("%s: %s, op %q; want %s, op %q", c.name, f.Coll.Collective, f.Coll.Results[0].Op, c.want, c.op)
+		}
+	}
+	// gpubench's JSON before it named send/recv's op: redop null.
+	doc := strings.Replace(string(readFixture(t, goldenDoc)), `"collective": "allreduce"`, `"collective": "sendrecv"`, 1)
+	f, err := Read("old.json", []byte(strings.ReplaceAll(doc, `"redop": "sum"`, `"redop": null`)))
+	if err != nil || f.Coll.Results[0].Op != "sum" {
+		t.Fatalf("old gpubench JSON: %v", err)
 	}
 }
 
@@ -334,7 +380,8 @@ func TestReadNCCLTestsPerIterColumns(t *testing.T) {
 func TestReadNCCLTestsSetup(t *testing.T) {
 	log := "# nThread 2 nGpus 4 minBytes 8 maxBytes 8 step: 2(factor) warmup iters: 5 iters: 30 agg iters: 3 validation: 1 graph: 7 unalign: 0\n" +
 		"# Blocking Enabled: wait after each inner iteration (-m), no barrier \n#\n" + ntHeader +
-		"          8             2     float     sum      -1    135.8    0.00    0.00      0    123.5    0.00    0.00      0\n"
+		"          8             2     float     sum      -1    135.8    0.00    0.00      0    123.5    0.00    0.00      0\n" +
+		"# Collective test concluded: all_reduce_perf\n" // an 8 B table alone could be sendrecv_perf's
 	f, err := Read("x.log", []byte(log))
 	if err != nil {
 		t.Fatal(err)

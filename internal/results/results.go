@@ -347,7 +347,11 @@ func checkRows(c *Coll) (notices []string, err error) {
 	seen := map[RowKey]bool{}
 	var rows []Row
 	repeats := 0
-	for i, r := range c.Results {
+	for i := range c.Results {
+		if r := &c.Results[i]; c.Collective == "sendrecv" && (r.Op == "" || r.Op == "none") {
+			r.Op = "sum" // earlier gpubench named no op for send/recv; it ran -o's default, as sendrecv_perf names it
+		}
+		r := c.Results[i]
 		k := r.Key(c.Collective)
 		switch {
 		case i > 0 && k == c.Results[i-1].Key(c.Collective):
