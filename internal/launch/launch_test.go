@@ -360,6 +360,34 @@ func TestRefusalReachesLateRanks(t *testing.T) {
 	}
 }
 
+// A process that claims a rank already taken fills the count rank 0 waits for: the rank still to
+// come after it is told the refusal too, not left to wait out its timeout (rank 2 would fail with
+// "rank 0 did not answer" after 20 s).
+func TestRefusalReachesTheRankDisplaced(t *testing.T) {
+	errs := make([]error, 4)
+	world(t, 4, listenLoopback(t), 20*time.Second, func(rank int) (Process, Member) {
+		r := rank
+		switch rank {
+		case 2:
+			r = 1
+		case 3:
+			r = 2
+			time.Sleep(300 * time.Millisecond) // after rank 0 has refused the second rank 1
+		}
+		return Process{Rank: r, Size: 3}, Member{Host: "h", PID: rank}
+	}, func(rank int, g *Group, err error) {
+		errs[rank] = err
+		if g != nil {
+			g.Close(nil)
+		}
+	})
+	for i, err := range errs {
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "rank 1 is claimed by two processes") {
+			t.Errorf("process %d: %v, want the refusal of rank 1 claimed twice", i, err)
+		}
+	}
+}
+
 // A rank started with another command is refused on every rank, a rank that arrives after it
 // included: the refusal waits until the world has arrived.
 func TestRefusalReachesEveryRank(t *testing.T) {

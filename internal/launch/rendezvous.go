@@ -193,8 +193,9 @@ func join(ctx context.Context, p Process, addr string, ln net.Listener, timeout 
 	return g, nil
 }
 
-// refusalLinger is how long rank 0, having refused the ranks of a smaller world, waits for those
-// of a larger one that may still be starting, to refuse them too.
+// refusalLinger is how long rank 0, having refused a launch, waits for the ranks that may still
+// be starting (of a larger world, or those whose places the refused ranks took in the count), to
+// refuse them too.
 const refusalLinger = 2 * time.Second
 
 // arrival is a connection that proved the run's key, and what it said.
@@ -254,8 +255,9 @@ func (g *Group) serve(me Member, timeout time.Duration, newID func() ([]byte, er
 	var refused []*peer // proved the key, but do not fit
 	var refusal error   // the first of those
 	// Refusing waits for as many processes as the smallest world any of them claims; then, for a
-	// moment, tells those of a larger world still on their way, rather than leave them to wait out
-	// their timeout on a rendezvous that is gone.
+	// moment, tells those still on their way (of a larger world, or one for each refused process,
+	// which took a place in the count: a rank claimed twice leaves another rank to come), rather
+	// than leave them to wait out their timeout on a rendezvous that is gone.
 	want, came, most := g.p.Size, 1, g.p.Size
 	abort := func(err error) error {
 		for _, q := range append(g.peers, refused...) {
@@ -304,7 +306,7 @@ func (g *Group) serve(me Member, timeout time.Duration, newID func() ([]byte, er
 		err := abort(refusal)
 		linger := time.NewTimer(refusalLinger)
 		defer linger.Stop()
-		for ; came < most; came++ {
+		for ; came < most+len(refused); came++ {
 			select {
 			case a := <-arrivals:
 				a.q.send(abortMsg(err))
