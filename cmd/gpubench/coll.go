@@ -108,11 +108,11 @@ func newCollCmdWith(e *env, g *globals, c *coll.Collective, runF func(*cobra.Com
 	f.launch.add(cmd)
 	complete(cmd, "dtype", append(typeList(), "all"))
 	opHelp := "reduction: sum, prod, max, min, avg, or all"
-	if c.TakesOp && !c.Reduces {
-		opHelp = "nccl-tests: " + c.Name + " reduces nothing, but runs and names each op as sendrecv_perf does: sum, prod, max, min, avg, or all"
-	}
-	if !c.TakesOp {
+	switch {
+	case !c.TakesOp:
 		opHelp = "nccl-tests: the reduction of the reducing collectives; " + c.Name + " reduces nothing, so it is ignored"
+	case !c.Reduces:
+		opHelp = "nccl-tests: " + c.Name + " reduces nothing, but runs and names each op as sendrecv_perf does: sum, prod, max, min, avg, or all"
 	}
 	fl.StringVarP(&f.op, "op", "o", "sum", opHelp)
 	complete(cmd, "op", []string{"sum", "prod", "max", "min", "avg", "all"})

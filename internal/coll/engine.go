@@ -16,7 +16,7 @@ type Options struct {
 	Coll   *Collective
 	Sweep  Sweep
 	DTypes []gpu.DType
-	Ops    []gpu.RedOp // ignored by collectives that do not reduce
+	Ops    []gpu.RedOp // ignored by collectives that take no op (Collective.TakesOp)
 	Root   int         // rooted collectives: the root, or -1 for every root in turn
 	NGPUs  int         // ranks to use: the first NGPUs devices; 0 means all
 	// Ordinals, when set (in one process), are the devices to use instead, by ordinal, a rank
