@@ -69,6 +69,8 @@ type ntRun struct {
 	tableLine int
 	rows      []Row
 	rowLines  []int
+	cut       []string // rows left out: another program's output cut into them (line and size)
+	cutAfter  int      // 1 + how many rows were read when the last row was cut; 0 before any
 	bounds    *Bounds
 	avg       *float64
 	setup     *ntSetup // from the "# nThread" line, when the log has it
@@ -129,7 +131,11 @@ func (r *ntRun) addRuntime(s string) {
 }
 
 var (
-	ntTag      = regexp.MustCompile(`^(\[\d+,\d+\]<std(out|err)>:|\d+: )`) // mpirun --tag-output, srun -l
+	// mpirun --tag-output tags every write, and nccl-tests prints a row in three (its size and
+	// type, then each placement's figures), so its tags may come inside a line too; srun -l
+	// labels lines, right-aligned once a step has 10 tasks or more (" 0: ").
+	ntTag      = regexp.MustCompile(`\[\d+,\d+\]<std(?:out|err)>:`)
+	ntLabel    = regexp.MustCompile(`^\s*\d+: `)
 	ntRank     = regexp.MustCompile(`^Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+(\d+)\s+\[([^\]]*)\]\s*(.*)$`)
 	ntNCCL     = regexp.MustCompile(`NCCL version (\S+)`)
 	ntGpubench = regexp.MustCompile(`^gpubench (\S+): \S+ \(nccl-tests (\S+) layout\), backend (\S+?)(?:, topology (\S+))?$`)
@@ -207,7 +213,7 @@ func scanNCCLTests(text string) (runs []*ntRun, empty int, err error) {
 	}
 	for i, line := range strings.Split(text, "\n") {
 		n := i + 1
-		line = strings.TrimSpace(ntTag.ReplaceAllString(strings.TrimRight(line, "\r"), ""))
+		line = strings.TrimSpace(ntTag.ReplaceAllString(ntLabel.ReplaceAllString(strings.TrimRight(line, "\r"), ""), ""))
 		if line == "" {
 			continue
 		}
@@ -215,7 +221,16 @@ func scanNCCLTests(text string) (runs []*ntRun, empty int, err error) {
 			f := strings.Fields(line)
 			if run.layout != nil && !run.ended() && isCount(f[0]) {
 				r, err := run.layout.row(f)
-				if err != nil {
+				switch {
+				case err != nil && len(f) > run.layout.columns && slices.ContainsFunc(f, foreign):
+					// Another process's output (a rank's NCCL INFO line) landed between the
+					// writes of this row: what is left of it cannot be told apart for sure.
+					run.cut = append(run.cut, fmt.Sprintf("%d (%s B)", n, f[0]))
+					run.cutAfter = len(run.rows) + 1
+					continue
+				case err != nil && run.cutAfter == len(run.rows)+1 && len(f) < run.layout.columns:
+					continue // the rest of the row cut just before, on a line of its own
+				case err != nil:
 					return nil, 0, fmt.Errorf("line %d: %v", n, err)
 				}
 				run.rows, run.rowLines = append(run.rows, r), append(run.rowLines, n)
@@ -312,6 +327,13 @@ func f0(f []string) string {
 
 // isCount says whether s is a row's first field, a size in bytes: digits only, so that a size too
 // large to read is refused with its line, not passed over as another line.
+// foreign reports whether s is a field nccl-tests never prints in a row: not a number, N/A, a
+// type or an op.
+func foreign(s string) bool {
+	_, err := strconv.ParseFloat(s, 64)
+	return err != nil && s != "N/A" && ntEltSize[s] == 0 && !slices.Contains(ntOps, s)
+}
+
 func isCount(s string) bool {
 	return s != "" && strings.Trim(s, "0123456789") == ""
 }
@@ -493,8 +515,10 @@ func (p ntPlace) read(f []string) (Placement, error) {
 	}
 	pl.timeSlack, pl.slack = printSlack(f[p.time], pl.TimeUS), printSlack(f[p.busbw], pl.BusBW)
 	if p.wrong < 0 || f[p.wrong] == "N/A" {
+		pl.unchecked = p.wrong >= 0
 		return pl, nil // not checked
 	}
+	pl.checked = true
 	w, err := strconv.ParseFloat(f[p.wrong], 64)
 	switch {
 	case !p.counts: // the old error column: the largest error, not a count; wrong stays unknown
@@ -547,79 +571,91 @@ func (r *ntRun) collective() (*coll.Collective, error) {
 		}
 		return c, nil
 	}
-	if c := inferCollective(r.rows, r.ranks()); c != nil {
-		return c, nil
+	fit := inferCollective(r.rows, r.ranks(), r.layout)
+	if len(fit) == 1 {
+		return fit[0], nil
 	}
 	why := "no line before it names a *_perf program"
 	if len(named) > 1 {
 		why = "the lines before it name " + strings.Join(named, " and ")
 	}
-	return nil, fmt.Errorf(`line %d: which nccl-tests program printed this table? It has no "# Collective test concluded:" line, %s, and its columns fit several collectives: add the line "# Collective test concluded: NAME_perf" (all_gather_perf, alltoall_perf, ...) after the table`, r.tableLine, why)
+	these := "several collectives"
+	if len(fit) > 1 {
+		these += " (" + perfNames(fit) + ")"
+	}
+	return nil, fmt.Errorf(`line %d: which nccl-tests program printed this table? It has no "# Collective test concluded:" line, %s, and its columns fit %s: add the line "# Collective test concluded: NAME_perf" after the table`, r.tableLine, why, these)
 }
 
-// inferCollective tells the collective from a table alone, or returns nil: whether rows name an
-// op (redop) and have a root, and size / (count x element size), which is 1 for all-reduce,
-// reduce, broadcast and send/recv, and the rank count for reduce-scatter, all-gather and
-// all-to-all. All-gather and all-to-all print alike, as do gather and scatter; on one rank
-// every ratio is 1. All-reduce and send/recv (whose rows nccl-tests heads with -o's op too)
-// differ in busbw / algbw alone (allReduceOrSendRecv).
-func inferCollective(rows []Row, ranks int) *coll.Collective {
-	var found *coll.Collective
+// inferCollective lists the collectives a table's rows fit, from what nccl-tests prints of each:
+// whether a row names an op (redop: sendrecv_perf's name -o's op too) and has a root; size /
+// (count x element size), 1 for the collectives of whole buffers and the rank count for those
+// of per-rank chunks; busbw / algbw, as far as the printed digits of busbw and the time (algbw
+// = size / time) tell (2(n-1)/n for all-reduce, 1 for send/recv); an in-place #wrong of N/A
+// beside a checked out-of-place one (alltoall_perf and sendrecv_perf do not check in place);
+// and, in the per-test headers before nccl-tests 2.13 (no root column where a test has no
+// root), which tests printed a redop column: those that reduce, and alltoall_perf (empty).
+// layout is nil for -J's JSON. On one rank every ratio and factor is 1: it returns nil.
+func inferCollective(rows []Row, ranks int, layout *ntLayout) []*coll.Collective {
+	if ranks == 1 {
+		return nil
+	}
+	cands := slices.Clone(coll.Collectives)
+	keep := func(ok func(c *coll.Collective) bool) {
+		cands = slices.DeleteFunc(cands, func(c *coll.Collective) bool { return !ok(c) })
+	}
+	if layout != nil && layout.root < 0 {
+		keep(func(c *coll.Collective) bool { return (c.Reduces || c == coll.AllToAll) == (layout.redop >= 0) })
+	}
 	for _, r := range rows {
 		per := r.Count * ntEltSize[r.Type]
 		if per == 0 {
 			continue // a 0 B row says nothing
 		}
 		ratio := r.Size / per
-		if r.Size%per != 0 || ratio < 1 || ranks == 1 || (ranks > 1 && ratio > 1 && ratio != int64(ranks)) {
+		if r.Size%per != 0 || ratio < 1 || (ranks > 1 && ratio > 1 && ratio != int64(ranks)) {
 			return nil
 		}
-		reduces := r.Op != "" && r.Op != "none"
-		rooted := r.Root != nil && *r.Root >= 0
-		var c *coll.Collective
-		switch {
-		case reduces && rooted && ratio == 1:
-			c = coll.Reduce
-		case reduces && !rooted && ratio == 1:
-			if c = allReduceOrSendRecv(r, ranks); c == nil {
-				continue // this row cannot tell them apart
+		op, rooted := r.Op != "" && r.Op != "none", r.Root != nil && *r.Root >= 0
+		keep(func(c *coll.Collective) bool {
+			k := c.Counts(64, 1, 4) // 64 B over 4 ranks: a count of 16 where the size is per-rank chunks
+			return c.Rooted == rooted && (c.TakesOp && op || !c.Reduces && !op) && (k.Param == k.Bytes) == (ratio == 1)
+		})
+		for _, p := range []Placement{r.OutOfPlace, r.InPlace} {
+			if alg := float64(r.Size) / (p.TimeUS * 1e3); p.TimeUS <= 0 || p.BusBW <= 0 || !valid(alg) {
+				continue // no bandwidth a run reaches: the figures were not worked out from each other
 			}
-		case reduces && !rooted:
-			c = coll.ReduceScatter
-		case !reduces && rooted && ratio == 1:
-			c = coll.Broadcast
-		case r.Op == "none" && !rooted && ratio == 1:
-			c = coll.SendRecv
-		default:
-			return nil
+			// Each figure within its printed digits, and 1% at least: -J's JSON prints two decimals
+			// too. Factors that must be told apart here, 1 and 2(n-1)/n, are 33% apart or more.
+			bs, ts := max(p.slack, 0.01), max(p.timeSlack, 0.01)
+			f := p.BusBW * p.TimeUS * 1e3 / float64(r.Size)
+			lo, hi := f*(1-bs)*(1-ts), f*(1+bs)*(1+ts)
+			keep(func(c *coll.Collective) bool {
+				if ranks > 1 {
+					return lo <= c.Factor(ranks) && c.Factor(ranks) <= hi
+				}
+				return lo <= 1 || c.Factor(1<<20) > 1 // ranks unknown: a factor above 1 is no factor of 1
+			})
 		}
-		if found != nil && c != found {
-			return nil
+		switch {
+		case r.InPlace.checked:
+			keep(func(c *coll.Collective) bool { return !c.InPlaceUnchecked })
+		case r.OutOfPlace.checked && r.InPlace.unchecked:
+			keep(func(c *coll.Collective) bool { return c.InPlaceUnchecked })
 		}
-		found = c
 	}
-	return found
+	return cands
 }
 
-// allReduceOrSendRecv tells an all-reduce row from a send/recv one by busbw / algbw, as far as
-// the printed digits of busbw and the time (algbw = size / time) tell: 2(n-1)/n for all-reduce,
-// 1 for send/recv. It returns nil where they cannot: below 3 ranks both are 1, and with the
-// ranks unknown a factor of 1 may be a 2-rank all-reduce.
-func allReduceOrSendRecv(r Row, ranks int) *coll.Collective {
-	for _, p := range []Placement{r.OutOfPlace, r.InPlace} {
-		if p.TimeUS <= 0 || p.BusBW <= 0 || r.Size <= 0 {
-			continue
-		}
-		f := p.BusBW * p.TimeUS * 1e3 / float64(r.Size)
-		lo, hi := f*(1-p.slack)*(1-p.timeSlack), f*(1+p.slack)*(1+p.timeSlack)
-		switch {
-		case lo > 1:
-			return coll.AllReduce
-		case ranks >= 3 && hi < coll.AllReduce.Factor(ranks):
-			return coll.SendRecv
-		}
+// perfNames lists the nccl-tests programs of cs for a message: "a or b", "a, b or c".
+func perfNames(cs []*coll.Collective) string {
+	names := make([]string, len(cs))
+	for i, c := range cs {
+		names[i] = c.Perf
 	}
-	return nil
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
 }
 
 // mergeRuns makes one collective run of a log's runs, and refuses runs that cannot be one.
@@ -706,6 +742,13 @@ func mergeRuns(runs []*ntRun) (*Coll, []string, error) {
 		lines = append(lines, strconv.Itoa(r.line))
 	}
 	var notices []string
+	var cut []string
+	for _, r := range runs {
+		cut = append(cut, r.cut...)
+	}
+	if len(cut) > 0 {
+		notices = append(notices, fmt.Sprintf("rows cut by another program's output (a rank's NCCL INFO line between the writes of a row) are left out: line %s", strings.Join(cut, ", line ")))
+	}
 	switch {
 	case len(runs) > 1:
 		c.AvgBusBW = sum / float64(cells) // as nccl-tests averages: every cell printed
@@ -861,8 +904,14 @@ func readNCCLTestsJSON(name string, doc []byte) (*File, error) {
 		if co, err = collectiveOf(program); err != nil {
 			return nil, fmt.Errorf("args[0]: %v", err)
 		}
-	} else if co = inferCollective(c.Results, c.Config.Ranks); co == nil {
-		return nil, fmt.Errorf(`args[0] %q names no nccl-tests program, and the results fit several collectives: write the program's path (e.g. "./build/all_gather_perf") as args[0]`, input.Safe(program))
+	} else if fit := inferCollective(c.Results, c.Config.Ranks, nil); len(fit) == 1 {
+		co = fit[0]
+	} else {
+		these, path := "several collectives", "./build/all_gather_perf"
+		if len(fit) > 1 {
+			these, path = these+" ("+perfNames(fit)+")", "./build/"+fit[0].Perf
+		}
+		return nil, fmt.Errorf(`args[0] %q names no nccl-tests program, and the results fit %s: write the program's path (e.g. "%s") as args[0]`, input.Safe(program), these, path)
 	}
 	c.Collective, c.NCCLTests = co.Name, co.Perf
 	for i := range c.Results {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -149,19 +150,42 @@ func TestReadNCCLTests(t *testing.T) {
 	}
 }
 
-// A log whose table names no program, and fits several collectives, is refused with what to add.
+// A log whose table names no program is read as the one collective its rows fit, and refused,
+// with what to add, where several fit.
 func TestReadNCCLTestsUnnamed(t *testing.T) {
-	_, err := ReadFile(ntDir + "superbench-alltoall.log")
-	want := `testdata/nccl-tests/superbench-alltoall.log: line 14: which nccl-tests program printed this table? ` +
-		`It has no "# Collective test concluded:" line, no line before it names a *_perf program, and its columns fit several collectives: ` +
-		`add the line "# Collective test concluded: NAME_perf" (all_gather_perf, alltoall_perf, ...) after the table`
+	// Before nccl-tests 2.13 all-to-all alone of the tests without an op printed a redop column.
+	f, err := ReadFile(ntDir + "superbench-alltoall.log")
+	if err != nil || f.Coll.Collective != "alltoall" {
+		t.Fatalf("superbench-alltoall.log: %v", err)
+	}
+	// Today all-gather and all-to-all print alike; with -c 0 nothing tells them apart.
+	devices := "#  Rank  0 Group  0 Pid 1 on h device  0 [0000:18:00] G\n#  Rank  7 Group  0 Pid 1 on h device  7 [0000:db:00] G\n"
+	log := devices + ntHeader +
+		"     1048576         32768     float    none      -1    20.00   52.43   45.88    N/A    20.00   52.43   45.88    N/A\n"
+	_, err = Read("a.log", []byte(log))
+	want := `a.log: line 3: which nccl-tests program printed this table? ` +
+		`It has no "# Collective test concluded:" line, no line before it names a *_perf program, and its columns fit several collectives (all_gather_perf or alltoall_perf): ` +
+		`add the line "# Collective test concluded: NAME_perf" after the table`
 	if err == nil || err.Error() != want {
 		t.Fatalf("error %v\nwant %s", err, want)
 	}
 	// The line it asks for is enough.
-	f, err := Read("a.log", append(readFixture(t, ntDir+"superbench-alltoall.log"), "# Collective test concluded: alltoall_perf\n"...))
-	if err != nil || f.Coll.Collective != "alltoall" {
+	if f, err = Read("a.log", []byte(log+"# Collective test concluded: alltoall_perf\n")); err != nil || f.Coll.Collective != "alltoall" {
 		t.Fatalf("with the line added: %v", err)
+	}
+	// Checked out of place and N/A in place: alltoall_perf's (all_gather_perf checks in place);
+	// checked in place: all_gather_perf's.
+	if f, err = Read("a.log", []byte(strings.Replace(log, "N/A", "  0", 1))); err != nil || f.Coll.Collective != "alltoall" {
+		t.Errorf("in place unchecked: %v", err)
+	}
+	if f, err = Read("a.log", []byte(strings.ReplaceAll(log, "N/A", "  0"))); err != nil || f.Coll.Collective != "allgather" {
+		t.Errorf("in place checked: %v", err)
+	}
+	// Before nccl-tests 2.13 all_gather_perf printed neither redop nor root.
+	old := "#       size         count    type     time   algbw   busbw  error     time   algbw   busbw  error\n" +
+		"     1048576         32768   float    20.00   52.43   45.88  0e+00    20.00   52.43   45.88  0e+00\n"
+	if f, err = Read("a.log", []byte(devices+old)); err != nil || f.Coll.Collective != "allgather" {
+		t.Errorf("old all_gather_perf: %v", err)
 	}
 }
 
@@ -180,21 +204,28 @@ func TestReadNCCLTestsSendRecvOrAllReduce(t *testing.T) {
 	allreduce := "     4194304       1048576     float     sum      -1    61.28   68.44  119.77      0    61.28   68.44  119.77      0\n"
 	tiny := "           8             2     float     sum      -1    23.11    0.00    0.00      0    23.11    0.00    0.00    N/A\n"
 	old := strings.Replace(sendrecv, "sum", "none", 1)
+	unchecked := func(row string) string { return strings.Replace(row, "   0  ", " N/A  ", 1) } // -c 0
 	for _, c := range []struct {
 		name, log, want, op string
 	}{
 		{"sendrecv on 8 ranks", devs(8) + ntHeader + sendrecv, "sendrecv", "sum"},
+		{"sendrecv on 8 ranks, -c 0", devs(8) + ntHeader + unchecked(sendrecv), "sendrecv", "sum"},
 		{"allreduce on 8 ranks", devs(8) + ntHeader + allreduce, "allreduce", "sum"},
 		{"allreduce, ranks unknown", ntHeader + allreduce, "allreduce", "sum"},
-		{"sendrecv, ranks unknown", ntHeader + sendrecv, "", ""},
-		{"2 ranks", devs(2) + ntHeader + sendrecv, "", ""},
-		{"digits too few", devs(8) + ntHeader + tiny, "", ""},
+		// In place unchecked beside a checked out-of-place result: sendrecv_perf's.
+		{"sendrecv, ranks unknown", ntHeader + sendrecv, "sendrecv", "sum"},
+		{"2 ranks", devs(2) + ntHeader + sendrecv, "sendrecv", "sum"},
+		{"digits too few", devs(8) + ntHeader + tiny, "sendrecv", "sum"},
+		// Without that, a factor of 1 fits a 2-rank all-reduce too.
+		{"sendrecv, ranks unknown, -c 0", ntHeader + unchecked(sendrecv), "", ""},
+		{"2 ranks, -c 0", devs(2) + ntHeader + unchecked(sendrecv), "", ""},
+		{"digits too few, -c 0", devs(8) + ntHeader + unchecked(tiny), "", ""},
 		{"earlier gpubench", devs(8) + ntHeader + old, "sendrecv", "sum"},
 		{"earlier gpubench, named", devs(8) + ntHeader + old + "# Collective test concluded: sendrecv_perf\n", "sendrecv", "sum"},
 	} {
 		f, err := Read("x.log", []byte(c.log))
 		switch {
-		case c.want == "" && (err == nil || !strings.Contains(err.Error(), "fit several collectives")):
+		case c.want == "" && (err == nil || !strings.Contains(err.Error(), "fit several collectives (all_reduce_perf or sendrecv_perf)")):
 			t.Errorf("%s: %v; want it refused as fitting several", c.name, err)
 		case c.want != "" && err != nil:
 			t.Errorf("%s: %v", c.name, err)
@@ -374,6 +405,59 @@ func TestReadNCCLTestsPerIterColumns(t *testing.T) {
 		t.Fatalf("%s, %d rows, bounds %+v", c.Collective, len(c.Results), c.OutOfBounds)
 	}
 	ntRow{1048576, 262144, "float", "sum", -1, 30.04, 34.91, 61.09, 0, 29.88, 35.10, 61.42, 0}.check(t, f.Coll.Results[0])
+}
+
+// What a multi-process launch does to a log: mpirun --tag-output tags each of the three writes
+// nccl-tests prints a row in, srun -l right-aligns its label past 9 tasks, and a rank's NCCL INFO
+// line may land between a row's writes, which leaves the row out with a notice (the rest of it,
+// on a line of its own, is no row either). Shapes from published logs: NVIDIA/nccl-tests#290
+// (srun -l), a p5 run through mpirun --tag-output, an 8-rank run with NCCL_DEBUG=INFO.
+func TestReadNCCLTestsLaunchedLogs(t *testing.T) {
+	head := "# Collective test starting: all_reduce_perf\n" + ntHeader
+	prefix := func(p, text string) string {
+		return p + strings.ReplaceAll(strings.TrimSuffix(text, "\n"), "\n", "\n"+p) + "\n"
+	}
+	tagged := prefix("[1,0]<stdout>:", head) +
+		"[1,0]<stdout>:           8             2     float     sum      -1[1,0]<stdout>:    85.14    0.00    0.00      0[1,0]<stdout>:    62.82    0.00    0.00      0\n"
+	padded := prefix(" 0: ", head) +
+		" 0:      8388608       2097152     float     sum      -1    215.3   38.96   73.04    N/A    180.0   46.60   87.38    N/A\n"
+	cut := head +
+		"      524288        131072     float     sum      -1    50.99   10.28   18.00      0    51.21   10.24   17.91      0\n" +
+		"     2097152        524288     float     sum      -1gcn151:1905790:1905879 [0] NCCL INFO Channel 00/0 : 7[3] -> 0[0] [receive] via NET/IB/2/GDRDMA\n" +
+		"gcn154:1794762:1794845 [1] NCCL INFO Connected all rings\n" +
+		"    93.65   22.39   39.19      0    84.09   24.94   43.64      0\n" +
+		"     4194304       1048576     float     sum      -1    136.7   30.68   53.70      0    136.4   30.75   53.81      0\n"
+	cutAtAFigure := strings.Replace(cut, "    93.65   22.39", "    10308   22.39", 1) // a time of 5 digits prints with none after the point
+	for _, c := range []struct {
+		name, log string
+		sizes     []int64
+		notice    string
+	}{
+		{"tags inside the row", tagged, []int64{8}, ""},
+		{"srun -l padded", padded, []int64{8388608}, ""},
+		{"a row cut", cut, []int64{524288, 4194304}, "are left out: line 4 (2097152 B)"},
+		{"a row cut, its rest a count", cutAtAFigure, []int64{524288, 4194304}, "are left out: line 4 (2097152 B)"},
+	} {
+		f, err := Read("x.log", []byte(c.log))
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		var sizes []int64
+		for _, r := range f.Coll.Results {
+			sizes = append(sizes, r.Size)
+		}
+		cutNotice := slices.IndexFunc(f.Notices, func(n string) bool { return strings.Contains(n, "are left out") })
+		if f.Coll.Collective != "allreduce" || !slices.Equal(sizes, c.sizes) || (c.notice == "") != (cutNotice < 0) ||
+			c.notice != "" && !strings.Contains(f.Notices[cutNotice], c.notice) {
+			t.Errorf("%s: %s, sizes %v, notices %q; want sizes %v, a notice %q", c.name, f.Coll.Collective, sizes, f.Notices, c.sizes, c.notice)
+		}
+	}
+	// A row of the table's width with a field no nccl-tests row holds is still refused.
+	bad := head + "     2097152        524288     float     sum      -1    93.65   22.39   39.19      0    84.09   24.94   43.64   oops\n"
+	if _, err := Read("x.log", []byte(bad)); err == nil || !strings.Contains(err.Error(), "line 3: ") {
+		t.Errorf("a bad field: %v", err)
+	}
 }
 
 // How a run was timed comes from nccl-tests' header line and blocking line, and from -J's config.

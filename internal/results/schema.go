@@ -114,6 +114,8 @@ type Placement struct {
 	// printed digits: half a unit of the last digit printed of the figure they come from (the
 	// time, or a log's busbw when its ranks are unknown), over the figure. 0 for JSON.
 	slack, timeSlack float64
+	// checked and unchecked: a log printed its #wrong (or error) as a figure, or as N/A.
+	checked, unchecked bool
 }
 
 // Expected is what the machine should do for a placement (--expect): the simulator's time and
