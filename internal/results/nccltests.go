@@ -325,8 +325,6 @@ func f0(f []string) string {
 	return f[0]
 }
 
-// isCount says whether s is a row's first field, a size in bytes: digits only, so that a size too
-// large to read is refused with its line, not passed over as another line.
 // foreign reports whether s is a field nccl-tests never prints in a row: not a number, N/A, a
 // type or an op.
 func foreign(s string) bool {
@@ -334,6 +332,8 @@ func foreign(s string) bool {
 	return err != nil && s != "N/A" && ntEltSize[s] == 0 && !slices.Contains(ntOps, s)
 }
 
+// isCount says whether s is a row's first field, a size in bytes: digits only, so that a size too
+// large to read is refused with its line, not passed over as another line.
 func isCount(s string) bool {
 	return s != "" && strings.Trim(s, "0123456789") == ""
 }
@@ -579,11 +579,11 @@ func (r *ntRun) collective() (*coll.Collective, error) {
 	if len(named) > 1 {
 		why = "the lines before it name " + strings.Join(named, " and ")
 	}
-	these := "several collectives"
-	if len(fit) > 1 {
-		these += " (" + perfNames(fit) + ")"
+	fits := "its columns fit several collectives (" + perfNames(fit) + ")"
+	if len(fit) < 2 {
+		fits = "no one collective fits all its rows"
 	}
-	return nil, fmt.Errorf(`line %d: which nccl-tests program printed this table? It has no "# Collective test concluded:" line, %s, and its columns fit %s: add the line "# Collective test concluded: NAME_perf" after the table`, r.tableLine, why, these)
+	return nil, fmt.Errorf(`line %d: which nccl-tests program printed this table? It has no "# Collective test concluded:" line, %s, and %s: add the line "# Collective test concluded: NAME_perf" after the table`, r.tableLine, why, fits)
 }
 
 // inferCollective lists the collectives a table's rows fit, from what nccl-tests prints of each:
@@ -594,11 +594,8 @@ func (r *ntRun) collective() (*coll.Collective, error) {
 // beside a checked out-of-place one (alltoall_perf and sendrecv_perf do not check in place);
 // and, in the per-test headers before nccl-tests 2.13 (no root column where a test has no
 // root), which tests printed a redop column: those that reduce, and alltoall_perf (empty).
-// layout is nil for -J's JSON. On one rank every ratio and factor is 1: it returns nil.
+// layout is nil for -J's JSON. On one rank every ratio and factor is 1, and tells nothing.
 func inferCollective(rows []Row, ranks int, layout *ntLayout) []*coll.Collective {
-	if ranks == 1 {
-		return nil
-	}
 	cands := slices.Clone(coll.Collectives)
 	keep := func(ok func(c *coll.Collective) bool) {
 		cands = slices.DeleteFunc(cands, func(c *coll.Collective) bool { return !ok(c) })
@@ -618,9 +615,12 @@ func inferCollective(rows []Row, ranks int, layout *ntLayout) []*coll.Collective
 		op, rooted := r.Op != "" && r.Op != "none", r.Root != nil && *r.Root >= 0
 		keep(func(c *coll.Collective) bool {
 			k := c.Counts(64, 1, 4) // 64 B over 4 ranks: a count of 16 where the size is per-rank chunks
-			return c.Rooted == rooted && (c.TakesOp && op || !c.Reduces && !op) && (k.Param == k.Bytes) == (ratio == 1)
+			return c.Rooted == rooted && (c.TakesOp && op || !c.Reduces && !op) && (ranks == 1 || (k.Param == k.Bytes) == (ratio == 1))
 		})
 		for _, p := range []Placement{r.OutOfPlace, r.InPlace} {
+			if ranks == 1 {
+				break
+			}
 			if alg := float64(r.Size) / (p.TimeUS * 1e3); p.TimeUS <= 0 || p.BusBW <= 0 || !valid(alg) {
 				continue // no bandwidth a run reaches: the figures were not worked out from each other
 			}
@@ -907,11 +907,11 @@ func readNCCLTestsJSON(name string, doc []byte) (*File, error) {
 	} else if fit := inferCollective(c.Results, c.Config.Ranks, nil); len(fit) == 1 {
 		co = fit[0]
 	} else {
-		these, path := "several collectives", "./build/all_gather_perf"
+		fits, path := "no one collective fits all the results", "./build/all_gather_perf"
 		if len(fit) > 1 {
-			these, path = these+" ("+perfNames(fit)+")", "./build/"+fit[0].Perf
+			fits, path = "the results fit several collectives ("+perfNames(fit)+")", "./build/"+fit[0].Perf
 		}
-		return nil, fmt.Errorf(`args[0] %q names no nccl-tests program, and the results fit %s: write the program's path (e.g. "%s") as args[0]`, input.Safe(program), these, path)
+		return nil, fmt.Errorf(`args[0] %q names no nccl-tests program, and %s: write the program's path (e.g. "%s") as args[0]`, input.Safe(program), fits, path)
 	}
 	c.Collective, c.NCCLTests = co.Name, co.Perf
 	for i := range c.Results {
