@@ -136,6 +136,9 @@ func collRun(t *gpu.Topology, name string, c *results.Coll) (sim.CollRun, error)
 	if err := sameGPUs(t, name, c.Devices); err != nil {
 		return sim.CollRun{}, err
 	}
+	if err := sameHosts(t, name, c.Devices); err != nil {
+		return sim.CollRun{}, err
+	}
 	switch x := c.Config; {
 	case x.Graph > 0:
 		return sim.CollRun{}, fmt.Errorf("%s timed CUDA graph launches (-G %d), whose host cost calibration does not model: give a run without -G", name, x.Graph)
@@ -190,14 +193,62 @@ func sameGPUs(t *gpu.Topology, name string, devs []results.Device) error {
 	if len(devs) > t.NumGPUs() {
 		return fmt.Errorf("%s ran on %d GPUs; topology %s has %d: give the topology of the machine it ran on (--nodes N for N of its nodes, --gpus-per-node K for K GPUs of each)", name, len(devs), t.Name, t.NumGPUs())
 	}
-	for i, d := range devs {
-		g, _ := t.GPU(i)
+	for _, d := range devs {
+		if d.Rank < 0 || d.Rank >= t.NumGPUs() {
+			return fmt.Errorf("%s lists rank %d; topology %s has %d GPUs: give the topology of the machine it ran on (--nodes N for N of its nodes)", name, d.Rank, t.Name, t.NumGPUs())
+		}
+		g, _ := t.GPU(d.Rank)
 		if d.Name != "" && g.Name != "" && !strings.EqualFold(gpuModel(d.Name), gpuModel(g.Name)) {
 			return fmt.Errorf("%s was measured on %s (rank %d); topology %s has %s there: give the topology of the machine it ran on (gpubench topo --output json on it)",
-				name, input.Safe(d.Name), i, t.Name, g.Name)
+				name, input.Safe(d.Name), d.Rank, t.Name, g.Name)
 		}
 	}
 	return nil
+}
+
+// sameHosts refuses a run whose ranks shared hosts otherwise than the topology's nodes share its
+// first GPUs: what crossed the network in the run would not in the model, or the other way round,
+// and the fit would put the difference into the wrong figures. Ranks the file does not list, or
+// lists without a host, are not judged.
+func sameHosts(t *gpu.Topology, name string, devs []results.Device) error {
+	nodeOf, hostOf := map[string]int{}, map[int]string{}
+	var hosts []string
+	perHost := map[string]int{}
+	mismatch := false
+	for _, d := range devs {
+		if d.Host == "" || d.Rank < 0 || d.Rank >= t.NumGPUs() {
+			continue
+		}
+		node := t.NodeOf(d.Rank)
+		if n, ok := nodeOf[d.Host]; ok && n != node {
+			mismatch = true
+		}
+		if h, ok := hostOf[node]; ok && h != d.Host {
+			mismatch = true
+		}
+		if _, ok := nodeOf[d.Host]; !ok {
+			hosts = append(hosts, d.Host)
+		}
+		nodeOf[d.Host], hostOf[node] = node, d.Host
+		perHost[d.Host]++
+	}
+	if !mismatch {
+		return nil
+	}
+	fix := "give the topology of the machine it ran on"
+	if k := perHost[hosts[0]]; !slices.ContainsFunc(hosts, func(h string) bool { return perHost[h] != k }) {
+		fix = fmt.Sprintf("give --nodes %d --gpus-per-node %d, as it ran", len(hosts), k)
+	}
+	return fmt.Errorf("%s ran its ranks on %d host%s (%s); topology %s puts them on its nodes otherwise: %s",
+		name, len(hosts), plural(len(hosts)), input.Safe(hostList(hosts)), t.Name, fix)
+}
+
+// hostList names up to three hosts.
+func hostList(hosts []string) string {
+	if len(hosts) > 3 {
+		return strings.Join(hosts[:3], ", ") + ", ..."
+	}
+	return strings.Join(hosts, ", ")
 }
 
 // gpuModel is a GPU's name without the vendor word older drivers leave out ("A100-SXM4-80GB" is

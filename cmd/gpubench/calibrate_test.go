@@ -145,6 +145,16 @@ func TestCalibrateRefuses(t *testing.T) {
 	if err := os.WriteFile(noRanks, []byte(strings.Join(bare, "")), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	var last []string // the A100 run's table listing its last rank alone, as a cut device list does
+	for _, l := range strings.SplitAfter(plain, "\n") {
+		if !strings.HasPrefix(l, "#  Rank") || strings.HasPrefix(l, "#  Rank  7") {
+			last = append(last, l)
+		}
+	}
+	lastRank := filepath.Join(dir, "lastrank.log")
+	if err := os.WriteFile(lastRank, []byte(strings.Join(last, "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	graph, blocking := filepath.Join(dir, "graph.json"), filepath.Join(dir, "blocking.log")
 	sweepTimes(t, graph, "allreduce", "--topology", "dgx-a100", "-b", "1M", "-e", "1M", "-G", "2")
 	table, _, _ := gpubench(t, "--backend", "sim", "--topology", "dgx-a100", "allreduce", "-b", "1M", "-e", "1M", "-z", "1")
@@ -170,6 +180,9 @@ func TestCalibrateRefuses(t *testing.T) {
 		{[]string{"--topology", "dgx-a100", blocking, "-o", out}, "gpubench: " + blocking + " waited after each call (-z 1), which calibration does not model: give a run without -z\n"},
 		{[]string{"--topology", "dgx-a100", a100, filepath.Join(dir, ".", "a100.json"), "-o", out}, "gpubench: " + filepath.Join(dir, ".", "a100.json") + " is given twice: give each run once\n"},
 		{[]string{"--topology", "dgx-a100", noRanks, "-o", out}, "gpubench: " + noRanks + ` does not list the ranks it ran on (the lines under "# Using devices"): keep those lines in the log` + "\n"},
+		{[]string{"--topology", "dgx-h100", lastRank, "-o", out}, "gpubench: " + lastRank + " was measured on NVIDIA A100-SXM4-80GB (rank 7); topology dgx-h100 has NVIDIA H100 80GB HBM3 there"},
+		// One host's 8 GPUs are not two nodes' 4: the fit would take NVLink for the network.
+		{[]string{"--topology", "dgx-a100", "--nodes", "2", "--gpus-per-node", "4", a100, "-o", out}, "gpubench: " + a100 + " ran its ranks on 1 host (dgx-a100); topology dgx-a100 x2, 4 GPUs a node puts them on its nodes otherwise: give --nodes 1 --gpus-per-node 8, as it ran\n"},
 	} {
 		stdout, errOut, code := gpubench(t, append([]string{"calibrate"}, tc.args...)...)
 		if code != exitUsage || stdout != "" || !strings.HasPrefix(errOut, tc.want) || strings.Count(errOut, "\n") != 1 {
