@@ -106,6 +106,11 @@ func runCalibrate(e *env, g *globals, files []string, out string) error {
 	if err != nil {
 		return err
 	}
+	for _, b := range cal.Error {
+		if b.After > b.Before {
+			fmt.Fprintf(e.stderr, "gpubench: the fit leaves sizes %s further off than the model was (%.3g%% against %.3g%%): the model's terms do not describe these runs there\n", b.Band, b.After, b.Before)
+		}
+	}
 	data, err := calibratedFile(g.topology, cal)
 	if err != nil {
 		return err

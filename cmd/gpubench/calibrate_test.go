@@ -270,3 +270,31 @@ func TestCalibrateSaysWhatTheReaderNoticed(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want 0 and %q...", code, errOut, want)
 	}
 }
+
+// A band of sizes the fit leaves further off than the model was is said on stderr: here the
+// 16 GiB row of a run took 1.5x what the rest of the curve says, and the bandwidth fitted to all
+// the rows moves the ones below it off the curve they were on.
+func TestCalibrateSaysWhereTheFitIsWorse(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run.json")
+	sweepTimes(t, run, "allreduce", "--topology", "dgx-a100", "-b", "64M", "-e", "16G", "-f", "4")
+	data, err := os.ReadFile(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	rows := doc["results"].([]any)
+	last := rows[len(rows)-1].(map[string]any)["out_of_place"].(map[string]any)
+	last["time_us"] = last["time_us"].(float64) * 1.5
+	if data, err = json.Marshal(doc); err != nil || os.WriteFile(run, data, 0o644) != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := gpubench(t, "calibrate", "--topology", "dgx-a100", run, "-o", filepath.Join(dir, "cal.json"))
+	if want := "gpubench: the fit leaves sizes 64 MiB - 1 GiB further off than the model was ("; code != 0 || !strings.Contains(errOut, want) {
+		t.Errorf("exit %d, stderr %q; want 0 and %q...", code, errOut, want)
+	}
+}

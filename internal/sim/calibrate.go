@@ -73,6 +73,13 @@ func Calibrate(t *gpu.Topology, colls []CollRun, copies []LocalCopy) (*gpu.Calib
 		}
 		samples = append(samples, s...)
 		files[r.File] = true
+		if _, tuned := collKinds[r.Coll]; !tuned || r.Ranks == 1 {
+			why := "one rank runs no algorithm"
+			if !tuned {
+				why = "NCCL's tuner picks none for point to point"
+			}
+			cal.Defaults = append(cal.Defaults, fmt.Sprintf("%s: a %s run on %d rank%s fits no algorithm's figures (%s)", r.File, r.Coll, r.Ranks, plural(r.Ranks), why))
+		}
 		for _, x := range s {
 			cal.Measured.MaxRanks = max(cal.Measured.MaxRanks, r.Ranks)
 			cal.Measured.MinBytes = min(cal.Measured.MinBytes, x.bytes)
@@ -95,11 +102,20 @@ func Calibrate(t *gpu.Topology, colls []CollRun, copies []LocalCopy) (*gpu.Calib
 	}
 	sort.Strings(cal.From)
 	cal.Error = bandErrors(cal, samples)
+	if len(cal.Algorithms) == 0 && cal.LaunchUS == 0 && cal.LocalCopyEfficiency == 0 {
+		why := slices.DeleteFunc(slices.Clone(cal.Defaults), func(d string) bool { return strings.HasPrefix(d, "local_copy_efficiency:") })
+		return nil, fmt.Errorf("%w: these runs constrain none of the simulator's figures (%s): give runs of allreduce, allgather, reducescatter, broadcast or reduce on two ranks or more, or gpubench p2p results for the copy inside a GPU",
+			ErrCalibrate, strings.Join(why, "; "))
+	}
 	if len(cal.Algorithms) == 0 {
 		cal.Algorithms = nil
 	}
 	return cal, nil
 }
+
+// informative is the least share of a row's measured time a term must have in the model for the
+// row to fit it (fitOne).
+const informative = 0.1
 
 // samplesOf asks the uncalibrated model about every row of a run.
 func samplesOf(t *gpu.Topology, r CollRun) ([]sample, error) {
@@ -179,8 +195,11 @@ func fitAlgorithms(cal *gpu.Calibration, samples []sample) {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if x, ok := fitOne(byKey[k]); ok {
+		if x, kept, ok := fitOne(byKey[k]); ok {
 			cal.Algorithms[k] = x
+			if kept != "" {
+				cal.Defaults = append(cal.Defaults, k+": "+kept)
+			}
 		} else {
 			cal.Defaults = append(cal.Defaults, k+": its rows do not fit latency + size / bandwidth with a positive bandwidth; NCCL's figures are kept")
 		}
@@ -195,37 +214,51 @@ func fitAlgorithms(cal *gpu.Calibration, samples []sample) {
 	for _, k := range paced {
 		cal.Defaults = append(cal.Defaults, k+": the host's launches paced every row it ran; NCCL's figures are kept")
 	}
+	if len(cal.Algorithms) > 0 {
+		cal.Defaults = append(cal.Defaults, "every other algorithm and protocol: no row ran it; NCCL's figures are kept")
+	}
 }
 
-func fitOne(ss []sample) (gpu.AlgoCalibration, bool) {
+// fitOne fits one algorithm and protocol's rows; kept says which of its two figures the rows left
+// at NCCL's ("" when both were fitted). A term is fitted only where, in the model, it is at least
+// a tenth of some row's measured time (informative): a latency read off rows of milliseconds
+// (the intercept of a line through 512 MiB to 8 GiB, where NCCL's latency is a few µs of each)
+// is no latency, and sets every small call's time wrong.
+func fitOne(ss []sample) (x gpu.AlgoCalibration, kept string, ok bool) {
 	// Weighted least squares of y = a + b x, y = measured - latency, x = bandwidth time,
 	// weights 1/measured² (relative error).
 	var sw, sx, sy, sxx, sxy float64
 	lo, hi := math.Inf(1), 0.0
+	latRows, bwRows := false, false
 	for _, s := range ss {
 		w := 1 / (s.measured * s.measured)
 		x, y := s.bw, s.measured-s.lat
 		sw, sx, sy, sxx, sxy = sw+w, sx+w*x, sy+w*y, sxx+w*x*x, sxy+w*x*y
 		lo, hi = math.Min(lo, x), math.Max(hi, x)
+		latRows, bwRows = latRows || s.lat >= informative*s.measured, bwRows || s.bw >= informative*s.measured
 	}
-	if det := sw*sxx - sx*sx; hi > 1.5*lo && det > 0 {
+	const keepLat = "its latency is under a tenth of every row's time in the model; NCCL's latency is kept"
+	const keepBW = "its bandwidth time is under a tenth of every row's time in the model; NCCL's bandwidth is kept"
+	if det := sw*sxx - sx*sx; latRows && bwRows && hi > 1.5*lo && det > 0 {
 		b := (sw*sxy - sx*sy) / det
 		a := (sy - b*sx) / sw
 		if b > 0 {
 			if x, ok := calibration(a, 1/b, ss); ok {
-				return x, true
+				return x, "", true
 			}
 		}
 	}
-	// One parameter: the term that dominates the rows.
+	// One parameter: the only one the rows inform, else the term that dominates them.
 	var bwTime, latTime float64
 	for _, s := range ss {
 		bwTime, latTime = bwTime+s.bw, latTime+s.lat
 	}
-	if bwTime >= latTime {
-		return calibration(0, sxx/sxy, ss) // y = x / k through the origin, weighted
+	if bwRows && !latRows || bwRows == latRows && bwTime >= latTime {
+		x, ok := calibration(0, sxx/sxy, ss) // y = x / k through the origin, weighted
+		return x, keepLat, ok
 	}
-	return calibration(sy/sw-sx/sw, 1, ss)
+	x, ok = calibration(sy/sw-sx/sw, 1, ss)
+	return x, keepBW, ok
 }
 
 // calibration checks a fit: a positive bandwidth fraction in range, and no row's latency below 0.
@@ -320,6 +353,13 @@ func predicted(cal *gpu.Calibration, s sample) float64 {
 	}
 	host, dev := hostUS(cal, s), lat+bw
 	return math.Max(host, dev) + math.Min(host, dev)/float64(s.iters)
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }
 
 func median(v []float64) float64 {

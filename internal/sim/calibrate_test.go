@@ -97,6 +97,32 @@ func TestCalibrateRecoversPerturbedFigures(t *testing.T) {
 	}
 }
 
+// Rows of large sizes only (512 MiB to 8 GiB, milliseconds each) say what a bandwidth is, not
+// what a latency is: the fit keeps NCCL's latency and says so, so that a small call on the
+// calibrated machine is not set by an intercept read off milliseconds. A run that fits no figure
+// at all (point to point) is refused, naming why.
+func TestCalibrateFitsOnlyWhatRowsInform(t *testing.T) {
+	real := load(t, "dgx-h100")
+	real.Calibration = &gpu.Calibration{Algorithms: map[string]gpu.AlgoCalibration{"NVLS/Simple": {LatencyUS: 300, Bandwidth: 0.8}}}
+	cal, err := sim.Calibrate(load(t, "dgx-h100"), []sim.CollRun{measure(t, real, 1, "512M:8G")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := cal.Algorithms["NVLS/Simple"]
+	if !ok || got.LatencyUS != 0 || got.Bandwidth < 0.7 || got.Bandwidth > 0.9 {
+		t.Errorf("NVLS/Simple fitted %+v (ok %v); want NCCL's latency kept, the bandwidth near 0.8", got, ok)
+	}
+	if d := strings.Join(cal.Defaults, "\n"); !strings.Contains(d, "NVLS/Simple: its latency is under a tenth of every row's time in the model; NCCL's latency is kept") ||
+		!strings.Contains(d, "every other algorithm and protocol: no row ran it") {
+		t.Errorf("defaults %q", cal.Defaults)
+	}
+	p2p := sim.CollRun{File: "sr.log", Coll: "sendrecv", Ranks: 8, PerThread: 1, Iters: 20, Rows: []sim.MeasuredRow{{Bytes: 1 << 20, TimeUS: 30}}}
+	if _, err := sim.Calibrate(load(t, "dgx-h100"), []sim.CollRun{p2p}, nil); err == nil ||
+		!strings.Contains(err.Error(), "these runs constrain none of the simulator's figures (sr.log: a sendrecv run on 8 ranks fits no algorithm's figures (NCCL's tuner picks none for point to point)") {
+		t.Errorf("a send/recv run alone: %v", err)
+	}
+}
+
 // A measured local copy sets the local copy's efficiency: the H200 of docs/validation.md copied
 // 512 MiB inside the GPU at 2101.19 GB/s, where the model's hgx-h200 gives about 1788.
 func TestCalibrateLocalCopy(t *testing.T) {
