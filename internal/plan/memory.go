@@ -19,7 +19,8 @@ import (
 // sequence parallelism dividing all of it by the tensor-parallel size, selective recomputation
 // dropping the 5as/h attention term, full recomputation keeping only the layer's 2sbh input; the
 // first pipeline stage holds PP micro-batches' worth (section 4.2.3), times 1 + (PP-1)/(PP v) with
-// the interleaved schedule. Their terms are generalised here to grouped-query and latent
+// the interleaved schedule (the other stages and the cap at the micro-batches there are as
+// Megatron-LM's schedule runs them: stageActivations). Their terms are generalised here to grouped-query and latent
 // attention, gated MLPs and experts (docs/plan.md, "Memory").
 type Memory struct {
 	Weights         int64 `json:"weights_bytes"`
@@ -193,10 +194,14 @@ func (e *evaluator) layerActivation(l Layout, moe bool, rc string) (stored, work
 // (Korthikanti et al. 2022, section 4.3: 4sbh/t (1 + v/h)).
 func (e *evaluator) stageActivations(l Layout, st stage, rc string) float64 {
 	// 1F1B: stage i holds PP - i micro-batches in flight (the first PP, Korthikanti's "first
-	// stage"); the interleaved schedule 1 + (PP-1)/(PP v) times as many.
+	// stage"), at most the m there are. Interleaved, stage i runs 2(PP-i-1) + (v-1) PP forward
+	// chunks of 1/v of its layers before its first backward, and one more before each, at most
+	// the m v there are (Megatron-LM, pipeline_parallel/schedules.py,
+	// forward_backward_pipelining_with_interleaving): on the first stage PP + (PP-1)/v
+	// micro-batches' worth, Korthikanti's 1 + (PP-1)/(PP v) times PP; on the last ((v-1) PP + 1)/v.
 	inflight := float64(min(l.PP-st.index, l.MicroBatches))
-	if l.VPP > 1 {
-		inflight *= 1 + float64(l.PP-1)/float64(l.PP*l.VPP)
+	if v := l.VPP; v > 1 {
+		inflight = float64(min(2*(l.PP-st.index-1)+(v-1)*l.PP+1, l.MicroBatches*v)) / float64(v)
 	}
 	var stored, working float64
 	if moe := e.moeIn(st); moe > 0 {

@@ -79,6 +79,32 @@ func TestActivationsAreKorthikanti(t *testing.T) {
 	}
 }
 
+// A pipeline stage holds the micro-batches Megatron's schedules keep in flight: 1F1B, PP - i;
+// interleaved over v chunks, 2(PP-i-1) + (v-1) PP + 1 chunks of 1/v of the stage's layers,
+// Korthikanti's PP (1 + (PP-1)/(PP v)) on the first stage; never more than the m micro-batches
+// of a step.
+func TestStageActivationsFollowTheSchedule(t *testing.T) {
+	m := preset(t, "gpt3-175b")
+	s := DefaultSetup()
+	s.Seq, s.MicroBatch, s.GlobalBatch = 2048, 1, 64
+	e := evaluatorFor(t, m, s, machine(t, "dgx-a100", 0, s))
+	one, _ := e.layerActivation(Layout{TP: 8, CP: 1, PP: 8, DP: 1, EP: 1, VPP: 2, MicroBatches: 8}, false, "selective")
+	for _, c := range []struct {
+		vpp, micro, stage int
+		want              float64 // micro-batches' worth in flight
+	}{
+		{1, 32, 0, 8}, {1, 32, 7, 1}, {1, 4, 0, 4},
+		{2, 32, 0, 8 + 7.0/2}, {2, 32, 7, (8 + 1) / 2.0}, {2, 32, 3, (2*4 + 8 + 1) / 2.0},
+		{2, 8, 0, 8}, // 8 micro-batches exist: all their chunks, no more
+	} {
+		l := Layout{TP: 8, CP: 1, PP: 8, DP: 1, EP: 1, VPP: c.vpp, MicroBatches: c.micro}
+		st := stage{index: c.stage, first: 0, last: 0} // one layer, no embedding or head
+		if got := e.stageActivations(l, st, "selective") / one; math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("PP8 v%d m%d stage %d: %.4g micro-batches in flight; want %.4g", c.vpp, c.micro, c.stage, got, c.want)
+		}
+	}
+}
+
 // Model states per GPU are the ZeRO paper's (Rajbhandari et al. 2020, Figure 1: 2Ψ + 2Ψ + KΨ
 // with K = 12, sharded by stage over the data-parallel ranks): for Ψ = 7.5 B over 64 ranks
 // 120, 31.4, 16.6 and 1.9 GB.
