@@ -91,3 +91,15 @@ func TestPlanTopCountsShapes(t *testing.T) {
 		t.Errorf("%d ranked, %v shapes, %v priced", n, doc["priced_shapes"], doc["priced"])
 	}
 }
+
+// A sequence of any length plans without context parallelism: Megatron splits it into 2 x CP
+// chunks only with CP above 1, and over TP only with sequence parallelism, so a length of 4097
+// runs TP1 and CP1 layouts and leaves out the others, naming why.
+func TestPlanOddSequence(t *testing.T) {
+	t.Parallel()
+	out, errOut, code := gpubench(t, "plan", "--model", "llama-3.1-8b", "--topology", "dgx-h100", "--seq", "4097")
+	if code != 0 || errOut != "" || !strings.Contains(out, "\n1     TP1 ") ||
+		!strings.Contains(out, "sequence not divisible by TP (sequence parallelism); TP2: sequence parallelism splits a rank's 4097 tokens 2 ways") {
+		t.Errorf("exit %d, stderr %q, stdout\n%s", code, errOut, out)
+	}
+}

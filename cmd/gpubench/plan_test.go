@@ -103,7 +103,7 @@ func TestPlanUsageErrors(t *testing.T) {
 		{[]string{"--model", "llama-3.1-70b", "--global-batch", "10", "--micro-batch", "4"}, "invalid --global-batch 10 is not a multiple of micro-batch 4"},
 		{[]string{"--model", "llama-3.1-70b", "--dp", "3"}, "invalid --dp 3: global-batch 512 is not divisible by dp x micro-batch (3)"},
 		{[]string{"--model", "llama-3.1-70b", "--pp", "3"}, "invalid --pp 3: the model's 80 layers are not divisible by it"},
-		{[]string{"--model", noHidden}, "no hidden_size (nor n_embd, d_model): the model's width is needed"},
+		{[]string{"--model", noHidden}, "no hidden_size (nor n_embd, n_embed, d_model): the model's width is needed"},
 		{[]string{"--model", "llama-9"}, `unknown --model "llama-9": use a preset`},
 		{[]string{"--layers", "32", "--hidden", "4096", "--heads", "32"}, "--vocab is missing"},
 		{[]string{"--layers", "32", "--hidden", "4096", "--heads", "32", "--vocab", "32000"}, "invalid --ffn 0"},

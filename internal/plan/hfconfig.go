@@ -36,7 +36,7 @@ func ParseConfig(name string, data []byte) (Model, error) {
 		return Model{}, fmt.Errorf("%w: %s: %v", ErrConfig, name, err)
 	}
 	c := config{fields: top}
-	if _, ok := c.first("hidden_size", "n_embd", "d_model"); !ok {
+	if _, ok := c.first("hidden_size", "n_embd", "n_embed", "d_model"); !ok {
 		if raw, ok := top["text_config"]; ok {
 			var text map[string]json.RawMessage
 			if err := decodeObject(raw, &text); err != nil {
@@ -136,7 +136,7 @@ func (c config) model() (Model, error) {
 	var m Model
 	var err error
 	kind := c.text("model_type")
-	if m.Hidden, err = c.need("the model's width", "hidden_size", "n_embd", "d_model"); err != nil {
+	if m.Hidden, err = c.need("the model's width", "hidden_size", "n_embd", "n_embed", "d_model"); err != nil {
 		return m, err
 	}
 	if m.Layers, err = c.need("the number of layers", "num_hidden_layers", "n_layer", "num_layers"); err != nil {

@@ -118,7 +118,9 @@ func (e *evaluator) enumerate(gpus, domain int) (layouts []Layout, rejected []re
 			if !forced(s.CP, cp) {
 				continue
 			}
-			if 2*cp > s.Seq || (s.CP == 0 && cp > 1 && s.Seq/cp < minCPTokens && s.Seq%(2*cp) != 0) {
+			// Megatron splits the sequence into 2 x CP chunks only with CP above 1
+			// (get_batch_on_this_cp_rank): CP1 takes any length.
+			if cp > 1 && 2*cp > s.Seq || (s.CP == 0 && cp > 1 && s.Seq/cp < minCPTokens && s.Seq%(2*cp) != 0) {
 				rejected = append(rejected, rejection{"cp-seq", fmt.Sprintf("CP%d: seq %d does not split into 2 x %d chunks", cp, s.Seq, cp), true, cp})
 				continue
 			}
@@ -126,8 +128,12 @@ func (e *evaluator) enumerate(gpus, domain int) (layouts []Layout, rejected []re
 				rejected = append(rejected, rejection{"cp-tokens", fmt.Sprintf("CP%d: %d tokens a rank, fewer than the %d the search tries (--cp %d forces it)", cp, s.Seq/cp, minCPTokens, cp), true, cp})
 				continue
 			}
-			if s.Seq%(2*cp) != 0 {
+			if cp > 1 && s.Seq%(2*cp) != 0 {
 				rejected = append(rejected, rejection{"seq", fmt.Sprintf("CP%d: seq %d is not divisible by 2 x %d", cp, s.Seq, cp), false, cp})
+				continue
+			}
+			if tp > 1 && (s.Seq/cp)%tp != 0 { // sequence parallelism splits a rank's tokens over TP
+				rejected = append(rejected, rejection{"seq-tp", fmt.Sprintf("TP%d: sequence parallelism splits a rank's %d tokens %d ways, which they do not divide", tp, s.Seq/cp, tp), false, tp})
 				continue
 			}
 			for _, pp := range divisors(gpus / (tp * cp)) {

@@ -110,12 +110,25 @@ func TestParseConfig(t *testing.T) {
 	}
 }
 
+// BLOOM's smaller configs name the width n_embed (bigscience/bloom-560m's config.json), which
+// Hugging Face's BloomConfig reads as hidden_size; bloom-560m has 559,214,592 parameters.
+func TestParseConfigBloomNEmbed(t *testing.T) {
+	cfg := `{"model_type": "bloom", "n_embed": 1024, "n_head": 16, "n_inner": null, "n_layer": 24, "vocab_size": 250880}`
+	m, err := ParseConfig("bloom-560m.json", []byte(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Hidden != 1024 || m.Layers != 24 || m.Heads != 16 || math.Abs(m.Params()/559_214_592-1) > 0.001 {
+		t.Errorf("bloom-560m: %+v, %.0f parameters; want 559,214,592", m, m.Params())
+	}
+}
+
 // A config.json that cannot describe a model is refused with the field named.
 func TestParseConfigErrors(t *testing.T) {
 	for _, c := range []struct {
 		data, want string
 	}{
-		{`{"num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 32000, "intermediate_size": 11008}`, "no hidden_size (nor n_embd, d_model)"},
+		{`{"num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 32000, "intermediate_size": 11008}`, "no hidden_size (nor n_embd, n_embed, d_model)"},
 		{`{"hidden_size": 4096, "num_attention_heads": 32, "vocab_size": 32000, "intermediate_size": 11008}`, "no num_hidden_layers"},
 		{`{"hidden_size": 4096, "num_hidden_layers": 32, "vocab_size": 32000}`, "no num_attention_heads"},
 		{`{"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "intermediate_size": 11008}`, "no vocab_size"},

@@ -300,6 +300,8 @@ func rejectionReason(kind string) string {
 		return "TP above the attention heads"
 	case "cp-seq":
 		return "sequence not split into 2 x CP chunks"
+	case "seq-tp":
+		return "sequence not divisible by TP (sequence parallelism)"
 	case "cp-tokens":
 		return "CP below the tokens a rank the search tries"
 	case "pp-layers":
@@ -340,6 +342,9 @@ func (e *evaluator) advice(rejected []rejection) []string {
 	}
 	if cp, ok := smallest["seq"]; ok {
 		try(fmt.Sprintf("--seq a multiple of %d (2 x CP%d)", 2*cp, cp), func(x *Setup) { x.Seq *= 2 * cp })
+	}
+	if tp, ok := smallest["seq-tp"]; ok {
+		try(fmt.Sprintf("--seq a multiple of %d (TP%d's sequence parallelism)", tp, tp), func(x *Setup) { x.Seq *= tp })
 	}
 	if cp, ok := smallest["cp-tokens"]; ok {
 		try(fmt.Sprintf("--cp %d (%d tokens a rank)", cp, s.Seq/cp), func(x *Setup) { x.CP = cp })

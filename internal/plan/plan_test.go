@@ -400,6 +400,7 @@ func TestSetupValidate(t *testing.T) {
 		{func(s *Setup) { s.GlobalBatch, s.MicroBatch = 10, 4 }, "global-batch 10 is not a multiple of micro-batch 4"},
 		{func(s *Setup) { s.EP = 2 }, "ep 2: the model has no experts"},
 		{func(s *Setup) { s.CP = 3 }, "cp 3: seq 4096 is not divisible by 2 x cp"},
+		{func(s *Setup) { s.Seq, s.TP = 4097, 2 }, "tp 2: sequence parallelism splits each rank's 4097 tokens 2 ways"},
 		{func(s *Setup) { s.Precision = "fp4" }, `precision "fp4"`},
 		{func(s *Setup) { s.Recompute = "some" }, `recompute "some"`},
 		{func(s *Setup) { s.ComputeEfficiency = 1.5 }, "compute-efficiency 1.5"},

@@ -121,8 +121,10 @@ func (s *Setup) Validate(m *Model) error {
 		return fmt.Errorf("ep %d: the model's %d experts are not divisible by it", s.EP, m.Experts)
 	case s.EP > 0 && s.DP > 0 && s.DP%s.EP != 0:
 		return fmt.Errorf("ep %d: expert parallelism is carved out of data parallelism, and dp %d is not divisible by it", s.EP, s.DP)
-	case s.CP > 0 && s.Seq%(2*s.CP) != 0:
+	case s.CP > 1 && s.Seq%(2*s.CP) != 0:
 		return fmt.Errorf("cp %d: seq %d is not divisible by 2 x cp (each rank takes two chunks, for balance)", s.CP, s.Seq)
+	case s.TP > 1 && (s.Seq/max(s.CP, 1))%s.TP != 0:
+		return fmt.Errorf("tp %d: sequence parallelism splits each rank's %d tokens %d ways, which they do not divide: give a --seq they do", s.TP, s.Seq/max(s.CP, 1), s.TP)
 	case s.VPP > 1 && s.Schedule == "1f1b":
 		return fmt.Errorf("vpp %d: the 1f1b schedule has one stage per GPU; use --schedule interleaved or auto", s.VPP)
 	case s.VPP > maxVPP:
