@@ -92,11 +92,26 @@ func read(name string, data []byte) (*File, error) {
 	}
 	f := &File{Name: name, Form: FormDocument, Complete: true}
 	var kind struct {
-		Command    *string `json:"command"`
-		Collective *string `json:"collective"`
+		Command     *string         `json:"command"`
+		Collective  *string         `json:"collective"`
+		Format      string          `json:"format"`
+		Chosen      json.RawMessage `json:"chosen"`
+		Calibration json.RawMessage `json:"calibration"`
+		Comparisons json.RawMessage `json:"comparisons"`
 	}
 	if err := json.Unmarshal(first, &kind); err != nil {
 		return nil, fmt.Errorf("not gpubench results: %v", jsonErr(err))
+	}
+	// gpubench's other JSON, given where results go: say what it is and where it belongs.
+	switch {
+	case strings.HasPrefix(kind.Format, "gpubench-topology/"):
+		return nil, errors.New("a gpubench topology file, not results: give it as --topology")
+	case kind.Calibration != nil && kind.Collective == nil:
+		return nil, errors.New("calibrate's report, not results: the calibrated topology it wrote (-o) goes to --topology")
+	case kind.Comparisons != nil:
+		return nil, errors.New("compare's report, not results: compare the result files it was made from")
+	case kind.Chosen != nil && kind.Collective != nil:
+		return nil, errors.New("gpubench explain's output, not results: give a collective's --output json or --out file")
 	}
 	switch {
 	case kind.Collective != nil:

@@ -247,3 +247,17 @@ func TestReadRepeatedSizes(t *testing.T) {
 		t.Fatalf("JSON lines with repeats: %v", err)
 	}
 }
+
+// gpubench's other JSON given where results go is named, with where it belongs.
+func TestReadOtherGpubenchJSON(t *testing.T) {
+	for _, c := range []struct{ doc, want string }{
+		{`{"format": "gpubench-topology/2", "name": "x"}`, "a gpubench topology file, not results: give it as --topology"},
+		{`{"topology": "dgx-h100", "out": "c.json", "calibration": {}}`, "calibrate's report, not results"},
+		{`{"threshold_percent": 5, "comparisons": []}`, "compare's report, not results"},
+		{`{"collective": "allreduce", "bytes": 8, "chosen": {}}`, "gpubench explain's output, not results"},
+	} {
+		if _, err := Read("x.json", []byte(c.doc)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v; want %q", c.doc, err, c.want)
+		}
+	}
+}
