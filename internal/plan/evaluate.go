@@ -275,14 +275,14 @@ func (e *evaluator) price(l Layout) (StepTime, []Collective, error) {
 	}
 	// Data parallelism, on the stage with the most parameters: its reduction ends the step.
 	fwd, bwd := t.ForwardMS/1e3, t.BackwardMS/1e3
-	dpColls, dpExposed, z3MB, err := e.dataParallel(l, e.mostParams(l), fwd, bwd)
+	dpColls, dpExposed, dpMB, err := e.dataParallel(l, e.mostParams(l), fwd, bwd)
 	if err != nil {
 		return StepTime{}, nil, err
 	}
 	mb := float64(l.MicroBatches)
-	perMB := (t.ComputeS+t.TPS+t.CPS+t.EPS+t.PPS)/mb + z3MB
+	perMB := (t.ComputeS+t.TPS+t.CPS+t.EPS+t.PPS)/mb + dpMB
 	t.BubbleS = float64(l.PP-1) / float64(l.VPP) * perMB
-	t.DPS = dpExposed + mb*z3MB
+	t.DPS = dpExposed + mb*dpMB
 	t.StepS = t.ComputeS + t.BubbleS + t.TPS + t.CPS + t.EPS + t.PPS + t.DPS + t.OptimizerS
 	return t, append(colls, dpColls...), nil
 }
@@ -389,13 +389,15 @@ func (e *evaluator) mostParams(l Layout) stage {
 // dataParallel prices the data-parallel traffic of one stage: with ZeRO 0 an all-reduce of the
 // gradients, with ZeRO 1 and 2 a reduce-scatter of the gradients and an all-gather of the updated
 // weights (Rajbhandari et al. 2020: the same volume as the all-reduce), each once per step over
-// the DP group (dense parameters) and the DP/EP group (experts); with ZeRO 3 an all-gather of
-// each layer's weights forward and backward and a reduce-scatter of its gradients, every
-// micro-batch (1.5 times the volume). Overlap: gradients reduce in buckets as the last
-// micro-batch's backward runs, so all but the last bucket hide behind it; the weights' all-gather
-// hides behind the next step's forward but for its first bucket; ZeRO-3 prefetches each layer's
-// weights during the previous layer's compute. Returns the exposed time per step, and for ZeRO-3
-// the exposed time per micro-batch.
+// the DP group (dense parameters) and the DP/EP group (experts), but ZeRO-2's reduce-scatter
+// every micro-batch: it keeps only its shard of the gradients, so each micro-batch's are reduced
+// as its backward makes them (DeepSpeed reduces on every micro-step, deepspeedai/DeepSpeed#338);
+// with ZeRO 3 an all-gather of each layer's weights forward and backward and a reduce-scatter of
+// its gradients, every micro-batch (1.5 times the volume). Overlap: gradients reduce in buckets
+// as the (last) micro-batch's backward runs, so all but the last bucket hide behind it; the
+// weights' all-gather hides behind the next step's forward but for its first bucket; ZeRO-3
+// prefetches each layer's weights during the previous layer's compute. Returns the exposed time
+// per step, and for ZeRO-2 and 3 the exposed time per micro-batch.
 func (e *evaluator) dataParallel(l Layout, st stage, fwd, bwd float64) (colls []Collective, perStep, perMB float64, err error) {
 	dense, expert := e.stageParams(l, st)
 	type part struct {
@@ -443,19 +445,31 @@ func (e *evaluator) dataParallel(l Layout, st stage, fwd, bwd float64) (colls []
 			perStep += exp
 			continue
 		}
-		rs, err := e.call(&colls, p.kind, "reducescatter", p.g, bytes, 1, "in buckets during the last micro-batch's backward; the last bucket exposed")
-		if err != nil {
-			return nil, 0, 0, err
+		if e.setup.ZeRO == 2 {
+			rs, err := e.call(&colls, p.kind, "reducescatter", p.g, bytes, mb, "in buckets during each micro-batch's backward; the last bucket exposed")
+			if err != nil {
+				return nil, 0, 0, err
+			}
+			one := rs.TotalS / mb
+			exp := max(one/buckets, one-bwd)
+			colls[len(colls)-1].ExposedS = mb * exp
+			perMB += exp
+		} else {
+			rs, err := e.call(&colls, p.kind, "reducescatter", p.g, bytes, 1, "in buckets during the last micro-batch's backward; the last bucket exposed")
+			if err != nil {
+				return nil, 0, 0, err
+			}
+			expRS := max(rs.TotalS/buckets, rs.TotalS-bwd)
+			colls[len(colls)-1].ExposedS = expRS
+			perStep += expRS
 		}
-		expRS := max(rs.TotalS/buckets, rs.TotalS-bwd)
-		colls[len(colls)-1].ExposedS = expRS
 		ag, err := e.call(&colls, p.kind, "allgather", p.g, bytes, 1, "during the next step's forward; the first bucket exposed")
 		if err != nil {
 			return nil, 0, 0, err
 		}
 		expAG := ag.TotalS / buckets
 		colls[len(colls)-1].ExposedS = expAG
-		perStep += expRS + expAG
+		perStep += expAG
 	}
 	return colls, perStep, perMB, nil
 }

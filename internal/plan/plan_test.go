@@ -2,6 +2,7 @@ package plan
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -101,6 +102,25 @@ func TestStageActivationsFollowTheSchedule(t *testing.T) {
 		st := stage{index: c.stage, first: 0, last: 0} // one layer, no embedding or head
 		if got := e.stageActivations(l, st, "selective") / one; math.Abs(got-c.want) > 1e-9 {
 			t.Errorf("PP8 v%d m%d stage %d: %.4g micro-batches in flight; want %.4g", c.vpp, c.micro, c.stage, got, c.want)
+		}
+	}
+}
+
+// ZeRO-2 keeps a shard of the gradients, so it reduce-scatters each micro-batch's as its
+// backward makes them, where ZeRO-1 reduce-scatters once a step (DeepSpeed#338).
+func TestZeRO2ReducesEveryMicroBatch(t *testing.T) {
+	for zero, want := range map[int]float64{1: 1, 2: 16} {
+		s := DefaultSetup()
+		s.ZeRO, s.Seq, s.GlobalBatch = zero, 4096, 64
+		e := evaluatorFor(t, preset(t, "llama-3.1-8b"), s, machine(t, "dgx-h100", 2, s))
+		l := Layout{TP: 1, CP: 1, PP: 1, DP: 4, EP: 1, VPP: 1, MicroBatches: 16}
+		_, colls, err := e.price(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(colls, func(c Collective) bool { return c.Group == "dp" && c.Collective == "reducescatter" })
+		if i < 0 || colls[i].PerStep != want {
+			t.Errorf("ZeRO-%d: dp reducescatter %+v; want %g a step", zero, colls, want)
 		}
 	}
 }
