@@ -151,6 +151,9 @@ func (c config) model() (Model, error) {
 	if m.KVHeads, _, err = c.count("num_key_value_heads", "num_kv_heads", "n_head_kv"); err != nil {
 		return m, err
 	}
+	if k, ok := c.first("num_key_value_heads", "num_kv_heads", "n_head_kv"); ok && m.KVHeads == 0 && string(c.fields[k]) != "null" {
+		return m, fmt.Errorf("%s: 0 KV heads: give 1 or more, or leave it out for multi-head attention", k)
+	}
 	if mq, ok := c.flag("multi_query"); ok && mq && m.KVHeads == 0 {
 		m.KVHeads = 1
 	}

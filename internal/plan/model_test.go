@@ -130,6 +130,7 @@ func TestParseConfigErrors(t *testing.T) {
 	}{
 		{`{"num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 32000, "intermediate_size": 11008}`, "no hidden_size (nor n_embd, n_embed, d_model)"},
 		{`{"hidden_size": 4096, "num_attention_heads": 32, "vocab_size": 32000, "intermediate_size": 11008}`, "no num_hidden_layers"},
+		{`{"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 0, "vocab_size": 32000, "intermediate_size": 11008}`, "num_key_value_heads: 0 KV heads: give 1 or more"},
 		{`{"hidden_size": 4096, "num_hidden_layers": 32, "vocab_size": 32000}`, "no num_attention_heads"},
 		{`{"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "intermediate_size": 11008}`, "no vocab_size"},
 		{`{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 32000}`, "no intermediate_size"},
