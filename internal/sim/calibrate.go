@@ -160,15 +160,18 @@ func samplesOf(t *gpu.Topology, r CollRun) ([]sample, error) {
 // fitLaunch sets the launch cost from the rows the model says the host's launches pace (several
 // GPUs to one thread, small sizes): a loop of n calls then takes n launches and the last call's
 // device time, so launch = (measured - device time / n) / launches, the median over those rows.
+// Only rows whose launches take twice the device's time in the model count: where the two are
+// close, a device slower than the model (a network's latency above NCCL's) would pass its time
+// off as the host's.
 func fitLaunch(cal *gpu.Calibration, samples []sample) {
 	var per []float64
 	for _, s := range samples {
-		if s.hostBound && s.launches > 1 {
+		if s.launches > 1 && launchUS*float64(s.launches) >= 2*(s.lat+s.bw) {
 			per = append(per, (s.measured-(s.lat+s.bw)/float64(s.iters))/float64(s.launches))
 		}
 	}
 	if len(per) == 0 {
-		cal.Defaults = append(cal.Defaults, fmt.Sprintf("launch_us: no row was paced by one thread launching several GPUs; the model's %g µs is kept", launchUS))
+		cal.Defaults = append(cal.Defaults, fmt.Sprintf("launch_us: no row was paced by one thread launching several GPUs (its launches twice the device's time in the model); the model's %g µs is kept", launchUS))
 		return
 	}
 	cal.LaunchUS = round3(median(per))

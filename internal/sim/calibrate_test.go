@@ -123,6 +123,33 @@ func TestCalibrateFitsOnlyWhatRowsInform(t *testing.T) {
 	}
 }
 
+// Two nodes whose network answers slower than NCCL's tables (10 µs more on every pick across
+// them), timed from one thread a node: the small calls are slower, but the host launched as fast
+// as the model says, and the fit must not take the network's time for the host's. The launch
+// cost is fitted only from rows whose launches the model puts at twice the device's time.
+func TestCalibrateKeepsTheNetworkOutOfTheLaunch(t *testing.T) {
+	two := func() *gpu.Topology {
+		tp, err := load(t, "dgx-h100").WithNodes(2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tp
+	}
+	real := two()
+	slow := map[string]gpu.AlgoCalibration{}
+	for _, k := range []string{"Ring/LL", "Ring/LL128", "Ring/Simple", "Tree/LL", "Tree/LL128", "Tree/Simple", "NVLSTree/Simple", "NVLSTree/LL128"} {
+		slow[k] = gpu.AlgoCalibration{LatencyUS: 10, Bandwidth: 1}
+	}
+	real.Calibration = &gpu.Calibration{Algorithms: slow}
+	cal, err := sim.Calibrate(two(), []sim.CollRun{measure(t, real, 2, "8B:1M")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cal.LaunchUS != 0 && math.Abs(cal.LaunchUS/4.9-1) > 0.05 {
+		t.Errorf("launch_us fitted %v; the host launched in the model's 4.9", cal.LaunchUS)
+	}
+}
+
 // A measured local copy sets the local copy's efficiency: the H200 of docs/validation.md copied
 // 512 MiB inside the GPU at 2101.19 GB/s, where the model's hgx-h200 gives about 1788.
 func TestCalibrateLocalCopy(t *testing.T) {
