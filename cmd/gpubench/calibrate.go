@@ -329,9 +329,9 @@ func writeCalibration(w io.Writer, topology, out string, cal *gpu.Calibration) e
 	} else {
 		fmt.Fprintf(w, "# measured: no collective (copies only)\n#\n")
 	}
-	fmt.Fprintf(w, "%-22s  %12s  %12s\n", "fitted", "latency (us)", "bandwidth")
+	fmt.Fprintf(w, "%-22s  %12s  %12s  %5s  %-21s  %9s\n", "fitted", "latency (us)", "bandwidth", "rows", "sizes", "error (%)")
 	if cal.LaunchUS > 0 {
-		fmt.Fprintf(w, "%-22s  %12.3g  %12s\n", "launch per GPU", cal.LaunchUS, "")
+		fmt.Fprintf(w, "%-22s  %12.3g\n", "launch per GPU", cal.LaunchUS)
 	}
 	keys := make([]string, 0, len(cal.Algorithms))
 	for k := range cal.Algorithms {
@@ -340,7 +340,11 @@ func writeCalibration(w io.Writer, topology, out string, cal *gpu.Calibration) e
 	sort.Strings(keys)
 	for _, k := range keys {
 		a := cal.Algorithms[k]
-		fmt.Fprintf(w, "%-22s  %+12.3g  %11.3gx\n", k, a.LatencyUS, a.Bandwidth)
+		sizes := ""
+		if a.Rows > 0 {
+			sizes = coll.FormatSize(a.MinBytes) + " to " + coll.FormatSize(a.MaxBytes)
+		}
+		fmt.Fprintf(w, "%-22s  %+12.3g  %11.3gx  %5d  %-21s  %9.3g\n", k, a.LatencyUS, a.Bandwidth, a.Rows, sizes, a.ErrorPercent)
 	}
 	if cal.LocalCopyEfficiency > 0 {
 		fmt.Fprintf(w, "%-22s  %12s  %11.3gx\n", "local copy (of memory)", "", cal.LocalCopyEfficiency)

@@ -106,7 +106,7 @@ func TestCalibrateRefuses(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	a100 := filepath.Join(dir, "a100.json")
-	sweepTimes(t, a100, "allreduce", "--topology", "dgx-a100", "-b", "1M", "-e", "1M")
+	sweepTimes(t, a100, "allreduce", "--topology", "dgx-a100", "-b", "8", "-e", "1M", "-f", "64")
 	notResults := filepath.Join(dir, "notes.txt")
 	os.WriteFile(notResults, []byte("hello\n"), 0o644)
 	calibrated := filepath.Join(dir, "cal.json")
@@ -199,7 +199,9 @@ func TestCalibrateRefuses(t *testing.T) {
 
 // A run calibrates alike from its JSON, from its table as nccl-tests prints it (whose header line
 // says its timed iterations), and when its GPUs were launched from two threads (-t 2 -g 4): each
-// is the uncalibrated model's own run, so the fit keeps the model's launch cost.
+// is the uncalibrated model's own run, so the fit gives back the model's launch cost, or, from
+// two threads of four GPUs, whose launches the model puts under twice the device's time, does
+// not fit it (0: the model's is kept).
 func TestCalibrateTimedAsRun(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -224,9 +226,9 @@ func TestCalibrateTimedAsRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	sweepTimes(t, threads, "allreduce", "--sizes", "8B:64MB", "-t", "2", "-g", "4")
-	for _, f := range []string{js, log, threads} {
-		if got := launch(f); got != "4.9" {
-			t.Errorf("%s: launch %s µs; the model's run gives back its 4.9", filepath.Base(f), got)
+	for f, want := range map[string]string{js: "4.9", log: "4.9", threads: "0"} {
+		if got := launch(f); got != want {
+			t.Errorf("%s: launch %s µs; want %s", filepath.Base(f), got, want)
 		}
 	}
 }

@@ -34,6 +34,12 @@ type Calibration struct {
 type AlgoCalibration struct {
 	LatencyUS float64 `json:"latency_us"` // added to the model's latency
 	Bandwidth float64 `json:"bandwidth"`  // the fraction of the model's bandwidth reached
+	// The record of the fit, which the simulator does not read: how many rows it was fitted
+	// from, their smallest and largest size, and the largest relative error left among them, %.
+	Rows         int     `json:"rows,omitempty"`
+	MinBytes     int64   `json:"min_bytes,omitempty"`
+	MaxBytes     int64   `json:"max_bytes,omitempty"`
+	ErrorPercent float64 `json:"error_percent,omitempty"`
 }
 
 // MeasuredRange is the sizes and ranks the calibrating runs covered.

@@ -199,6 +199,14 @@ func fitAlgorithms(cal *gpu.Calibration, samples []sample) {
 	sort.Strings(keys)
 	for _, k := range keys {
 		if x, kept, ok := fitOne(byKey[k]); ok {
+			x.Rows, x.MinBytes = len(byKey[k]), math.MaxInt64
+			cal.Algorithms[k] = x
+			for _, s := range byKey[k] {
+				x.MinBytes, x.MaxBytes = min(x.MinBytes, s.bytes), max(x.MaxBytes, s.bytes)
+				s.lat -= hostUS(cal, s) / float64(s.iters) // the row as measured: predicted adds the launch
+				x.ErrorPercent = max(x.ErrorPercent, 100*math.Abs(predicted(cal, s)/s.measured-1))
+			}
+			x.ErrorPercent = round3(x.ErrorPercent)
 			cal.Algorithms[k] = x
 			if kept != "" {
 				cal.Defaults = append(cal.Defaults, k+": "+kept)

@@ -112,6 +112,10 @@ func TestCalibrateFitsOnlyWhatRowsInform(t *testing.T) {
 	if !ok || got.LatencyUS != 0 || got.Bandwidth < 0.7 || got.Bandwidth > 0.9 {
 		t.Errorf("NVLS/Simple fitted %+v (ok %v); want NCCL's latency kept, the bandwidth near 0.8", got, ok)
 	}
+	// Its record: the rows it was fitted from, their sizes, the error left.
+	if got.Rows != 5 || got.MinBytes != 512<<20 || got.MaxBytes != 8<<30 || !(got.ErrorPercent > 0) {
+		t.Errorf("NVLS/Simple's record: %d rows, %d to %d B, %g%%; want 5 rows, 512 MiB to 8 GiB", got.Rows, got.MinBytes, got.MaxBytes, got.ErrorPercent)
+	}
 	if d := strings.Join(cal.Defaults, "\n"); !strings.Contains(d, "NVLS/Simple: its latency is under a tenth of every row's time in the model; NCCL's latency is kept") ||
 		!strings.Contains(d, "every other algorithm and protocol: no row ran it") {
 		t.Errorf("defaults %q", cal.Defaults)
