@@ -5,7 +5,8 @@
 # with -g 1 -b 8 -e 1G -f 4 and gpubench's same sweep, alternating, REPS times each; the ratio of
 # gpubench's time to nccl-tests' per size and placement (median over the pairs of runs) goes to
 # side-by-side.txt. Then both at 1 GiB in graph mode (-G 5), both at 8 B (in place is the call
-# overhead alone), and `gpubench calibrate` of the hgx-h200 preset from gpubench's runs.
+# overhead alone), and `gpubench calibrate` of the hgx-h200 preset from gpubench's runs and its
+# copy inside the GPU.
 #   scripts/gpu-vs-nccl-tests.sh OUT_DIR
 # NCCL_TESTS_SRC: the nccl-tests source tree (default .gpu/nccl-tests; never committed: export it
 # from a clone with `git archive`). GPUBENCH_BIN: a built gpubench (default: go build). REPS: 3.
@@ -115,7 +116,9 @@ for c in ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv", 
 print("# %d of %d within 2%%; furthest %.1f%% off" % (within, n, 100 * worst))
 EOF
 
-# The hgx-h200 preset calibrated from gpubench's sweeps of this GPU. With one rank only the host's
-# launch cost and the copy inside the GPU can be fitted (calibrate says what was not).
-step calibrate "$gb" calibrate --topology hgx-h200 "$out"/gpubench/all_reduce.*.out -o "$out/hgx-h200-calibrated.json" || status=1
+# The hgx-h200 preset calibrated from gpubench's sweeps of this GPU and its copy inside the GPU
+# (gpubench p2p). One rank, a process for it, runs no algorithm and paces no launch of several
+# GPUs: what is fitted is the local copy; calibrate lists what the runs did not constrain.
+step gpubench/p2p "$gb" p2p --backend cuda --output json --size 64MiB || status=1
+step calibrate "$gb" calibrate --topology hgx-h200 "$out"/gpubench/all_reduce.*.out "$out/gpubench/p2p.out" -o "$out/hgx-h200-calibrated.json" || status=1
 exit $status

@@ -80,18 +80,27 @@ esac
 		"GPUBENCH_STANDIN_NAME=NVIDIA H200")
 	log, err := cmd.CombinedOutput()
 	summary, _ := os.ReadFile(filepath.Join(out, "summary.txt"))
-	// Every step ran and ended well: the build, 5 sweeps, graph and 8 B a side, calibrate.
+	// Every step ran and ended well: the build, 5 sweeps, graph and 8 B a side, the local copy,
+	// calibrate.
 	steps := regexp.MustCompile(`(?m)^(\S+): exit (\d+) in \d+ s$`).FindAllStringSubmatch(string(summary), -1)
-	if len(steps) != 1+2*7+1 {
-		t.Errorf("%d steps; want 16:\n%s", len(steps), summary)
+	if len(steps) != 1+2*7+2 {
+		t.Errorf("%d steps; want 17:\n%s", len(steps), summary)
 	}
+	failed, refused := false, false
 	for _, s := range steps {
-		if s[2] != "0" {
-			stderr, _ := os.ReadFile(filepath.Join(out, s[1]+".err"))
+		stderr, _ := os.ReadFile(filepath.Join(out, s[1]+".err"))
+		// The stand-ins' copy inside a "GPU" is the host's memcpy, under a hundredth of an
+		// H200's memory bandwidth: calibrate reads it, judges it, and (one rank fitting no
+		// algorithm) refuses to write a calibration of nothing. On the H200 the copy is fitted.
+		standIn := s[1] == "calibrate" && s[2] == "2" && strings.Contains(string(stderr), "constrain none of the simulator's figures") &&
+			strings.Contains(string(stderr), "local_copy_efficiency: the copies measured")
+		if s[2] != "0" && !standIn {
 			t.Errorf("step %s: exit %s: %s", s[1], s[2], stderr)
+			failed = true
 		}
+		refused = refused || standIn
 	}
-	if err != nil {
+	if err != nil && failed { // the script's status is 1 for the stand-ins' calibrate step alone
 		t.Fatalf("%v\n%s", err, log)
 	}
 	table, err := os.ReadFile(filepath.Join(out, "side-by-side.txt"))
@@ -112,7 +121,11 @@ esac
 	if !regexp.MustCompile(`\n# \d+ of \d+ within 2%; furthest [0-9.]+% off\n$`).Match(table) {
 		t.Errorf("side-by-side.txt has no closing count:\n%s", table)
 	}
-	if cal, err := os.ReadFile(filepath.Join(out, "hgx-h200-calibrated.json")); err != nil || !strings.Contains(string(cal), `"calibration"`) {
+	cal, err := os.ReadFile(filepath.Join(out, "hgx-h200-calibrated.json"))
+	switch {
+	case refused && err == nil:
+		t.Errorf("calibrate refused, and wrote a file all the same")
+	case !refused && (err != nil || !strings.Contains(string(cal), `"calibration"`)):
 		t.Errorf("no calibrated hgx-h200 (%v):\n%s", err, cal)
 	}
 }

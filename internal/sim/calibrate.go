@@ -78,7 +78,7 @@ func Calibrate(t *gpu.Topology, colls []CollRun, copies []LocalCopy) (*gpu.Calib
 			if !tuned {
 				why = "NCCL's tuner picks none for point to point"
 			}
-			cal.Defaults = append(cal.Defaults, fmt.Sprintf("%s: a %s run on %d rank%s fits no algorithm's figures (%s)", r.File, r.Coll, r.Ranks, plural(r.Ranks), why))
+			cal.Defaults = append(cal.Defaults, fmt.Sprintf("%s: %s on %d rank%s fits no algorithm's figures (%s)", r.File, r.Coll, r.Ranks, plural(r.Ranks), why))
 		}
 		for _, x := range s {
 			cal.Measured.MaxRanks = max(cal.Measured.MaxRanks, r.Ranks)
@@ -103,7 +103,7 @@ func Calibrate(t *gpu.Topology, colls []CollRun, copies []LocalCopy) (*gpu.Calib
 	sort.Strings(cal.From)
 	cal.Error = bandErrors(cal, samples)
 	if len(cal.Algorithms) == 0 && cal.LaunchUS == 0 && cal.LocalCopyEfficiency == 0 {
-		why := slices.DeleteFunc(slices.Clone(cal.Defaults), func(d string) bool { return strings.HasPrefix(d, "local_copy_efficiency:") })
+		why := slices.DeleteFunc(slices.Clone(cal.Defaults), func(d string) bool { return strings.HasPrefix(d, "local_copy_efficiency: no local copy") })
 		return nil, fmt.Errorf("%w: these runs constrain none of the simulator's figures (%s): give runs of allreduce, allgather, reducescatter, broadcast or reduce on two ranks or more, or gpubench p2p results for the copy inside a GPU",
 			ErrCalibrate, strings.Join(why, "; "))
 	}
@@ -307,7 +307,7 @@ func fitLocalCopy(t *gpu.Topology, cal *gpu.Calibration, copies []LocalCopy) err
 	if e := median(effs); e >= 0.01 && e <= 1 {
 		cal.LocalCopyEfficiency = round3(e)
 	} else {
-		cal.Defaults = append(cal.Defaults, fmt.Sprintf("local_copy_efficiency: the copies measured %.3g of the memory bandwidth, outside (0, 1]; the model's %g is kept", e, localCopyEfficiency))
+		cal.Defaults = append(cal.Defaults, fmt.Sprintf("local_copy_efficiency: the copies measured %.3g of the memory bandwidth, outside [0.01, 1]; the model's %g is kept", e, localCopyEfficiency))
 	}
 	return nil
 }

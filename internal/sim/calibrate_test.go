@@ -122,7 +122,7 @@ func TestCalibrateFitsOnlyWhatRowsInform(t *testing.T) {
 	}
 	p2p := sim.CollRun{File: "sr.log", Coll: "sendrecv", Ranks: 8, PerThread: 1, Iters: 20, Rows: []sim.MeasuredRow{{Bytes: 1 << 20, TimeUS: 30}}}
 	if _, err := sim.Calibrate(load(t, "dgx-h100"), []sim.CollRun{p2p}, nil); err == nil ||
-		!strings.Contains(err.Error(), "these runs constrain none of the simulator's figures (sr.log: a sendrecv run on 8 ranks fits no algorithm's figures (NCCL's tuner picks none for point to point)") {
+		!strings.Contains(err.Error(), "these runs constrain none of the simulator's figures (sr.log: sendrecv on 8 ranks fits no algorithm's figures (NCCL's tuner picks none for point to point)") {
 		t.Errorf("a send/recv run alone: %v", err)
 	}
 }
