@@ -48,7 +48,6 @@ type sample struct {
 	lat, bw    float64 // the pick's simulated latency and bandwidth time, µs
 	launches   int     // GPUs one host thread launches for each call
 	iters      int     // calls in the timed loop
-	hostBound  bool    // the model's host launches set the pace
 	calibrated bool    // tuned: its algorithm can be calibrated (not point to point)
 }
 
@@ -151,7 +150,6 @@ func samplesOf(t *gpu.Topology, r CollRun) ([]sample, error) {
 			}
 			s.lat, s.bw = x.Chosen.LatencyUS, x.Chosen.BandwidthUS
 		}
-		s.hostBound = launchUS*float64(s.launches) > s.lat+s.bw
 		out = append(out, s)
 	}
 	return out, nil
@@ -200,7 +198,7 @@ func fitAlgorithms(cal *gpu.Calibration, samples []sample) {
 	for _, k := range keys {
 		if x, kept, ok := fitOne(byKey[k]); ok {
 			x.Rows, x.MinBytes = len(byKey[k]), math.MaxInt64
-			cal.Algorithms[k] = x
+			cal.Algorithms[k] = x // predicted reads it for the error left
 			for _, s := range byKey[k] {
 				x.MinBytes, x.MaxBytes = min(x.MinBytes, s.bytes), max(x.MaxBytes, s.bytes)
 				s.lat -= hostUS(cal, s) / float64(s.iters) // the row as measured: predicted adds the launch
