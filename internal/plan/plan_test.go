@@ -426,6 +426,7 @@ func TestSetupValidate(t *testing.T) {
 		{func(s *Setup) { s.ComputeEfficiency = 1.5 }, "compute-efficiency 1.5"},
 		{func(s *Setup) { s.Seq = 0 }, "seq 0"},
 		{func(s *Setup) { s.VPP, s.Schedule = 2, "1f1b" }, "vpp 2: the 1f1b schedule"},
+		{func(s *Setup) { s.PP, s.Schedule = 1, "interleaved" }, "schedule interleaved: pp 1 has no pipeline to interleave"},
 		{func(s *Setup) { s.VPP = 9 }, "vpp 9: the interleaved schedule is weighed with 2 to 8 model chunks a GPU"},
 		{func(s *Setup) { s.VPP = 7 }, "vpp 7: no pipeline of 2 or more stages splits the model's 80 layers into 7 chunks a stage"},
 	} {

@@ -125,6 +125,8 @@ func (s *Setup) Validate(m *Model) error {
 		return fmt.Errorf("cp %d: seq %d is not divisible by 2 x cp (each rank takes two chunks, for balance)", s.CP, s.Seq)
 	case s.TP > 1 && (s.Seq/max(s.CP, 1))%s.TP != 0:
 		return fmt.Errorf("tp %d: sequence parallelism splits each rank's %d tokens %d ways, which they do not divide: give a --seq they do", s.TP, s.Seq/max(s.CP, 1), s.TP)
+	case s.Schedule == "interleaved" && s.PP == 1:
+		return fmt.Errorf("schedule interleaved: pp 1 has no pipeline to interleave; give --pp 2 or more, or --schedule 1f1b or auto")
 	case s.VPP > 1 && s.Schedule == "1f1b":
 		return fmt.Errorf("vpp %d: the 1f1b schedule has one stage per GPU; use --schedule interleaved or auto", s.VPP)
 	case s.VPP > maxVPP:
