@@ -325,7 +325,7 @@ func calibratedFile(nameOrPath string, cal *gpu.Calibration) ([]byte, error) {
 func writeCalibration(w io.Writer, topology, out string, cal *gpu.Calibration) error {
 	fmt.Fprintf(w, "# gpubench calibrate: topology %s, from %s\n", topology, strings.Join(cal.From, ", "))
 	if m := cal.Measured; m.MaxRanks > 0 {
-		fmt.Fprintf(w, "# measured: %s to %s, up to %d ranks\n#\n", coll.FormatSize(m.MinBytes), coll.FormatSize(m.MaxBytes), m.MaxRanks)
+		fmt.Fprintf(w, "# measured: %s to %s, up to %d rank%s\n#\n", approxSize(m.MinBytes), approxSize(m.MaxBytes), m.MaxRanks, plural(m.MaxRanks))
 	} else {
 		fmt.Fprintf(w, "# measured: no collective (copies only)\n#\n")
 	}
@@ -342,7 +342,7 @@ func writeCalibration(w io.Writer, topology, out string, cal *gpu.Calibration) e
 		a := cal.Algorithms[k]
 		sizes := ""
 		if a.Rows > 0 {
-			sizes = coll.FormatSize(a.MinBytes) + " to " + coll.FormatSize(a.MaxBytes)
+			sizes = approxSize(a.MinBytes) + " to " + approxSize(a.MaxBytes)
 		}
 		fmt.Fprintf(w, "%-22s  %+12.3g  %11.3gx  %5d  %-21s  %9.3g\n", k, a.LatencyUS, a.Bandwidth, a.Rows, sizes, a.ErrorPercent)
 	}

@@ -287,6 +287,14 @@ func sizeText(n int64) string {
 	if n < 1024 {
 		return strconv.FormatInt(n, 10) + " B"
 	}
+	return fmt.Sprintf("%s (%d B)", approxSize(n), n)
+}
+
+// approxSize writes a byte count in a binary unit, to three figures unless exact.
+func approxSize(n int64) string {
+	if n < 1024 {
+		return strconv.FormatInt(n, 10) + " B"
+	}
 	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB"}
 	k := 0
 	for k < len(units)-1 && n>>(10*(k+1)) >= 1024 {
@@ -302,7 +310,7 @@ func sizeText(n int64) string {
 	case v >= 10:
 		digits = 1
 	}
-	return fmt.Sprintf("%s %s (%d B)", strconv.FormatFloat(v, 'f', digits, 64), units[k], n)
+	return strconv.FormatFloat(v, 'f', digits, 64) + " " + units[k]
 }
 
 // linkText names a kind of link for a reader.
