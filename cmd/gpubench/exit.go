@@ -76,8 +76,17 @@ func flagErr(_ *cobra.Command, err error) error {
 	if errors.Is(err, strconv.ErrRange) {
 		takes = "out of range: too large in size"
 	}
+	// A percentage given to a flag that takes a fraction.
+	if v := bad.GetValue(); fractionFlags[f.Name] && strings.HasSuffix(v, "%") {
+		if pct, err := strconv.ParseFloat(strings.TrimSuffix(v, "%"), 64); err == nil {
+			takes = fmt.Sprintf("use a number; for %s%%, give %g", strings.TrimSuffix(v, "%"), pct/100)
+		}
+	}
 	return usageErr("invalid %s %q: %s", name, bad.GetValue(), takes)
 }
+
+// fractionFlags take a fraction (0.75), which users may give as a percentage (75%).
+var fractionFlags = map[string]bool{"floor": true, "expect-floor": true, "compute-efficiency": true, "sim-jitter": true}
 
 // flagTakes says what a flag of each pflag type takes.
 var flagTakes = map[string]string{
