@@ -19,9 +19,9 @@ import (
 // sequence parallelism dividing all of it by the tensor-parallel size, selective recomputation
 // dropping the 5as/h attention term, full recomputation keeping only the layer's 2sbh input; the
 // first pipeline stage holds PP micro-batches' worth (section 4.2.3), times 1 + (PP-1)/(PP v) with
-// the interleaved schedule (the other stages and the cap at the micro-batches there are as
-// Megatron-LM's schedule runs them: stageActivations). Their terms are generalised here to grouped-query and latent
-// attention, gated MLPs and experts (docs/plan.md, "Memory").
+// the interleaved schedule (the other stages, and the cap at the micro-batches there are, as
+// Megatron-LM's schedule runs them: stageActivations). Their terms are generalised here to
+// grouped-query and latent attention, gated MLPs and experts (docs/plan.md, "Memory").
 type Memory struct {
 	Weights         int64 `json:"weights_bytes"`
 	Gradients       int64 `json:"gradients_bytes"`
