@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpubench/gpubench/internal/sim"
 	"github.com/gpubench/gpubench/internal/topo"
 )
 
@@ -17,6 +19,7 @@ type topoFlags struct {
 	p2p       string
 	nvmlLib   string
 	sysfsRoot string
+	list      bool
 }
 
 // newTopoCmd builds `gpubench topo`, which reads the machine through NVML and sysfs.
@@ -34,7 +37,7 @@ func newTopoCmdWith(e *env, g *globals, discover func(topo.Options) (*topo.Repor
 			"nvidia-smi topo -m's connection matrix (NICs included), each GPU's NVLinks, and with --p2p the\n" +
 			"P2P status matrix, then warns of anything that looks wrong. --output json writes the machine as\n" +
 			"a topology file that --backend sim --topology FILE runs; --output dot draws it for Graphviz.",
-		Example: "  gpubench topo\n  gpubench topo --p2p read\n" +
+		Example: "  gpubench topo\n  gpubench topo --p2p read\n  gpubench topo --list\n" +
 			"  gpubench topo --output json > machine.json && gpubench allreduce --backend sim --topology machine.json\n" +
 			"  gpubench topo --backend sim --topology dgx-a100 --output dot | dot -Tsvg > dgx-a100.svg",
 		Args: noArgs,
@@ -46,6 +49,7 @@ func newTopoCmdWith(e *env, g *globals, discover func(topo.Options) (*topo.Repor
 	fl.StringVar(&f.p2p, "p2p", "", "also print the P2P status matrix for read, write, nvlink or atomics (as nvidia-smi topo -p2p r|w|n|a)")
 	fl.StringVar(&f.nvmlLib, "nvml-lib", "", "path of the NVML library to load (default libnvidia-ml.so.1 where the system loader finds it)")
 	fl.StringVar(&f.sysfsRoot, "sysfs-root", "/", "directory whose sys/ and proc/ to read instead of the machine's own")
+	fl.BoolVar(&f.list, "list", false, "list the simulator's built-in topologies (--topology PRESET): GPUs, nodes and what each is")
 	_ = fl.MarkHidden("sysfs-root")
 	complete(cmd, "p2p", topo.P2PCaps)
 	return cmd
@@ -61,6 +65,9 @@ func (f *topoFlags) run(cmd *cobra.Command, e *env, g *globals, discover func(to
 	}
 	if !slices.Contains(topo.Formats, g.output) {
 		return usageErr("unknown --output %q for topo: use %s", g.output, strings.Join(topo.Formats, ", "))
+	}
+	if f.list {
+		return listPresets(cmd, e, g)
 	}
 	p2pCap := f.p2p
 	if long, ok := p2pAliases[p2pCap]; ok {
@@ -127,6 +134,51 @@ func (f *topoFlags) run(cmd *cobra.Command, e *env, g *globals, discover func(to
 	}
 	if err := topo.Write(e.stdout, g.output, r); err != nil {
 		return runtimeErr(fmt.Errorf("writing the topology: %w", err))
+	}
+	return nil
+}
+
+// listPresets writes the built-in topologies: name, GPUs, nodes, and the first sentence of each
+// one's description (the rest, with its sources, is in the file: gpubench topo --backend sim
+// --topology PRESET --output json).
+func listPresets(cmd *cobra.Command, e *env, g *globals) error {
+	for _, flag := range []string{"p2p", "nvml-lib", "sysfs-root", "topology", "nodes", "gpus-per-node"} {
+		if cmd.Flags().Changed(flag) {
+			return usageErr("--%s does not apply to --list: drop it", flag)
+		}
+	}
+	if g.output != "table" && g.output != "json" {
+		return usageErr("unknown --output %q for topo --list: use table or json", g.output)
+	}
+	type preset struct {
+		Name  string `json:"name"`
+		GPUs  int    `json:"gpus"`
+		GPU   string `json:"gpu"`
+		Nodes int    `json:"nodes"`
+		What  string `json:"what"`
+	}
+	var list []preset
+	for _, name := range sim.Presets() {
+		t, err := sim.LoadTopology(name)
+		if err != nil {
+			return err
+		}
+		what, _, _ := strings.Cut(t.Description, ". ")
+		gpu0, _ := t.GPU(0)
+		list = append(list, preset{Name: name, GPUs: t.NumGPUs(), GPU: gpu0.Name, Nodes: len(t.NodeGPUs()), What: strings.TrimSuffix(what, ".")})
+	}
+	if g.output == "json" {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(list)
+	}
+	fmt.Fprintf(e.stdout, "%-20s  %4s  %5s  %s\n", "preset", "GPUs", "nodes", "what")
+	for _, p := range list {
+		what := p.What
+		if r := []rune(what); len(r) > 100 { // the whole sentence is in --output json
+			what = string(r[:97]) + "..."
+		}
+		fmt.Fprintf(e.stdout, "%-20s  %4d  %5d  %s\n", p.Name, p.GPUs, p.Nodes, what)
 	}
 	return nil
 }

@@ -393,3 +393,25 @@ func TestTopoNodesOfEveryPreset(t *testing.T) {
 		}
 	}
 }
+
+// topo --list names every built-in topology with its GPUs, nodes and what it is, as a table and
+// as JSON; flags that choose a machine do not apply to it.
+func TestTopoList(t *testing.T) {
+	t.Parallel()
+	out, errOut, code := gpubench(t, "topo", "--list")
+	if code != 0 || errOut != "" || !strings.HasPrefix(out, "preset                GPUs  nodes  what\n") ||
+		!strings.Contains(out, "\ngb200-nvl72             72     18  NVIDIA GB200 NVL72: one rack of 18 compute trays") {
+		t.Errorf("exit %d, stderr %q, stdout\n%s", code, errOut, out)
+	}
+	out, _, code = gpubench(t, "topo", "--list", "--output", "json")
+	var list []struct {
+		Name, GPU, What string
+		GPUs, Nodes     int
+	}
+	if err := json.Unmarshal([]byte(out), &list); code != 0 || err != nil || len(list) != len(sim.Presets()) || list[0].Name != "dgx-a100" || list[0].GPU != "NVIDIA A100-SXM4-80GB" || list[0].GPUs != 8 {
+		t.Errorf("--output json: exit %d, %v, %+v", code, err, list)
+	}
+	if _, errOut, code := gpubench(t, "topo", "--list", "--topology", "dgx-h100"); code != exitUsage || errOut != "gpubench: --topology does not apply to --list: drop it\n" {
+		t.Errorf("--list --topology: exit %d, %q", code, errOut)
+	}
+}
