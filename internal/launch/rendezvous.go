@@ -255,10 +255,11 @@ func (g *Group) serve(me Member, timeout time.Duration, newID func() ([]byte, er
 	var refused []*peer // proved the key, but do not fit
 	var refusal error   // the first of those
 	// Refusing waits for as many processes as the smallest world any of them claims; then, for a
-	// moment, tells those still on their way (of a larger world, or one for each refused process,
-	// which took a place in the count: a rank claimed twice leaves another rank to come), rather
-	// than leave them to wait out their timeout on a rendezvous that is gone.
-	want, came, most := g.p.Size, 1, g.p.Size
+	// moment, tells those still on their way (of a larger world, or one for each refused process
+	// that took another rank's place in the count: a rank claimed twice, or one outside the
+	// world, leaves a rank still to come), rather than leave them to wait out their timeout on a
+	// rendezvous that is gone.
+	want, came, most, displaced := g.p.Size, 1, g.p.Size, 0
 	abort := func(err error) error {
 		for _, q := range append(g.peers, refused...) {
 			if q != nil {
@@ -295,6 +296,9 @@ func (g *Group) serve(me Member, timeout time.Duration, newID func() ([]byte, er
 		if err := g.fits(me, a.h); err != nil {
 			refusal = cmp.Or(refusal, err)
 			refused = append(refused, a.q)
+			if a.h.Rank <= 0 || a.h.Rank >= g.p.Size || g.peers[a.h.Rank] != nil {
+				displaced++
+			}
 			if a.h.Size > 0 {
 				want, most = min(want, a.h.Size), max(most, a.h.Size)
 			}
@@ -306,7 +310,7 @@ func (g *Group) serve(me Member, timeout time.Duration, newID func() ([]byte, er
 		err := abort(refusal)
 		linger := time.NewTimer(refusalLinger)
 		defer linger.Stop()
-		for ; came < most+len(refused); came++ {
+		for ; came < most+displaced; came++ {
 			select {
 			case a := <-arrivals:
 				a.q.send(abortMsg(err))
