@@ -241,8 +241,16 @@ func sameHosts(t *gpu.Topology, name string, devs []results.Device) error {
 		return nil
 	}
 	fix := "give the topology of the machine it ran on"
-	if k := perHost[hosts[0]]; !slices.ContainsFunc(hosts, func(h string) bool { return perHost[h] != k }) {
+	k := perHost[hosts[0]]
+	inOrder := !slices.ContainsFunc(hosts, func(h string) bool { return perHost[h] != k }) &&
+		!slices.ContainsFunc(devs, func(d results.Device) bool {
+			return d.Host != "" && d.Rank >= 0 && hosts[min(d.Rank/k, len(hosts)-1)] != d.Host
+		})
+	switch {
+	case inOrder:
 		fix = fmt.Sprintf("give --nodes %d --gpus-per-node %d, as it ran", len(hosts), k)
+	case len(hosts) > 1:
+		fix = "its ranks went to the hosts out of rank order, which no --nodes layout gives: calibrate from a run with consecutive ranks on each host"
 	}
 	return fmt.Errorf("%s ran its ranks on %d host%s (%s); topology %s puts them on its nodes otherwise: %s",
 		name, len(hosts), plural(len(hosts)), input.Safe(hostList(hosts)), t.Name, fix)

@@ -151,6 +151,19 @@ func TestCalibrateRefuses(t *testing.T) {
 			last = append(last, l)
 		}
 	}
+	var dealt []string // the A100 run's table with its ranks dealt to hosts a and b in turn
+	for _, l := range strings.SplitAfter(plain, "\n") {
+		if strings.HasPrefix(l, "#  Rank") {
+			var rank int
+			fmt.Sscanf(l, "#  Rank %d", &rank)
+			l = strings.Replace(l, " on   dgx-a100 ", " on "+string(rune('a'+rank%2))+" ", 1)
+		}
+		dealt = append(dealt, l)
+	}
+	roundRobin := filepath.Join(dir, "dealt.log")
+	if err := os.WriteFile(roundRobin, []byte(strings.Join(dealt, "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	lastRank := filepath.Join(dir, "lastrank.log")
 	if err := os.WriteFile(lastRank, []byte(strings.Join(last, "")), 0o644); err != nil {
 		t.Fatal(err)
@@ -181,6 +194,8 @@ func TestCalibrateRefuses(t *testing.T) {
 		{[]string{"--topology", "dgx-a100", a100, filepath.Join(dir, ".", "a100.json"), "-o", out}, "gpubench: " + filepath.Join(dir, ".", "a100.json") + " is given twice: give each run once\n"},
 		{[]string{"--topology", "dgx-a100", noRanks, "-o", out}, "gpubench: " + noRanks + ` does not list the ranks it ran on (the lines under "# Using devices"): keep those lines in the log` + "\n"},
 		{[]string{"--topology", "dgx-h100", lastRank, "-o", out}, "gpubench: " + lastRank + " was measured on NVIDIA A100-SXM4-80GB (rank 7); topology dgx-h100 has NVIDIA H100 80GB HBM3 there"},
+		// Ranks dealt to two hosts in turn: no --nodes layout gives that.
+		{[]string{"--topology", "dgx-a100", "--nodes", "2", "--gpus-per-node", "4", roundRobin, "-o", out}, "gpubench: " + roundRobin + " ran its ranks on 2 hosts (a, b); topology dgx-a100 x2, 4 GPUs a node puts them on its nodes otherwise: its ranks went to the hosts out of rank order"},
 		// One host's 8 GPUs are not two nodes' 4: the fit would take NVLink for the network.
 		{[]string{"--topology", "dgx-a100", "--nodes", "2", "--gpus-per-node", "4", a100, "-o", out}, "gpubench: " + a100 + " ran its ranks on 1 host (dgx-a100); topology dgx-a100 x2, 4 GPUs a node puts them on its nodes otherwise: give --nodes 1 --gpus-per-node 8, as it ran\n"},
 	} {

@@ -78,7 +78,7 @@ func flagErr(_ *cobra.Command, err error) error {
 	}
 	// A percentage given to a flag that takes a fraction.
 	if v := bad.GetValue(); fractionFlags[f.Name] && strings.HasSuffix(v, "%") {
-		if pct, err := strconv.ParseFloat(strings.TrimSuffix(v, "%"), 64); err == nil {
+		if pct, err := strconv.ParseFloat(strings.TrimSuffix(v, "%"), 64); err == nil && pct > 0 && pct <= 1000 {
 			takes = fmt.Sprintf("use a number; for %s%%, give %g", strings.TrimSuffix(v, "%"), pct/100)
 		}
 	}

@@ -111,6 +111,7 @@ func TestExpectBadFlags(t *testing.T) {
 		{[]string{"--expect-floor", "0"}, "gpubench: invalid --expect-floor 0: give a fraction of the expected figure above 0 and at most 10 (0.75 names what measured under 75% of it)\n"},
 		{[]string{"--expect-floor", "NaN"}, "gpubench: invalid --expect-floor NaN: give a fraction of the expected figure above 0 and at most 10 (0.75 names what measured under 75% of it)\n"},
 		{[]string{"--expect-floor", "75%"}, "gpubench: invalid --expect-floor \"75%\": use a number; for 75%, give 0.75\n"},
+		{[]string{"--expect-floor", "-75%"}, "gpubench: invalid --expect-floor \"-75%\": use a number\n"},
 		{[]string{"--expect=false", "--expect-floor", "0.5"}, "gpubench: --expect-floor needs --expect: drop --expect=false, or drop --expect-floor\n"},
 		{[]string{"--expect-floor", "11"}, "gpubench: invalid --expect-floor 11: give a fraction of the expected figure above 0 and at most 10 (0.75 names what measured under 75% of it)\n"},
 		{[]string{"--expect-floor", "0.5"}, "gpubench: --expect-floor needs --expect (off on the simulator unless asked): add --expect, or drop --expect-floor\n"},

@@ -296,21 +296,24 @@ func approxSize(n int64) string {
 		return strconv.FormatInt(n, 10) + " B"
 	}
 	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB"}
-	k := 0
-	for k < len(units)-1 && n>>(10*(k+1)) >= 1024 {
-		k++
+	for k := range units {
+		unit := float64(int64(1) << (10 * (k + 1)))
+		v := float64(n) / unit
+		digits := 2 // three figures, once rounded: 1048575 B is 1.00 MiB, not 1024 KiB
+		switch {
+		case n%int64(unit) == 0:
+			digits = 0
+		case v >= 99.95:
+			digits = 0
+		case v >= 9.995:
+			digits = 1
+		}
+		text := strconv.FormatFloat(v, 'f', digits, 64)
+		if r, _ := strconv.ParseFloat(text, 64); r < 1024 || k == len(units)-1 {
+			return text + " " + units[k]
+		}
 	}
-	v := float64(n) / float64(int64(1)<<(10*(k+1)))
-	digits := 2
-	switch {
-	case n%(int64(1)<<(10*(k+1))) == 0:
-		digits = 0
-	case v >= 100:
-		digits = 0
-	case v >= 10:
-		digits = 1
-	}
-	return strconv.FormatFloat(v, 'f', digits, 64) + " " + units[k]
+	return ""
 }
 
 // linkText names a kind of link for a reader.

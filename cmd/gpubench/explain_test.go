@@ -276,3 +276,14 @@ func TestExplainRunsTheCommandsSize(t *testing.T) {
 		t.Errorf("3 B: exit %d, stdout %q, stderr %q; want exit 2 and %q", code, out, errOut, want)
 	}
 }
+
+// Sizes to three figures are rounded before their unit is chosen: 1 MiB less a byte is 1.00 MiB,
+// not 1024 KiB.
+func TestApproxSize(t *testing.T) {
+	for n, want := range map[int64]string{999: "999 B", 1024: "1 KiB", 1536: "1.50 KiB", 10235: "10.0 KiB", 1048575: "1.00 MiB",
+		33553920: "32.0 MiB", 1073741823: "1.00 GiB", 16 << 30: "16 GiB"} {
+		if got := approxSize(n); got != want {
+			t.Errorf("%d B: %q; want %q", n, got, want)
+		}
+	}
+}

@@ -66,9 +66,6 @@ func (f *topoFlags) run(cmd *cobra.Command, e *env, g *globals, discover func(to
 	if !slices.Contains(topo.Formats, g.output) {
 		return usageErr("unknown --output %q for topo: use %s", g.output, strings.Join(topo.Formats, ", "))
 	}
-	if f.list {
-		return listPresets(cmd, e, g)
-	}
 	p2pCap := f.p2p
 	if long, ok := p2pAliases[p2pCap]; ok {
 		p2pCap = long
@@ -80,6 +77,9 @@ func (f *topoFlags) run(cmd *cobra.Command, e *env, g *globals, discover func(to
 		if cmd.Flags().Changed(flag) {
 			return usageErr("--%s does not apply to topo: drop it", flag)
 		}
+	}
+	if f.list {
+		return listPresets(cmd, e, g)
 	}
 	if p2pCap != "" && g.output != "table" && g.output != "markdown" {
 		return usageErr("--p2p adds a matrix to the table: drop it, or use --output table or markdown")
@@ -142,7 +142,7 @@ func (f *topoFlags) run(cmd *cobra.Command, e *env, g *globals, discover func(to
 // one's description (the rest, with its sources, is in the file: gpubench topo --backend sim
 // --topology PRESET --output json).
 func listPresets(cmd *cobra.Command, e *env, g *globals) error {
-	for _, flag := range []string{"p2p", "nvml-lib", "sysfs-root", "topology", "nodes", "gpus-per-node"} {
+	for _, flag := range []string{"p2p", "nvml-lib", "sysfs-root", "topology", "nodes", "gpus-per-node", "backend"} {
 		if cmd.Flags().Changed(flag) {
 			return usageErr("--%s does not apply to --list: drop it", flag)
 		}

@@ -296,7 +296,7 @@ func (g *Group) serve(me Member, timeout time.Duration, newID func() ([]byte, er
 		if err := g.fits(me, a.h); err != nil {
 			refusal = cmp.Or(refusal, err)
 			refused = append(refused, a.q)
-			if a.h.Rank <= 0 || a.h.Rank >= g.p.Size || g.peers[a.h.Rank] != nil {
+			if a.h.Size == g.p.Size && (a.h.Rank <= 0 || a.h.Rank >= g.p.Size || g.peers[a.h.Rank] != nil) {
 				displaced++
 			}
 			if a.h.Size > 0 {

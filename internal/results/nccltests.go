@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/gpubench/gpubench/internal/coll"
 	"github.com/gpubench/gpubench/internal/input"
@@ -222,7 +223,7 @@ func scanNCCLTests(text string) (runs []*ntRun, empty int, err error) {
 			if run.layout != nil && !run.ended() && isCount(f[0]) {
 				r, err := run.layout.row(f)
 				switch {
-				case err != nil && len(f) > run.layout.columns && slices.ContainsFunc(f, foreign):
+				case err != nil && slices.ContainsFunc(f[min(len(f), run.layout.cutFrom()):], foreign):
 					// Another process's output (a rank's NCCL INFO line) landed between the
 					// writes of this row: what is left of it cannot be told apart for sure.
 					run.cut = append(run.cut, fmt.Sprintf("%d (%s B)", n, f[0]))
@@ -325,11 +326,33 @@ func f0(f []string) string {
 	return f[0]
 }
 
-// foreign reports whether s is a field nccl-tests never prints in a row: not a number, N/A, a
-// type or an op.
+// foreign reports whether s is another program's text, not a field of nccl-tests' row: not a
+// number, N/A, a type or an op, and holding a word (three letters running: "NCCL", "INFO", a
+// host's name), where a mistyped figure ("13x.8") holds none.
 func foreign(s string) bool {
-	_, err := strconv.ParseFloat(s, 64)
-	return err != nil && s != "N/A" && ntEltSize[s] == 0 && !slices.Contains(ntOps, s)
+	if _, err := strconv.ParseFloat(s, 64); err == nil || s == "N/A" || ntEltSize[s] != 0 || slices.Contains(ntOps, s) {
+		return false
+	}
+	run := 0
+	for _, r := range s {
+		if unicode.IsLetter(r) {
+			if run++; run == 3 {
+				return true
+			}
+		} else {
+			run = 0
+		}
+	}
+	return false
+}
+
+// cutFrom is the first column another program's output may land in, cutting a row: nccl-tests
+// writes the size, count, type and op with the root, then each placement's figures.
+func (l *ntLayout) cutFrom() int {
+	if l.root >= 0 {
+		return l.root
+	}
+	return l.place[0].time
 }
 
 // isCount says whether s is a row's first field, a size in bytes: digits only, so that a size too
@@ -514,11 +537,14 @@ func (p ntPlace) read(f []string) (Placement, error) {
 		*v.to = x
 	}
 	pl.timeSlack, pl.slack = printSlack(f[p.time], pl.TimeUS), printSlack(f[p.busbw], pl.BusBW)
+	// Which placements were checked tells alltoall and sendrecv, which do not check in place,
+	// from the others: in the #wrong layout (nccl-tests 2.13 on) only; before, alltoall_perf
+	// printed an in-place error too (N/A from nccl-tests' a0a1491, 2022).
 	if p.wrong < 0 || f[p.wrong] == "N/A" {
-		pl.unchecked = p.wrong >= 0
+		pl.unchecked = p.wrong >= 0 && p.counts
 		return pl, nil // not checked
 	}
-	pl.checked = true
+	pl.checked = p.counts
 	w, err := strconv.ParseFloat(f[p.wrong], 64)
 	switch {
 	case !p.counts: // the old error column: the largest error, not a count; wrong stays unknown

@@ -153,10 +153,15 @@ func TestReadNCCLTests(t *testing.T) {
 // A log whose table names no program is read as the one collective its rows fit, and refused,
 // with what to add, where several fit.
 func TestReadNCCLTestsUnnamed(t *testing.T) {
-	// Before nccl-tests 2.13 all-to-all alone of the tests without an op printed a redop column.
+	// Before nccl-tests 2.13 all-to-all alone of the tests without an op printed a redop column;
+	// checked (validation 1), it printed an in-place error too, which says nothing of the test.
 	f, err := ReadFile(ntDir + "superbench-alltoall.log")
 	if err != nil || f.Coll.Collective != "alltoall" {
 		t.Fatalf("superbench-alltoall.log: %v", err)
+	}
+	checked := strings.ReplaceAll(strings.Replace(string(readFixture(t, ntDir+"superbench-alltoall.log")), "validation: 0", "validation: 1", 1), "N/A", "0e+00")
+	if f, err = Read("a.log", []byte(checked)); err != nil || f.Coll.Collective != "alltoall" {
+		t.Errorf("superbench-alltoall.log checked: %v", err)
 	}
 	// Today all-gather and all-to-all print alike; with -c 0 nothing tells them apart.
 	devices := "#  Rank  0 Group  0 Pid 1 on h device  0 [0000:18:00] G\n#  Rank  7 Group  0 Pid 1 on h device  7 [0000:db:00] G\n"
@@ -453,8 +458,13 @@ func TestReadNCCLTestsLaunchedLogs(t *testing.T) {
 			t.Errorf("%s: %s, sizes %v, notices %q; want sizes %v, a notice %q", c.name, f.Coll.Collective, sizes, f.Notices, c.sizes, c.notice)
 		}
 	}
-	// A row of the table's width with a field no nccl-tests row holds is still refused.
-	bad := head + "     2097152        524288     float     sum      -1    93.65   22.39   39.19      0    84.09   24.94   43.64   oops\n"
+	// A short NCCL line inside a row cuts it too; a mistyped figure (no word in it) is still
+	// refused.
+	short := strings.Replace(cut, "-1gcn151:1905790:1905879 [0] NCCL INFO Channel 00/0 : 7[3] -> 0[0] [receive] via NET/IB/2/GDRDMA", "-1gcn151:1:2 [0] NCCL INFO Connected all trees", 1)
+	if f, err := Read("x.log", []byte(short)); err != nil || len(f.Coll.Results) != 2 {
+		t.Errorf("a short NCCL line: %v", err)
+	}
+	bad := head + "     2097152        524288     float     sum      -1    93.65   22.39   39.19      0    84.09   24.94   43.64   1O\n"
 	if _, err := Read("x.log", []byte(bad)); err == nil || !strings.Contains(err.Error(), "line 3: ") {
 		t.Errorf("a bad field: %v", err)
 	}

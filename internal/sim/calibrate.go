@@ -103,7 +103,7 @@ func Calibrate(t *gpu.Topology, colls []CollRun, copies []LocalCopy) (*gpu.Calib
 	cal.Error = bandErrors(cal, samples)
 	if len(cal.Algorithms) == 0 && cal.LaunchUS == 0 && cal.LocalCopyEfficiency == 0 {
 		why := slices.DeleteFunc(slices.Clone(cal.Defaults), func(d string) bool { return strings.HasPrefix(d, "local_copy_efficiency: no local copy") })
-		return nil, fmt.Errorf("%w: these runs constrain none of the simulator's figures (%s): give runs of allreduce, allgather, reducescatter, broadcast or reduce on two ranks or more, or gpubench p2p results for the copy inside a GPU",
+		return nil, fmt.Errorf("%w: these runs constrain none of the simulator's figures (%s): give runs of allreduce, allgather, reducescatter, broadcast or reduce on two ranks or more, swept from small sizes to large ones (8B:1GB), or gpubench p2p results for the copy inside a GPU",
 			ErrCalibrate, strings.Join(why, "; "))
 	}
 	if len(cal.Algorithms) == 0 {
