@@ -445,23 +445,21 @@ func (e *evaluator) dataParallel(l Layout, st stage, fwd, bwd float64) (colls []
 			perStep += exp
 			continue
 		}
+		calls, when := 1.0, "in buckets during the last micro-batch's backward; the last bucket exposed"
 		if e.setup.ZeRO == 2 {
-			rs, err := e.call(&colls, p.kind, "reducescatter", p.g, bytes, mb, "in buckets during each micro-batch's backward; the last bucket exposed")
-			if err != nil {
-				return nil, 0, 0, err
-			}
-			one := rs.TotalS / mb
-			exp := max(one/buckets, one-bwd)
-			colls[len(colls)-1].ExposedS = mb * exp
+			calls, when = mb, "in buckets during each micro-batch's backward; the last bucket exposed"
+		}
+		rs, err := e.call(&colls, p.kind, "reducescatter", p.g, bytes, calls, when)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		one := rs.TotalS / calls
+		exp := max(one/buckets, one-bwd)
+		colls[len(colls)-1].ExposedS = calls * exp
+		if e.setup.ZeRO == 2 {
 			perMB += exp
 		} else {
-			rs, err := e.call(&colls, p.kind, "reducescatter", p.g, bytes, 1, "in buckets during the last micro-batch's backward; the last bucket exposed")
-			if err != nil {
-				return nil, 0, 0, err
-			}
-			expRS := max(rs.TotalS/buckets, rs.TotalS-bwd)
-			colls[len(colls)-1].ExposedS = expRS
-			perStep += expRS
+			perStep += exp
 		}
 		ag, err := e.call(&colls, p.kind, "allgather", p.g, bytes, 1, "during the next step's forward; the first bucket exposed")
 		if err != nil {
