@@ -208,7 +208,7 @@ type Summary struct {
 // (mem - reserve - 1 GiB) / (3 with checking, 2 without), reserve = min(ceil(mem/16 GiB), 4) GiB.
 func MemoryLimit(mem int64, check bool) int64 {
 	const gib = int64(1) << 30
-	reserve := min((mem+16*gib-1)/(16*gib)*gib, 4*gib)
+	reserve := min((mem/(16*gib)+min(mem%(16*gib), 1))*gib, 4*gib) // ceil(mem / 16 GiB) GiB, without overflow
 	div := int64(2)
 	if check {
 		div = 3

@@ -200,6 +200,9 @@ func TestMemoryLimitClamps(t *testing.T) {
 	if got := coll.MemoryLimit(25757220864, false); got != 11267997696 {
 		t.Errorf("24 GB limit without checking = %d; want 11267997696", got)
 	}
+	if got := coll.MemoryLimit(math.MaxInt64, true); got != (math.MaxInt64-5*(1<<30))/3 {
+		t.Errorf("the largest memory's limit = %d; want %d (no overflow)", got, (math.MaxInt64-5*(1<<30))/3)
+	}
 	b := newSim(t, "pcie-4090x8", sim.Options{})
 	s, err := coll.Run(context.Background(), b, coll.Options{
 		Coll: coll.AllReduce, Sweep: sweep(t, "4G:8G"), DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum},

@@ -71,6 +71,15 @@ func (t *Topology) expand() error {
 	if t.NVLinkDomainNodes < 0 || t.NVLinkDomainNodes > len(t.Nodes) {
 		return fmt.Errorf("nvlink_domain_nodes %d: use a count of nodes from 2 to %d, or leave it out", t.NVLinkDomainNodes, len(t.Nodes))
 	}
+	if t.NVLinkDomainNodes > 1 {
+		gpus := map[int]int{}
+		for i, n := range t.Nodes {
+			d := t.domainOf(i)
+			if gpus[d] += len(n.GPUs); gpus[d] > MaxDomainGPUs {
+				return fmt.Errorf("nvlink_domain_nodes %d makes an NVLink domain of more than %d GPUs, the most NVLink switches join; use fewer nodes a domain", t.NVLinkDomainNodes, MaxDomainGPUs)
+			}
+		}
+	}
 	return nil
 }
 

@@ -16,27 +16,44 @@ const (
 	MaxGPUs        = 16384 // in all nodes together
 	MaxNodeGPUs    = 1024  // in one node
 	MaxNodeParts   = 8192  // CPUs, GPUs, switches and NICs of one node
+	MaxNodeNICs    = 64    // NICs of one node (a DGX B300 has 16 ports); each GPU looks for its own
 	MaxNodeLinks   = 32768 // links of one node
 	MaxNodeLinkHop = 16    // links between any part of a node and its first part, at most
+	// GPUs of one NVLink domain spanning nodes: NVIDIA's NVLink Switch System joins at most 576
+	// (NVIDIA Blackwell architecture technical brief, "fifth-generation NVLink").
+	MaxDomainGPUs = 576
+	// In all nodes together: 1,024 DGX H100 have about 40,000 parts and 60,000 links, 4,096
+	// GB200 trays about 60,000 and 80,000; past these a topology would take gigabytes to build.
+	MaxParts = 1 << 18
+	MaxLinks = 1 << 19
 )
 
 // checkLimits refuses a topology past the limits above, naming the limit.
 func (t *Topology) checkLimits() error {
-	gpus := 0
+	gpus, allParts, allLinks := 0, 0, 0
 	for _, n := range t.Nodes {
 		gpus += len(n.GPUs)
 		parts := len(n.CPUs) + len(n.GPUs) + len(n.Switches) + len(n.NICs)
+		allParts += parts
+		allLinks += len(n.Links)
 		switch {
 		case len(n.GPUs) > MaxNodeGPUs:
 			return fmt.Errorf("node %s has %d GPUs; gpubench takes at most %d per node (describe a cluster as several nodes)", n.Hostname, len(n.GPUs), MaxNodeGPUs)
+		case len(n.NICs) > MaxNodeNICs:
+			return fmt.Errorf("node %s has %d NICs; gpubench takes at most %d per node (give each port that NCCL uses, not every function)", n.Hostname, len(n.NICs), MaxNodeNICs)
 		case parts > MaxNodeParts:
 			return fmt.Errorf("node %s has %d parts; gpubench takes at most %d per node", n.Hostname, parts, MaxNodeParts)
 		case len(n.Links) > MaxNodeLinks:
 			return fmt.Errorf("node %s has %d links; gpubench takes at most %d per node", n.Hostname, len(n.Links), MaxNodeLinks)
 		}
 	}
-	if gpus > MaxGPUs {
+	switch {
+	case gpus > MaxGPUs:
 		return fmt.Errorf("topology %s has %d GPUs; gpubench takes at most %d", t.Name, gpus, MaxGPUs)
+	case allParts > MaxParts:
+		return fmt.Errorf("topology %s has %d parts in all; gpubench takes at most %d (fewer nodes, or fewer switches and NICs a node)", t.Name, allParts, MaxParts)
+	case allLinks > MaxLinks:
+		return fmt.Errorf("topology %s has %d links in all; gpubench takes at most %d (fewer nodes, or fewer links a node)", t.Name, allLinks, MaxLinks)
 	}
 	return nil
 }
@@ -56,7 +73,7 @@ func (t *Topology) checkReach() error {
 		n := &t.Nodes[ni]
 		gpus := t.gpus[nodeGPUs : nodeGPUs+len(n.GPUs)]
 		nodeGPUs += len(n.GPUs)
-		if far := t.farthest(t.verts[n.Hostname+"/"+firstID(n)]); far > MaxNodeLinkHop {
+		if far := t.farthest(n); far > MaxNodeLinkHop {
 			return fmt.Errorf("node %s: some of its parts are %d links apart; gpubench takes nodes whose parts are at most %d links from the first (a real PCIe tree is a few switches deep)", n.Hostname, far, MaxNodeLinkHop)
 		}
 		nv := t.touches(gpus, LinkNVLink)
@@ -103,9 +120,26 @@ func firstID(n *Node) string {
 	return n.GPUs[0].ID
 }
 
-// farthest is the most links any vertex of v's node is from v, over every link kind but the
-// network's.
-func (t *Topology) farthest(v int) int {
+// farthest is the most links any part of node n is from its first part, over every link kind
+// but the network's, never leaving the node: an NVLink domain's shared switches lead to the
+// other nodes of the domain, and walking them from every node would cost the domain's size
+// squared.
+func (t *Topology) farthest(n *Node) int {
+	mine := map[int]bool{}
+	add := func(id string) { mine[t.verts[n.Hostname+"/"+id]] = true }
+	for _, c := range n.CPUs {
+		add(c.ID)
+	}
+	for _, g := range n.GPUs {
+		add(g.ID)
+	}
+	for _, s := range n.Switches {
+		add(s.ID)
+	}
+	for _, c := range n.NICs {
+		add(c.ID)
+	}
+	v := t.verts[n.Hostname+"/"+firstID(n)]
 	dist := map[int]int{v: 0}
 	frontier, d := []int{v}, 0
 	for len(frontier) > 0 && d <= MaxNodeLinkHop {
@@ -114,7 +148,7 @@ func (t *Topology) farthest(v int) int {
 			for _, ei := range t.adj[u] {
 				e := t.edges[ei]
 				w := e.a + e.b - u
-				if _, seen := dist[w]; seen || e.kind == LinkNet {
+				if _, seen := dist[w]; seen || e.kind == LinkNet || !mine[w] {
 					continue
 				}
 				dist[w] = d + 1

@@ -102,6 +102,31 @@ func TestTopologyLimits(t *testing.T) {
 		chain.Links = append(chain.Links, Link{A: prev, B: sw, Kind: "pcie", GBs: 32}, Link{A: sw, B: g, Kind: "pcie", GBs: 32})
 		prev = sw
 	}
+	nics := gpus("h", 2)
+	for i := range MaxNodeNICs + 1 {
+		nics.NICs = append(nics.NICs, NIC{ID: fmt.Sprintf("n%d", i), Kind: "infiniband", Gbps: 400})
+	}
+	if err := (&Topology{Format: TopologyFormat, Name: "nics", Nodes: []Node{nics}}).Validate(); err == nil || !strings.Contains(err.Error(), "65 NICs; gpubench takes at most 64 per node") {
+		t.Errorf("%d NICs on one node: %v", MaxNodeNICs+1, err)
+	}
+	parts := &Topology{Format: TopologyFormat, Name: "parts", Network: &Network{Kind: "infiniband"}}
+	star := gpus("h", 1)
+	for i := range MaxNodeParts - 10 {
+		star.Switches = append(star.Switches, Switch{ID: fmt.Sprintf("p%d", i), Kind: "pcie"})
+	}
+	for i := range MaxParts/len(star.Switches) + 1 {
+		n := star
+		n.Hostname = fmt.Sprintf("h%d", i)
+		parts.Nodes = append(parts.Nodes, n)
+	}
+	if err := parts.Validate(); err == nil || !strings.Contains(err.Error(), "parts in all; gpubench takes at most 262144") {
+		t.Errorf("%d nodes of %d parts: %v", len(parts.Nodes), len(star.Switches)+1, err)
+	}
+	domain := &Topology{Format: TopologyFormat2, Name: "domain", Network: &Network{Kind: "infiniband"}, NVLinkDomainNodes: 2,
+		Nodes: []Node{gpus("a", MaxDomainGPUs/2+1), gpus("b", MaxDomainGPUs/2)}}
+	if err := domain.Validate(); err == nil || !strings.Contains(err.Error(), "an NVLink domain of more than 576 GPUs") {
+		t.Errorf("a domain of %d GPUs: %v", MaxDomainGPUs+1, err)
+	}
 	deep := &Topology{Format: TopologyFormat, Name: "deep", Nodes: []Node{chain}}
 	if err := deep.Validate(); err == nil || !strings.Contains(err.Error(), "links apart") {
 		t.Errorf("a 40-switch PCIe chain: %v", err)
