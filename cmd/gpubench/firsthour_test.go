@@ -248,7 +248,8 @@ func TestP2PTooManyDevices(t *testing.T) {
 	for i := range 80 {
 		id := fmt.Sprintf("gpu%d", i)
 		gpus = append(gpus, map[string]any{"id": id, "name": "G", "memory_bytes": 1 << 34, "memory_bandwidth_gbs": 1000, "compute_capability": "9.0"})
-		links = append(links, map[string]any{"a": id, "b": "nvs", "kind": "nvlink", "gbs": 450})
+		links = append(links, map[string]any{"a": id, "b": "nvs", "kind": "nvlink", "gbs": 450},
+			map[string]any{"a": id, "b": "cpu0", "kind": "pcie", "gen": 5, "width": 16})
 	}
 	n["gpus"], n["links"] = gpus, links
 	data, _ := json.Marshal(map[string]any{"format": "gpubench-topology/1", "name": "big", "nodes": []any{n}})

@@ -167,6 +167,9 @@ func (b *Backend) TimedCopies(ctx context.Context, copies []gpu.Copy) ([]time.Du
 			addPath(path, stagedEfficiency)
 			p.latUS = stagedCopyUS
 		}
+		if len(p.uses) == 0 {
+			return nil, fmt.Errorf("sim copy %d: the topology has no route from %s to %s (a GPU with no link to a CPU has no host memory to copy through): %w", i, devName(src.dev), devName(dst.dev), gpu.ErrInvalid)
+		}
 		for _, r := range p.uses {
 			load[r] += p.bytes
 		}
@@ -314,4 +317,12 @@ func (b *Backend) corrupts(dev int) bool {
 		}
 	}
 	return false
+}
+
+// devName names a device of a copy: a GPU's index, or the host.
+func devName(d int) string {
+	if d == gpu.HostDevice {
+		return "host memory"
+	}
+	return fmt.Sprintf("GPU %d", d)
 }
