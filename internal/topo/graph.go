@@ -2,6 +2,7 @@ package topo
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gpubench/gpubench/internal/gpu"
 )
@@ -13,10 +14,27 @@ type graph struct {
 	n    *gpu.Node
 	kind map[string]string // part id: gpu, cpu, nvswitch, pcie or nic
 	adj  map[string][]int  // part id: indices of its links
+	// Worked out once and kept, so that a matrix over N GPUs costs N searches, not N²: each
+	// part's NVLinks by the part at their other end, and the last PCIe search's tree.
+	nv       map[string]map[string]laneSum
+	treeFrom string
+	tree     map[string]step
+}
+
+// laneSum is the NVLinks between two parts; ok is false when a link between them gives no lanes.
+type laneSum struct {
+	n  int
+	ok bool
+}
+
+// step is how a PCIe search reached a part: from which part, over which link.
+type step struct {
+	from string
+	link int
 }
 
 func newGraph(n *gpu.Node) *graph {
-	g := &graph{n: n, kind: map[string]string{}, adj: map[string][]int{}}
+	g := &graph{n: n, kind: map[string]string{}, adj: map[string][]int{}, nv: map[string]map[string]laneSum{}}
 	for _, c := range n.CPUs {
 		g.kind[c.ID] = "cpu"
 	}
@@ -92,35 +110,50 @@ func nvText(n int, known bool) string {
 // gives no lanes.
 func (g *graph) nvlinks(a, b string) (n int, known bool) {
 	known = true
-	add := func(lanes int, ok bool) {
-		n += lanes
-		known = known && ok
+	add := func(l laneSum) {
+		n += l.n
+		known = known && l.ok
 	}
 	add(g.lanes(a, b))
-	for _, s := range g.n.Switches {
-		if s.Kind != "nvswitch" {
+	for s, la := range g.nvOf(a) {
+		if g.kind[s] != "nvswitch" || s == a || s == b {
 			continue
 		}
-		la, okA := g.lanes(a, s.ID)
-		lb, okB := g.lanes(b, s.ID)
-		if (la > 0 || !okA) && (lb > 0 || !okB) {
-			add(min(la, lb), okA && okB)
+		if lb := g.lanes(b, s); la.n > 0 || !la.ok {
+			if lb.n > 0 || !lb.ok {
+				add(laneSum{min(la.n, lb.n), la.ok && lb.ok})
+			}
 		}
 	}
 	return n, known
 }
 
-// lanes counts the NVLinks between parts a and b; ok is false when a link between them gives no
-// lanes.
-func (g *graph) lanes(a, b string) (n int, ok bool) {
-	ok = true
-	for _, li := range g.adj[a] {
-		if l := g.n.Links[li]; l.Kind == gpu.LinkNVLink && g.far(li, a) == b {
-			n += l.Lanes
-			ok = ok && l.Lanes > 0
+// lanes counts the NVLinks between parts a and b.
+func (g *graph) lanes(a, b string) laneSum {
+	if l, ok := g.nvOf(a)[b]; ok {
+		return l
+	}
+	return laneSum{ok: true}
+}
+
+// nvOf is part id's NVLinks, summed by the part at their other end.
+func (g *graph) nvOf(id string) map[string]laneSum {
+	if m, ok := g.nv[id]; ok {
+		return m
+	}
+	m := map[string]laneSum{}
+	for _, li := range g.adj[id] {
+		if l := g.n.Links[li]; l.Kind == gpu.LinkNVLink {
+			far := g.far(li, id)
+			s, seen := m[far]
+			if !seen {
+				s.ok = true
+			}
+			m[far] = laneSum{s.n + l.Lanes, s.ok && l.Lanes > 0}
 		}
 	}
-	return n, ok
+	g.nv[id] = m
+	return m
 }
 
 // pcieClass names the PCIe path between two parts as nvidia-smi does: SYS if it crosses the link
@@ -155,15 +188,29 @@ func (g *graph) pcieClass(a, b string) string {
 // pciePath is a fewest-hop path from a to b over pcie and smp links that passes through switches
 // and CPUs only: its parts, and the links between them.
 func (g *graph) pciePath(a, b string) ([]string, []int) {
-	type step struct {
-		from string
-		link int
+	prev := g.pcieTree(a)
+	if _, ok := prev[b]; !ok {
+		return nil, nil
+	}
+	path, links := []string{b}, []int{}
+	for x := b; x != a; x = prev[x].from {
+		path = append(path, prev[x].from)
+		links = append(links, prev[x].link)
+	}
+	slices.Reverse(path)
+	slices.Reverse(links)
+	return path, links
+}
+
+// pcieTree is a breadth-first search from a over pcie and smp links, passing through CPUs and
+// switches only: how it first reached each part. The last one is kept, as a matrix asks for one
+// row's parts in turn.
+func (g *graph) pcieTree(a string) map[string]step {
+	if g.tree != nil && g.treeFrom == a {
+		return g.tree
 	}
 	prev := map[string]step{a: {link: -1}}
 	for frontier := []string{a}; len(frontier) > 0; {
-		if _, found := prev[b]; found {
-			break
-		}
 		var next []string
 		for _, u := range frontier {
 			for _, li := range g.adj[u] {
@@ -173,22 +220,15 @@ func (g *graph) pciePath(a, b string) ([]string, []int) {
 					continue
 				}
 				prev[w] = step{from: u, link: li}
-				if w != b && (g.kind[w] == "cpu" || g.kind[w] == "pcie" || g.kind[w] == "nvswitch") {
+				if g.kind[w] == "cpu" || g.kind[w] == "pcie" || g.kind[w] == "nvswitch" {
 					next = append(next, w)
 				}
 			}
 		}
 		frontier = next
 	}
-	if _, ok := prev[b]; !ok {
-		return nil, nil
-	}
-	path, links := []string{b}, []int{}
-	for x := b; x != a; x = prev[x].from {
-		path = append([]string{prev[x].from}, path...)
-		links = append([]int{prev[x].link}, links...)
-	}
-	return path, links
+	g.treeFrom, g.tree = a, prev
+	return prev
 }
 
 // pcieFigures is the generation and width of a part's first PCIe link, when the topology gives

@@ -3,6 +3,7 @@ package topo
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -155,5 +156,27 @@ func TestTableUnknowns(t *testing.T) {
 	}
 	if strings.Contains(out, "NIC Legend") || strings.Contains(out, "Warnings") {
 		t.Errorf("table has a NIC legend or warnings:\n%s", out)
+	}
+}
+
+// One node of 1,024 GPUs, each behind its own PCIe switch under one of two CPUs, with a
+// connection matrix and a P2P matrix: each row is one search, not one a pair (`go test -bench
+// Matrix ./internal/topo`).
+func BenchmarkMatrix1024(b *testing.B) {
+	n := &gpu.Node{Hostname: "wide", CPUs: []gpu.CPU{{ID: "cpu0"}, {ID: "cpu1"}},
+		Links: []gpu.Link{{A: "cpu0", B: "cpu1", Kind: gpu.LinkSMP, GBs: 64}}}
+	for i := range 1024 {
+		g, sw := fmt.Sprintf("gpu%d", i), fmt.Sprintf("sw%d", i)
+		n.GPUs = append(n.GPUs, gpu.GPU{ID: g})
+		n.Switches = append(n.Switches, gpu.Switch{ID: sw, Kind: "pcie"})
+		n.Links = append(n.Links, gpu.Link{A: g, B: sw, Kind: gpu.LinkPCIe, GBs: 32},
+			gpu.Link{A: sw, B: fmt.Sprintf("cpu%d", i%2), Kind: gpu.LinkPCIe, GBs: 32})
+	}
+	for b.Loop() {
+		g := newGraph(n)
+		if m := g.matrix(); m[0][1] != "SYS" || m[0][2] != "PHB" {
+			b.Fatalf("gpu0 to gpu1 %s, to gpu2 %s; want SYS and PHB", m[0][1], m[0][2])
+		}
+		g.p2pMatrix(true, "read")
 	}
 }
