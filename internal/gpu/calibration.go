@@ -58,6 +58,15 @@ type BandError struct {
 	After  float64 `json:"after_percent"`
 }
 
+// NCCLAlgorithms and NCCLProtocols are NCCL's algorithms and protocols as NCCL_ALGO and
+// NCCL_PROTO, rows and calibration keys name them, in NCCL's order (NCCL_ALGO_TREE = 0 to
+// NCCL_ALGO_PAT = 6, NCCL_PROTO_LL = 0 to NCCL_PROTO_SIMPLE = 2: NCCL's tuner plugin header,
+// src/include/plugin/nccl_tuner.h).
+var (
+	NCCLAlgorithms = [...]string{"Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"}
+	NCCLProtocols  = [...]string{"LL", "LL128", "Simple"}
+)
+
 // calibration limits: a figure past them is a wrong file, not a machine.
 const (
 	maxCalLatencyUS = 1e5
@@ -87,6 +96,12 @@ func (c *Calibration) check() error {
 		if !ok || algo == "" || proto == "" || strings.ContainsAny(proto, "/ ") {
 			return fmt.Errorf("calibration.algorithms: key %q: name an algorithm and protocol as rows do, e.g. \"Ring/Simple\"", k)
 		}
+		if err := knownName(k, "algorithm", algo, NCCLAlgorithms[:]); err != nil {
+			return err
+		}
+		if err := knownName(k, "protocol", proto, NCCLProtocols[:]); err != nil {
+			return err
+		}
 		if math.IsNaN(a.LatencyUS) || math.Abs(a.LatencyUS) > maxCalLatencyUS {
 			return bad("algorithms."+k+".latency_us", a.LatencyUS, fmt.Sprintf("give microseconds within ±%g", maxCalLatencyUS))
 		}
@@ -99,4 +114,17 @@ func (c *Calibration) check() error {
 		return bad("measured", fmt.Sprintf("%+v", m), "give min_bytes <= max_bytes and max_ranks >= 0")
 	}
 	return nil
+}
+
+// knownName checks that name, part of calibration key k, is one of NCCL's names.
+func knownName(k, what, name string, names []string) error {
+	for _, n := range names {
+		switch {
+		case n == name:
+			return nil
+		case strings.EqualFold(n, name):
+			return fmt.Errorf("calibration.algorithms: key %q: %s %q is spelt %q, as NCCL and rows spell it", k, what, name, n)
+		}
+	}
+	return fmt.Errorf("calibration.algorithms: key %q: NCCL has no %s %q; use one of %s", k, what, name, strings.Join(names, ", "))
 }

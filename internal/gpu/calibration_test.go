@@ -27,6 +27,9 @@ func TestCalibrationFields(t *testing.T) {
 		`{"algorithms": {"Ring": {"bandwidth": 1}}}`:                       `calibration.algorithms: key "Ring": name an algorithm and protocol`,
 		`{"algorithms": {"Ring/LL": {"bandwidth": 0}}}`:                    "calibration.algorithms.Ring/LL.bandwidth is 0",
 		`{"algorithms": {"Ring/LL": {"latency_us": 1e9, "bandwidth": 1}}}`: "calibration.algorithms.Ring/LL.latency_us is 1e+09",
+		`{"algorithms": {"ring/simple": {"bandwidth": 1}}}`:                `calibration.algorithms: key "ring/simple": algorithm "ring" is spelt "Ring", as NCCL and rows spell it`,
+		`{"algorithms": {"Ring/LL64": {"bandwidth": 1}}}`:                  `calibration.algorithms: key "Ring/LL64": NCCL has no protocol "LL64"; use one of LL, LL128, Simple`,
+		`{"algorithms": {"Torus/Simple": {"bandwidth": 1}}}`:               `NCCL has no algorithm "Torus"; use one of Tree, Ring, CollNetDirect, CollNetChain, NVLS, NVLSTree, PAT`,
 		`{"measured": {"min_bytes": 10, "max_bytes": 1}}`:                  "calibration.measured is",
 		`{"launch_ms": 3}`:                                                 `unknown field "launch_ms"`,
 	} {

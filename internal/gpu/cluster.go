@@ -257,6 +257,16 @@ func (n *Network) check() error {
 	default:
 		return fmt.Errorf("network layout %q; want single, rail or fat-tree", n.Layout)
 	}
+	if n.Layout == "" || n.Layout == "single" {
+		for _, f := range []struct {
+			name string
+			set  bool
+		}{{"nodes_per_leaf", n.NodesPerLeaf != 0}, {"tiers", n.Tiers != 0}, {"oversubscription", n.Oversubscription != 0}, {"switch_latency_us", n.SwitchLatencyUS != 0}} {
+			if f.set {
+				return fmt.Errorf("network %s describes leaves and spines, and layout single is one non-blocking switch: set layout rail or fat-tree, or drop %s", f.name, f.name)
+			}
+		}
+	}
 	switch {
 	case n.NodesPerLeaf < 0 || n.NodesPerLeaf > MaxGPUs:
 		return fmt.Errorf("network nodes_per_leaf %d is out of range", n.NodesPerLeaf)

@@ -151,7 +151,7 @@ func TestSwitchLatency(t *testing.T) {
 			t.Errorf("GPUs %v: %d leaves, %v µs between them; want %d and 2", c.gpus, leaves, cross, c.leaves)
 		}
 	}
-	one := cluster(t, `, "network": {"kind": "infiniband", "switch_latency_us": 0.5}, "nodes": [{"hostname": "n{i}", "template": "box", "count": 3}]`)
+	one := cluster(t, `, "network": {"kind": "infiniband"}, "nodes": [{"hostname": "n{i}", "template": "box", "count": 3}]`)
 	if leaves, cross := one.LeafSpan([]int{0, 4, 8}); leaves != 1 || cross != 0 {
 		t.Errorf("one switch: %d leaves, %v µs; want 1 and 0", leaves, cross)
 	}
@@ -312,7 +312,9 @@ func TestVersion2Errors(t *testing.T) {
 		{`{"format": "gpubench-topology/2", "name": "c", "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a", "template": "box", "count": -2}]}`, "count -2 is negative"},
 		{`{"format": "gpubench-topology/2", "name": "c", "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a", "count": 2}]}`, "count 2 without a template"},
 		{`{"format": "gpubench-topology/2", "name": "c", "network": {"kind": "infiniband", "layout": "torus"}, "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a{i}", "template": "box", "count": 2}]}`, `network layout "torus"`},
-		{`{"format": "gpubench-topology/2", "name": "c", "network": {"kind": "infiniband", "oversubscription": 0.5}, "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a{i}", "template": "box", "count": 2}]}`, "oversubscription 0.5"},
+		{`{"format": "gpubench-topology/2", "name": "c", "network": {"kind": "infiniband", "layout": "fat-tree", "oversubscription": 0.5}, "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a{i}", "template": "box", "count": 2}]}`, "oversubscription 0.5"},
+		{`{"format": "gpubench-topology/2", "name": "c", "network": {"kind": "infiniband", "tiers": 3}, "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a{i}", "template": "box", "count": 2}]}`, "network tiers describes leaves and spines, and layout single is one non-blocking switch: set layout rail or fat-tree, or drop tiers"},
+		{`{"format": "gpubench-topology/2", "name": "c", "network": {"kind": "infiniband", "layout": "single", "switch_latency_us": 1}, "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a{i}", "template": "box", "count": 2}]}`, "network switch_latency_us describes leaves and spines"},
 		{`{"format": "gpubench-topology/2", "name": "c", "network": {"kind": "efa", "plugin_latency_us": -1}, "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a{i}", "template": "box", "count": 2}]}`, "network plugin_latency_us -1; give the µs NCCL's net plugin reports, 0 to 1000"},
 		{`{"format": "gpubench-topology/1", "name": "c", "network": {"kind": "infiniband", "plugin_latency_us": 5}, "nodes": []}`, "network plugin_latency_us is a version 2 field"},
 		{`{"format": "gpubench-topology/1", "name": "c", "network": {"kind": "infiniband", "message_us": 5}, "nodes": []}`, "network message_us is a version 2 field"},

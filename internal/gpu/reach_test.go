@@ -16,15 +16,18 @@ func TestCheckReachAgreesWithRoutes(t *testing.T) {
 	for trial := 0; trial < 3000; trial++ {
 		n := Node{Hostname: "h"}
 		var parts []string
+		kindOf := map[string]string{}
 		for i := range 2 + rng.IntN(4) {
 			id := fmt.Sprintf("g%d", i)
 			n.GPUs = append(n.GPUs, GPU{ID: id, Name: "x", MemoryBytes: 1, MemoryGBs: 1, ComputeCapability: "9.0"})
 			parts = append(parts, id)
+			kindOf[id] = "gpu"
 		}
 		for i := range rng.IntN(3) {
 			id := fmt.Sprintf("c%d", i)
 			n.CPUs = append(n.CPUs, CPU{ID: id})
 			parts = append(parts, id)
+			kindOf[id] = "cpu"
 		}
 		for i := range rng.IntN(4) {
 			id := fmt.Sprintf("s%d", i)
@@ -34,11 +37,12 @@ func TestCheckReachAgreesWithRoutes(t *testing.T) {
 			}
 			n.Switches = append(n.Switches, Switch{ID: id, Kind: kind})
 			parts = append(parts, id)
+			kindOf[id] = kind
 		}
-		for range rng.IntN(8) {
+		for range rng.IntN(12) {
 			a, b := parts[rng.IntN(len(parts))], parts[rng.IntN(len(parts))]
-			if a != b {
-				n.Links = append(n.Links, Link{A: a, B: b, Kind: kinds[rng.IntN(len(kinds))], GBs: 10})
+			if k := kinds[rng.IntN(len(kinds))]; a != b && linkFits(k, kindOf[a], kindOf[b]) {
+				n.Links = append(n.Links, Link{A: a, B: b, Kind: k, GBs: 10})
 			}
 		}
 		topo := &Topology{Format: TopologyFormat, Name: "r", Nodes: []Node{n}}
@@ -69,6 +73,17 @@ func TestCheckReachAgreesWithRoutes(t *testing.T) {
 	if accepted < 100 || refused < 100 {
 		t.Errorf("the random topologies were too one-sided to test anything: %d accepted, %d refused", accepted, refused)
 	}
+}
+
+// linkFits is what Validate accepts of a link's kind and its ends' kinds (Topology.checkEnds).
+func linkFits(k LinkKind, a, b string) bool {
+	switch k {
+	case LinkNVLink:
+		return (a == "gpu" || a == "nvswitch") && (b == "gpu" || b == "nvswitch")
+	case LinkSMP:
+		return a == "cpu" && b == "cpu"
+	}
+	return a != "gpu" || b != "gpu"
 }
 
 // Topologies past the limits are refused with the limit named, and a deep PCIe chain too.

@@ -10,6 +10,7 @@ import (
 	"math"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -417,6 +418,9 @@ func (t *Topology) addParts(ni int) error {
 		if s.Kind != "nvswitch" && s.Kind != "pcie" {
 			return fmt.Errorf("node %s switch %s: kind %q; want nvswitch or pcie", n.Hostname, s.ID, s.Kind)
 		}
+		if s.NVLS && s.Kind != "nvswitch" {
+			return fmt.Errorf("node %s switch %s: nvls is NVLink SHARP, which only an nvswitch has: drop it, or make the switch's kind nvswitch", n.Hostname, s.ID)
+		}
 		if err := t.addPart(n.Hostname, s.ID, s.Kind); err != nil {
 			return err
 		}
@@ -471,6 +475,9 @@ func (t *Topology) addLink(ni, li int, l Link) error {
 	if !okA || !okB || a == b {
 		return fmt.Errorf("node %s link %d: %q-%q does not join two known parts", n.Hostname, li, l.A, l.B)
 	}
+	if err := t.checkEnds(l.Kind, a, b); err != nil {
+		return fmt.Errorf("node %s link %s-%s: %v", n.Hostname, l.A, l.B, err)
+	}
 	gbs := l.GBs
 	switch l.Kind {
 	case LinkPCIe:
@@ -506,10 +513,35 @@ func (t *Topology) addLink(ni, li int, l Link) error {
 	return nil
 }
 
+// checkEnds checks that a link of the kind can join parts a and b: NVLink joins GPUs and
+// NVSwitches, smp joins CPU sockets, and PCIe joins a device (GPU or NIC) to a switch or CPU, or
+// switches and CPUs to each other, never two devices.
+func (t *Topology) checkEnds(kind LinkKind, a, b int) error {
+	ka, kb := t.kinds[a], t.kinds[b]
+	device := func(k string) bool { return k == "gpu" || k == "nic" }
+	switch {
+	case kind == LinkNVLink && (ka != "gpu" && ka != "nvswitch" || kb != "gpu" && kb != "nvswitch"):
+		return fmt.Errorf("nvlink joins GPUs and NVSwitches, not a %s and a %s (a Grace CPU's NVLink-C2C to its GPUs is a pcie link with its gbs, as in the gb200-nvl72 preset)", ka, kb)
+	case kind == LinkSMP && (ka != "cpu" || kb != "cpu"):
+		return fmt.Errorf("smp joins CPU sockets, not a %s and a %s: use pcie or nvlink", ka, kb)
+	case kind == LinkPCIe && device(ka) && device(kb):
+		return fmt.Errorf("pcie joins a %s to a PCIe switch or CPU, not to a %s: link both to the switch or CPU between them", ka, kb)
+	}
+	return nil
+}
+
 // validateFacts checks the optional facts `gpubench topo` records.
 func (g GPU) validateFacts() error {
 	if g.CPUAffinity != "" && !cpuListPattern.MatchString(g.CPUAffinity) {
 		return fmt.Errorf("cpu_affinity %q; want a CPU list such as \"0-55,112-167\"", g.CPUAffinity)
+	}
+	for r := range strings.SplitSeq(g.CPUAffinity, ",") {
+		lo, hi, isRange := strings.Cut(r, "-")
+		a, errA := strconv.Atoi(lo)
+		b, errB := strconv.Atoi(hi)
+		if r != "" && (errA != nil || isRange && (errB != nil || b < a)) {
+			return fmt.Errorf("cpu_affinity %q: range %q; want CPU numbers, each range from low to high, as in \"0-55,112-167\"", g.CPUAffinity, r)
+		}
 	}
 	for _, f := range []struct {
 		name     string

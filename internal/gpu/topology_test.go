@@ -620,6 +620,18 @@ func TestValidateRejects(t *testing.T) {
 		{"link to itself", func(t *gpu.Topology) { t.Nodes[0].Links[2].B = "sw" }, `link 2: "sw"-"sw" does not join two known parts`},
 		{"link across nodes", func(t *gpu.Topology) { t.Nodes[0].Links[0].B = "host0/sw" }, `"gpu0"-"host0/sw" does not join`},
 		{"unknown link kind", func(t *gpu.Topology) { t.Nodes[0].Links[1].Kind = "infinityfabric" }, `node host0 link gpu1-sw: kind "infinityfabric"; want nvlink, pcie or smp`},
+		{"smp off a CPU", func(t *gpu.Topology) { t.Nodes[0].Links[1].Kind = "smp" }, "node host0 link gpu1-sw: smp joins CPU sockets, not a gpu and a pcie: use pcie or nvlink"},
+		{"nvlink to a CPU", func(t *gpu.Topology) {
+			t.Nodes[0].Links = append(t.Nodes[0].Links, gpu.Link{A: "gpu0", B: "cpu0", Kind: "nvlink", GBs: 450})
+		}, "node host0 link gpu0-cpu0: nvlink joins GPUs and NVSwitches, not a gpu and a cpu (a Grace CPU's NVLink-C2C"},
+		{"nvlink to a NIC", func(t *gpu.Topology) {
+			t.Nodes[0].Links = append(t.Nodes[0].Links, gpu.Link{A: "nic0", B: "gpu1", Kind: "nvlink", GBs: 50})
+		}, "link nic0-gpu1: nvlink joins GPUs and NVSwitches, not a nic and a gpu"},
+		{"pcie between two GPUs", func(t *gpu.Topology) {
+			t.Nodes[0].Links = append(t.Nodes[0].Links, gpu.Link{A: "gpu0", B: "gpu1", Kind: "pcie", GBs: 32})
+		}, "link gpu0-gpu1: pcie joins a gpu to a PCIe switch or CPU, not to a gpu"},
+		{"nvls on a PCIe switch", func(t *gpu.Topology) { t.Nodes[0].Switches[0].NVLS = true }, "node host0 switch sw: nvls is NVLink SHARP, which only an nvswitch has"},
+		{"cpu_affinity range backwards", func(t *gpu.Topology) { t.Nodes[0].GPUs[1].CPUAffinity = "0,5-2" }, `node host0 gpu gpu1: cpu_affinity "0,5-2": range "5-2"; want CPU numbers, each range from low to high`},
 		{"pcie without gbs or gen", func(t *gpu.Topology) { t.Nodes[0].Links[0].Gen = 0 }, "node host0 link gpu0-sw: pcie needs gbs, or gen 1-6 and width 1-32"},
 		{"pcie gen 7", func(t *gpu.Topology) { t.Nodes[0].Links[0].Gen = 7 }, "pcie needs gbs, or gen 1-6 and width 1-32"},
 		{"pcie without width", func(t *gpu.Topology) { t.Nodes[0].Links[0].Width = 0 }, "pcie needs gbs, or gen 1-6 and width 1-32"},

@@ -23,10 +23,10 @@ func TestVersion1RefusesVersion2Fields(t *testing.T) {
 	for _, c := range []struct{ field, body string }{
 		{"GPU nic (node a gpu gpu0)", `"network": {"kind": "infiniband"}, ` + two(`, "nic": "mlx5_0"`)},
 		{"network layout", `"network": {"kind": "infiniband", "layout": "rail"}, ` + two("")},
-		{"network nodes_per_leaf", `"network": {"kind": "infiniband", "nodes_per_leaf": 2}, ` + two("")},
-		{"network tiers", `"network": {"kind": "infiniband", "tiers": 2}, ` + two("")},
-		{"network oversubscription", `"network": {"kind": "infiniband", "oversubscription": 1}, ` + two("")},
-		{"network switch_latency_us", `"network": {"kind": "infiniband", "switch_latency_us": 1}, ` + two("")},
+		{"network nodes_per_leaf", `"network": {"kind": "infiniband", LAYOUT"nodes_per_leaf": 2}, ` + two("")},
+		{"network tiers", `"network": {"kind": "infiniband", LAYOUT"tiers": 2}, ` + two("")},
+		{"network oversubscription", `"network": {"kind": "infiniband", LAYOUT"oversubscription": 1}, ` + two("")},
+		{"network switch_latency_us", `"network": {"kind": "infiniband", LAYOUT"switch_latency_us": 1}, ` + two("")},
 		{"network sharp", `"network": {"kind": "infiniband", "sharp": true}, ` + two("")},
 		{"network plugin_latency_us", `"network": {"kind": "infiniband", "plugin_latency_us": 0}, ` + two("")},
 		{"network message_us", `"network": {"kind": "infiniband", "message_us": 1}, ` + two("")},
@@ -34,11 +34,12 @@ func TestVersion1RefusesVersion2Fields(t *testing.T) {
 		{"calibration", `"calibration": {"launch_us": 5}, ` + plain},
 		{"node count (node 1)", `"network": {"kind": "infiniband"}, "nodes": [` + node("a", "") + `, ` + strings.Replace(node("b", ""), `"hostname": "b",`, `"hostname": "b", "count": 1,`, 1) + `]`},
 	} {
-		v2 := `{"format": "gpubench-topology/2", "name": "c", ` + c.body + `}`
+		// The leaves' and spines' fields need a layout with leaves in version 2.
+		v2 := `{"format": "gpubench-topology/2", "name": "c", ` + strings.Replace(c.body, "LAYOUT", `"layout": "fat-tree", `, 1) + `}`
 		if _, err := gpu.ParseTopology([]byte(v2)); err != nil && c.field != "node count (node 1)" { // a count needs a template
 			t.Errorf("%s in version 2: %v", c.field, err)
 		}
-		v1 := strings.Replace(v2, "/2", "/1", 1)
+		v1 := `{"format": "gpubench-topology/1", "name": "c", ` + strings.Replace(c.body, "LAYOUT", "", 1) + `}`
 		_, err := gpu.ParseTopology([]byte(v1))
 		want := c.field + ` is a version 2 field, and the file's format is "gpubench-topology/1": set "format": "gpubench-topology/2", or drop it`
 		if err == nil || err.Error() != want {

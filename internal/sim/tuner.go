@@ -35,8 +35,8 @@ const (
 	hwNet
 )
 
-var algoNames = [numAlgos]string{"Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"}
-var protoNames = [numProtos]string{"LL", "LL128", "Simple"}
+var algoNames [numAlgos]string = gpu.NCCLAlgorithms
+var protoNames [numProtos]string = gpu.NCCLProtocols
 
 type collKind int
 
