@@ -127,10 +127,20 @@ func exitCode(stderr io.Writer, err error) int {
 
 // oneLine makes an error message one line of plain text: cobra's suggestions ("Did you mean
 // this?" then a tab-indented name per line) become "; did you mean X or Y?", runs of white space
-// one space, and any other control character (from a name in a file) its escape.
+// one space, any other control character (from a name in a file) its escape, and a word past
+// longWord bytes (a 5 MB id in a file, quoted back) its start and its length.
 func oneLine(msg string) string {
 	if head, names, ok := strings.Cut(msg, "\n\nDid you mean this?\n"); ok {
 		msg = strings.TrimSpace(head) + "; did you mean " + strings.Join(strings.Fields(names), " or ") + "?"
 	}
-	return input.Safe(strings.Join(strings.Fields(msg), " "))
+	words := strings.Fields(msg)
+	for i, w := range words {
+		if len(w) > longWord {
+			words[i] = fmt.Sprintf("%s...[%d bytes in all]", strings.ToValidUTF8(w[:longWord/4], ""), len(w))
+		}
+	}
+	return input.Safe(strings.Join(words, " "))
 }
+
+// longWord is the longest word an error message repeats whole.
+const longWord = 256

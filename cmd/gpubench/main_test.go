@@ -152,11 +152,16 @@ func TestBadInput(t *testing.T) {
 	if err := os.WriteFile(noGPU, []byte(`{"format": "gpubench-topology/1", "name": "x", "nodes": [{"hostname": "h", "cpus": [], "gpus": [], "links": []}]}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	longID := filepath.Join(dir, "longid.json")
+	if err := os.WriteFile(longID, []byte(`{"format": "gpubench-topology/1", "name": "x", "nodes": [{"hostname": "h", "cpus": [], "gpus": [{"id": "`+strings.Repeat("g", 100000)+`"}], "links": []}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		args []string
 		want string
 	}{
 		{[]string{"allreduce", "--sizes", "8GB:8B"}, "larger than the largest"},
+		{[]string{"allreduce", "--topology", longID}, "node h gpu " + strings.Repeat("g", 64) + "...[100001 bytes in all] name, memory_bytes and memory_bandwidth_gbs must be set\n"},
 		{[]string{"diag", "--backend", "sim", "--sim-fault", "xid=4"}, "--sim-fault xid=4: diag reads no XID events (burnin does)"},
 		{[]string{"serve", "--backend", "sim", "--metrics", ""}, `invalid --metrics "": give the address to serve on`},
 		{[]string{"allreduce", "--sizes", "0:1K"}, "at least 1 byte"},
