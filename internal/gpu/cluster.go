@@ -269,13 +269,13 @@ func (n *Network) check() error {
 	}
 	switch {
 	case n.NodesPerLeaf < 0 || n.NodesPerLeaf > MaxGPUs:
-		return fmt.Errorf("network nodes_per_leaf %d is out of range", n.NodesPerLeaf)
+		return fmt.Errorf("network nodes_per_leaf %d is out of range: give 1 to %d nodes a leaf, or leave it out (32)", n.NodesPerLeaf, MaxGPUs)
 	case n.Tiers != 0 && n.Tiers != 2 && n.Tiers != 3:
 		return fmt.Errorf("network tiers %d; want 2 or 3", n.Tiers)
 	case n.Oversubscription != 0 && !(n.Oversubscription >= 1 && n.Oversubscription <= 64):
 		return fmt.Errorf("network oversubscription %v; want a ratio from 1 (none) to 64", n.Oversubscription)
 	case n.SwitchLatencyUS < 0 || n.SwitchLatencyUS > 1e3:
-		return fmt.Errorf("network switch_latency_us %v is out of range", n.SwitchLatencyUS)
+		return fmt.Errorf("network switch_latency_us %v is out of range: give 0 to 1000 µs", n.SwitchLatencyUS)
 	case n.PluginLatencyUS != nil && !(*n.PluginLatencyUS >= 0 && *n.PluginLatencyUS <= 1e3):
 		return fmt.Errorf("network plugin_latency_us %v; give the µs NCCL's net plugin reports, 0 to 1000", *n.PluginLatencyUS)
 	case n.MessageUS != nil && !(*n.MessageUS >= 0 && *n.MessageUS <= 1e3):

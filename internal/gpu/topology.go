@@ -366,7 +366,7 @@ func (t *Topology) checkHeader() error {
 	case t.Network != nil && !netKinds[t.Network.Kind]:
 		return fmt.Errorf("network kind %q; want infiniband, roce, efa or ethernet", t.Network.Kind)
 	case t.Network != nil && (t.Network.LatencyUS < 0 || t.Network.LatencyUS > 1e6):
-		return fmt.Errorf("network latency_us %v is out of range", t.Network.LatencyUS)
+		return fmt.Errorf("network latency_us %v is out of range: give 0 (the kind's default) to 1e6 µs", t.Network.LatencyUS)
 	case t.Network != nil:
 		return t.Network.check()
 	}
@@ -506,7 +506,7 @@ func (t *Topology) addLink(ni, li int, l Link) error {
 		lat = defaultLatencyUS[l.Kind]
 	}
 	if lat < 0 || lat > 1e6 {
-		return fmt.Errorf("node %s link %s-%s: latency_us %v is out of range", n.Hostname, l.A, l.B, lat)
+		return fmt.Errorf("node %s link %s-%s: latency_us %v is out of range: give 0 (the kind's default) to 1e6 µs", n.Hostname, l.A, l.B, lat)
 	}
 	t.addEdge(a, b, l.Kind, gbs, lat)
 	t.edges[len(t.edges)-1].node = ni
