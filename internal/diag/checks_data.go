@@ -1,6 +1,7 @@
 package diag
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -93,34 +94,50 @@ func pathGBs(t *gpu.Topology, a, b int) float64 {
 }
 
 // expectedP2P is the unidirectional P2P-enabled matrix the simulator gives for the same copies on
-// the nominal topology, by the measured devices' order, or nil when a device is not in it.
-func expectedP2P(f *Facts, devs []gpu.Device, opt p2p.Options) *p2p.Matrix {
+// the nominal topology (nominal: a simulator of it), by the measured devices' order, or nil when a
+// device is not in it.
+func expectedP2P(f *Facts, nominal *sim.Backend, devs []gpu.Device, opt p2p.Options) *p2p.Matrix {
 	var idx []int
 	for _, d := range devs {
 		k := f.nominalIndex(d)
-		if k < 0 {
+		if k < 0 || nominal == nil {
 			return nil
 		}
 		idx = append(idx, k)
 	}
-	b, err := sim.New(f.opt.Nominal, sim.Options{})
-	if err != nil {
-		return nil
-	}
-	defer b.Close()
 	opt.Devices, opt.Verify, opt.Timeout = idx, false, 0
-	res, err := p2p.Run(f.opt.Context, b, opt)
+	res, err := p2p.Run(f.opt.Context, nominal, opt)
 	if err != nil {
 		return nil
 	}
 	return res.Matrix("uni_enabled")
 }
 
+// p2pGroups splits the GPUs into the groups whose pairs the P2P check measures: each host's, as
+// CUDA's peer access joins the GPUs of one host (the trays of a GB200 rack share NVLink, not
+// cudaDeviceEnablePeerAccess), in groups of at most p2p.MaxDevices, as p2p's matrices grow with
+// the square of their GPUs. split reports whether a host's GPUs were cut into several groups.
+func p2pGroups(devs []gpu.Device) (groups [][]int, split bool) {
+	index := map[string]int{}
+	for _, d := range devs {
+		i, ok := index[d.Host]
+		if !ok || len(groups[i]) == p2p.MaxDevices {
+			split = split || ok
+			i = len(groups)
+			index[d.Host] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], d.Ordinal)
+	}
+	return groups, split
+}
+
 // checkP2PBandwidth: each pair of GPUs that can use P2P copies at 0.75 of what the simulator
 // expects of the pair on the nominal topology (gpubench p2p --expect's figure), or where it cannot
 // say, of its path's nominal bandwidth (gpubench p2p's unidirectional P2P-enabled matrix, with
-// 64 MiB copies). Every copy's data is checked; where the copies carried none (the simulator's data
-// cap), copies at a size within the cap are checked instead.
+// 64 MiB copies), measured in the groups p2pGroups makes. Every copy's data is checked; where the
+// copies carried none (the simulator's data cap), copies at a size within the cap are checked
+// instead.
 func checkP2PBandwidth(f *Facts) Result {
 	if r, ok := f.dataSkip(); ok {
 		return r
@@ -133,76 +150,101 @@ func checkP2PBandwidth(f *Facts) Result {
 	if len(devs) < 2 {
 		return skip(fmt.Sprintf("%d GPU: no pair to measure", len(devs)), "")
 	}
-	popt := p2p.Options{Size: p2pBytes, Repeat: 4, Samples: 3, Verify: true, Timeout: dataTimeout}
-	res, err := p2p.Run(f.opt.Context, b, popt)
-	if err != nil {
-		return dataFail(err, "gpubench p2p")
-	}
-	checked, unchecked := res, ""
-	if res.Mismatched == 0 && res.Unverified > 0 {
-		if checked, unchecked, err = checkP2PData(f, b, len(devs)); err != nil {
-			return dataFail(err, "gpubench p2p")
+	var nominal *sim.Backend
+	if f.opt.Nominal != nil {
+		if n, err := sim.New(f.opt.Nominal, sim.Options{}); err == nil {
+			nominal = n
+			defer n.Close()
 		}
 	}
-	if checked != nil && checked.Mismatched > 0 {
-		return wrongCopies(checked)
+	groups, split := p2pGroups(devs)
+	popt := p2p.Options{Size: p2pBytes, Repeat: 4, Samples: 3, Verify: true, Timeout: dataTimeout}
+	var slow []string
+	var common []int // the GPUs every slow pair so far has
+	measured, compared, enabled := 0, 0, false
+	worst := math.Inf(1)
+	unchecked, fromExpected := "", true
+	for _, g := range groups {
+		if len(g) < 2 {
+			continue
+		}
+		popt.Devices = g
+		res, err := p2p.Run(f.opt.Context, b, popt)
+		if err != nil {
+			return dataFail(err, "gpubench p2p")
+		}
+		checked := res
+		if res.Mismatched == 0 && res.Unverified > 0 {
+			var why string
+			if checked, why, err = checkP2PData(f, b, g); err != nil {
+				return dataFail(err, "gpubench p2p")
+			}
+			unchecked = cmp.Or(unchecked, why)
+		}
+		if checked != nil && checked.Mismatched > 0 {
+			return wrongCopies(checked)
+		}
+		uni := res.Matrix("uni_enabled")
+		if uni == nil {
+			continue
+		}
+		enabled = true
+		var expected *p2p.Matrix
+		if f.opt.Nominal != nil {
+			expected = expectedP2P(f, nominal, res.Devices, popt)
+		}
+		fromExpected = fromExpected && expected != nil
+		for i, a := range res.Devices {
+			for j, c := range res.Devices {
+				if i == j || uni.Cells[i][j].Value == nil {
+					continue
+				}
+				measured++
+				ta, tc := f.nominalIndex(a), f.nominalIndex(c)
+				if ta < 0 || tc < 0 {
+					continue
+				}
+				want := pathGBs(f.opt.Nominal, ta, tc)
+				if expected != nil {
+					want = 0
+					if v := expected.Cells[i][j].Value; v != nil {
+						want = *v
+					}
+				}
+				if want <= 0 {
+					continue
+				}
+				compared++
+				got := *uni.Cells[i][j].Value
+				worst = math.Min(worst, got/want)
+				if got < minFraction*want {
+					slow = append(slow, fmt.Sprintf("%d->%d %.1f of %.0f GB/s", a.Ordinal, c.Ordinal, got, want))
+					if len(slow) == 1 {
+						common = []int{a.Ordinal, c.Ordinal}
+					} else {
+						common = slices.DeleteFunc(common, func(g int) bool { return g != a.Ordinal && g != c.Ordinal })
+					}
+				}
+			}
+		}
 	}
-	// noted adds to a result that data went unchecked, when it did.
+	if !enabled {
+		return skip("gpubench p2p measured no P2P-enabled copies", "")
+	}
+	what, floor := "their path's nominal bandwidth", "nominal"
+	if fromExpected && f.opt.Nominal != nil {
+		what, floor = "what the simulator expects of them on "+f.opt.Nominal.Name, "expected"
+	}
+	// noted adds to a result what was not measured or checked, when something was not.
 	noted := func(r Result) Result {
+		if split {
+			r.Finding += fmt.Sprintf("; measured in groups of at most %d GPUs, so pairs across groups of one host were not", p2p.MaxDevices)
+		}
 		if unchecked == "" {
 			return r
 		}
 		r.Finding += "; " + unchecked
 		return r.with("data_checked", false)
-	}
-	uni := res.Matrix("uni_enabled")
-	if uni == nil {
-		return skip("gpubench p2p measured no P2P-enabled copies", "")
-	}
-	var expected *p2p.Matrix
-	if f.opt.Nominal != nil {
-		expected = expectedP2P(f, res.Devices, popt)
-	}
-	what := "their path's nominal bandwidth"
-	if expected != nil {
-		what = "what the simulator expects of them on " + f.opt.Nominal.Name
-	}
-	var slow []string
-	var common []int // the GPUs every slow pair so far has
-	measured, compared := 0, 0
-	worst := math.Inf(1)
-	for i, a := range res.Devices {
-		for j, c := range res.Devices {
-			if i == j || uni.Cells[i][j].Value == nil {
-				continue
-			}
-			measured++
-			ta, tc := f.nominalIndex(a), f.nominalIndex(c)
-			if ta < 0 || tc < 0 {
-				continue
-			}
-			nominal := pathGBs(f.opt.Nominal, ta, tc)
-			if expected != nil {
-				nominal = 0
-				if v := expected.Cells[i][j].Value; v != nil {
-					nominal = *v
-				}
-			}
-			if nominal <= 0 {
-				continue
-			}
-			compared++
-			got := *uni.Cells[i][j].Value
-			worst = math.Min(worst, got/nominal)
-			if got < minFraction*nominal {
-				slow = append(slow, fmt.Sprintf("%d->%d %.1f of %.0f GB/s", a.Ordinal, c.Ordinal, got, nominal))
-				if len(slow) == 1 {
-					common = []int{a.Ordinal, c.Ordinal}
-				} else {
-					common = slices.DeleteFunc(common, func(g int) bool { return g != a.Ordinal && g != c.Ordinal })
-				}
-			}
-		}
 	}
 	switch {
 	case measured == 0:
@@ -211,25 +253,26 @@ func checkP2PBandwidth(f *Facts) Result {
 		g := common[0]
 		return noted(fail(fmt.Sprintf("look at GPU %d's NVLinks and PCIe link (nvlink, pcie-link checks); gpubench p2p shows every pair", g),
 			fmt.Sprintf("%d of %d pairs copy below %.0f%% of %s, every one to or from GPU %d: %s", len(slow), compared, minFraction*100, what, g, firstFew(slow))).
-			with("gpu", g).with("slow", slow).with("floor_from", floorFrom(expected)))
+			with("gpu", g).with("slow", slow).with("floor_from", floor))
 	case len(slow) > 0:
 		return noted(fail("look for a degraded PCIe link or NVLink (pcie-link, nvlink checks), ACS or the IOMMU (acs, iommu checks); gpubench p2p shows every pair",
-			fmt.Sprintf("%d of %d pairs copy below %.0f%% of %s: %s", len(slow), compared, minFraction*100, what, firstFew(slow))).with("slow", slow).with("floor_from", floorFrom(expected)))
+			fmt.Sprintf("%d of %d pairs copy below %.0f%% of %s: %s", len(slow), compared, minFraction*100, what, firstFew(slow))).with("slow", slow).with("floor_from", floor))
 	case compared == 0:
 		return noted(skip(fmt.Sprintf("measured %d pairs, but the topology gives no nominal bandwidth to compare with", measured), ""))
 	}
-	return noted(pass(fmt.Sprintf("%d pairs at %.0f%% or more of %s", compared, math.Floor(worst*100), what)).with("worst_fraction", math.Round(worst*1000)/1000).with("floor_from", floorFrom(expected)))
+	return noted(pass(fmt.Sprintf("%d pairs at %.0f%% or more of %s", compared, math.Floor(worst*100), what)).with("worst_fraction", math.Round(worst*1000)/1000).with("floor_from", floor))
 }
 
-// checkP2PData copies between every pair of the n GPUs at a size whose buffers the backend holds
-// data for, and checks the copies: for when the measured copies carried none. It returns that
-// run, or nil and why no data was checked.
-func checkP2PData(f *Facts, b p2p.Backend, n int) (*p2p.Result, string, error) {
-	size := coll.CheckSize(b, n)
+// checkP2PData copies between every pair of the GPUs devs at a size whose buffers the backend
+// holds data for on all its GPUs (as across the groups of p2pGroups each GPU is checked at one
+// size), and checks the copies: for when the measured copies carried none. It returns that run,
+// or nil and why no data was checked.
+func checkP2PData(f *Facts, b p2p.Backend, devs []int) (*p2p.Result, string, error) {
+	size := coll.CheckSize(b, len(b.Devices()))
 	if size == 0 {
 		return nil, notChecked, nil
 	}
-	res, err := p2p.Run(f.opt.Context, b, p2p.Options{Size: size, Repeat: 1, Samples: 1, Verify: true, Timeout: dataTimeout})
+	res, err := p2p.Run(f.opt.Context, b, p2p.Options{Devices: devs, Size: size, Repeat: 1, Samples: 1, Verify: true, Timeout: dataTimeout})
 	if err != nil {
 		return nil, "", err
 	}
@@ -277,14 +320,6 @@ func wrongCopies(res *p2p.Result) Result {
 	}
 	r.Status, r.Finding, r.Remedy = Fail, finding, remedy
 	return r.with("mismatched", res.Mismatched)
-}
-
-// floorFrom says where the p2p floors came from.
-func floorFrom(expected *p2p.Matrix) string {
-	if expected != nil {
-		return "expected"
-	}
-	return "nominal"
 }
 
 // dataFail turns a measurement's error into a result.

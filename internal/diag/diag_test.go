@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -327,6 +328,22 @@ func TestSimulator(t *testing.T) {
 	expect(t, result(t, Options{Root: host(t).Root, Sim: "dgx-h100", Backend: b, Nominal: b.Topology()}, "allreduce-bandwidth"), Pass, "100% of the 447.0 GB/s the simulator expects of dgx-h100 (floor 75%; nominal bus peak 450.0 GB/s, nvlink)")
 	expect(t, result(t, Options{Root: host(t).Root, Sim: "dgx-h100", Backend: b, Nominal: b.Topology(), Quick: true}, "p2p-bandwidth"), Skip, "--quick")
 
+	// Two hosts: each host's pairs, measured host by host, and a slow link on the second found.
+	two, err := sim.LoadTopology("dgx-h100x2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow2, err := sim.New(two, sim.Options{DataCap: 8 << 20, Faults: []sim.Fault{mustFault(t, "slow-link=dgx-h100-1/gpu3,dgx-h100-1/nvswitch,0.1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nominal2, err := sim.LoadTopology("dgx-h100x2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, result(t, Options{Root: host(t).Root, Sim: "dgx-h100x2", Backend: slow2, Nominal: nominal2}, "p2p-bandwidth"), Fail,
+		"14 of 112 pairs copy below 75% of what the simulator expects of them on dgx-h100x2, every one to or from GPU 11: 8->11 37.1 of 369 GB/s")
+
 	// A link at a tenth of its speed: the pairs through it and the all-reduce fall short.
 	slow, err := sim.New(top, sim.Options{DataCap: 8 << 20, Faults: []sim.Fault{mustFault(t, "slow-link=gpu3,nvswitch,0.1")}})
 	if err != nil {
@@ -534,4 +551,33 @@ func TestFailures(t *testing.T) {
 	if strings.Join(hw, "|") != "ecc: GPU 3: 2 uncorrected errors|rdma-ports: mlx5_3 port 1 is DOWN" || strings.Join(other, "|") != "nccl: no NCCL library" {
 		t.Errorf("hardware %q, other %q", hw, other)
 	}
+}
+
+// The P2P check measures each host's GPUs apart, at most p2p.MaxDevices at once: its matrices
+// grow with the square of their GPUs, and no copy between hosts is peer-to-peer.
+func TestP2PGroups(t *testing.T) {
+	var devs []gpu.Device
+	for i := range 103 {
+		h := "a"
+		if i >= 100 {
+			h = "b"
+		}
+		devs = append(devs, gpu.Device{Ordinal: i, Host: h})
+	}
+	groups, split := p2pGroups(devs)
+	if len(groups) != 3 || len(groups[0]) != 72 || len(groups[1]) != 28 || groups[1][0] != 72 || !slices.Equal(groups[2], []int{100, 101, 102}) || !split {
+		t.Errorf("100 GPUs on a and 3 on b: groups of %v, split %v; want 72 and 28 of a, then b's 3, split", lens(groups), split)
+	}
+	groups, split = p2pGroups(devs[98:])
+	if len(groups) != 2 || !slices.Equal(groups[0], []int{98, 99}) || split {
+		t.Errorf("2 GPUs on a and 3 on b: groups %v, split %v; want one a host, unsplit", groups, split)
+	}
+}
+
+func lens(groups [][]int) []int {
+	var n []int
+	for _, g := range groups {
+		n = append(n, len(g))
+	}
+	return n
 }

@@ -977,8 +977,7 @@ func (t *Topology) bfs(from, to int, via ...LinkKind) []Hop {
 // NIC, until it reaches a vertex that done accepts; it returns that vertex (or -1) and how each
 // vertex seen was reached.
 func (t *Topology) search(from int, via []LinkKind, done func(int) bool) (int, map[int]Hop) {
-	prev := map[int]Hop{}
-	seen := map[int]bool{from: true}
+	prev := map[int]Hop{from: {Edge: -1}}
 	frontier := []int{from}
 	for len(frontier) > 0 {
 		var next []int
@@ -986,10 +985,9 @@ func (t *Topology) search(from int, via []LinkKind, done func(int) bool) (int, m
 			for _, ei := range t.adj[u] {
 				e := t.edges[ei]
 				w := e.a + e.b - u
-				if seen[w] || !slices.Contains(via, e.kind) {
+				if _, seen := prev[w]; seen || !slices.Contains(via, e.kind) {
 					continue
 				}
-				seen[w] = true
 				prev[w] = Hop{Edge: ei, Forward: e.a == u}
 				if done(w) {
 					return w, prev

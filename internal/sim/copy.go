@@ -40,7 +40,7 @@ func (b *Backend) PeerInfo(dev, peer int) (gpu.PeerInfo, error) {
 	if b.topo.P2P != "all" || b.topo.NodeOf(dev) != b.topo.NodeOf(peer) {
 		return gpu.PeerInfo{}, nil
 	}
-	switch b.topo.Route(dev, peer).Type {
+	switch b.route(routeDirect, dev, peer).Type {
 	case gpu.PathNVL:
 		return gpu.PeerInfo{Access: true, PerfRank: 0, NativeAtomics: true}, nil
 	case gpu.PathPIX:
