@@ -730,6 +730,9 @@ func (f *fleet) p2pNode(cluster gpu.Backend, gpus []int, shape string) (*Figure,
 	if !okB || !okT || len(gpus) < 2 {
 		return nil, nil, outcome{}
 	}
+	// p2p's matrices grow with the square of their GPUs: a node of more than p2p.MaxDevices (the
+	// most any machine has) has its first ones measured.
+	gpus = gpus[:min(len(gpus), p2p.MaxDevices)]
 	opt := p2p.Options{Size: min(64<<20, f.opt.Bytes), Repeat: 1, Samples: 1, Devices: gpus, Timeout: f.opt.Timeout}
 	want, ok := f.p2pWant[shape]
 	if !ok {
