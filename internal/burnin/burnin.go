@@ -478,35 +478,49 @@ func (r *runner) copies() error {
 	if !ok {
 		return nil
 	}
-	res, err := p2p.Run(r.ctx, pb, p2p.Options{Size: r.opt.P2PSize, Repeat: 1, Samples: 1, Verify: true, Timeout: r.opt.Timeout,
-		Progress: func(string) { r.sampleHeld() }})
-	if errors.Is(err, p2p.ErrTooBig) {
-		r.v.set("all", CheckP2PBandwidth, Skip, "", "copies of %d bytes stopped fitting in pass %d: %v", r.opt.P2PSize, r.pass, err)
-		r.opt.P2PSize = 0
-		return r.step()
-	}
-	if err != nil {
-		r.interruptedOp = errors.Is(err, context.Canceled)
-		return r.callFailed(fmt.Errorf("p2p: %w", err))
-	}
-	if res.Unverified > 0 && res.Verified+res.Mismatched == 0 {
-		// The simulator's data cap left the large copies timing-only: check data with small ones.
-		small, err := p2p.Run(r.ctx, pb, p2p.Options{Size: smallCopy, Repeat: 1, Samples: 1, Verify: true, Timeout: r.opt.Timeout})
-		if err != nil && !errors.Is(err, p2p.ErrTooBig) {
+	// Host by host, as peer access joins one host's GPUs, and at most p2p.MaxDevices at once: the
+	// matrices grow with the square of their GPUs.
+	// The telemetry is sampled while the first group's buffers are held (one host's, on a real
+	// machine), not for every group of a simulated cluster: each sample reads every GPU.
+	groups, _ := p2p.Groups(pb.Devices())
+	var all []*p2p.Result
+	for i, g := range groups {
+		var progress func(string)
+		if i == 0 {
+			progress = func(string) { r.sampleHeld() }
+		}
+		res, err := p2p.Run(r.ctx, pb, p2p.Options{Devices: g, Size: r.opt.P2PSize, Repeat: 1, Samples: 1, Verify: true, Timeout: r.opt.Timeout,
+			Progress: progress})
+		if errors.Is(err, p2p.ErrTooBig) {
+			r.v.set("all", CheckP2PBandwidth, Skip, "", "copies of %d bytes stopped fitting in pass %d: %v", r.opt.P2PSize, r.pass, err)
+			r.opt.P2PSize = 0
+			return r.step()
+		}
+		if err != nil {
 			r.interruptedOp = errors.Is(err, context.Canceled)
 			return r.callFailed(fmt.Errorf("p2p: %w", err))
 		}
-		if small != nil {
-			r.copyData(small)
+		if res.Unverified > 0 && res.Verified+res.Mismatched == 0 {
+			// The simulator's data cap left the large copies timing-only: check data with small ones.
+			small, err := p2p.Run(r.ctx, pb, p2p.Options{Devices: g, Size: smallCopy, Repeat: 1, Samples: 1, Verify: true, Timeout: r.opt.Timeout})
+			if err != nil && !errors.Is(err, p2p.ErrTooBig) {
+				r.interruptedOp = errors.Is(err, context.Canceled)
+				return r.callFailed(fmt.Errorf("p2p: %w", err))
+			}
+			if small != nil {
+				r.copyData(small)
+			}
 		}
+		r.copyData(res)
+		all = append(all, res)
 	}
-	r.copyData(res)
-	r.copyBandwidth(res)
+	r.copyBandwidth(all)
 	return r.step()
 }
 
 func (r *runner) copyData(res *p2p.Result) {
 	if res.Verified+res.Mismatched > 0 {
+		r.v.set("all", CheckData, Pass, "0 wrong", "every checked result matched")
 		for _, d := range res.Devices {
 			r.v.set(strconv.Itoa(d.Ordinal), CheckData, Pass, "0 wrong", "every checked result on the GPU matched")
 		}
@@ -550,18 +564,26 @@ func (r *runner) copyData(res *p2p.Result) {
 	}
 }
 
-func (r *runner) copyBandwidth(res *p2p.Result) {
-	var m *p2p.Matrix
-	for _, key := range []string{"uni_enabled", "uni_disabled"} {
-		for i := range res.Matrices {
-			if res.Matrices[i].Key == key && m == nil && hasValues(res.Matrices[i]) {
-				m = &res.Matrices[i]
+// copyBandwidth judges the copies of each group's result against their floors, and all of them
+// together.
+func (r *runner) copyBandwidth(results []*p2p.Result) {
+	// Each group's matrix: P2P-enabled copies where some pair has them, else the disabled ones.
+	matrices := make([]*p2p.Matrix, len(results))
+	found, devices := false, 0
+	for g, res := range results {
+		devices += len(res.Devices)
+		for _, key := range []string{"uni_enabled", "uni_disabled"} {
+			for i := range res.Matrices {
+				if res.Matrices[i].Key == key && matrices[g] == nil && hasValues(res.Matrices[i]) {
+					matrices[g] = &res.Matrices[i]
+					found = true
+				}
 			}
 		}
 	}
-	if m == nil {
+	if !found {
 		why := "no pair could be measured"
-		if len(res.Devices) < 2 {
+		if devices < 2 {
 			why = "one GPU: no pair to copy between"
 		}
 		r.v.set("all", CheckP2PBandwidth, Skip, "", "%s", why)
@@ -574,8 +596,37 @@ func (r *runner) copyBandwidth(res *p2p.Result) {
 	if useExp {
 		thr = fmt.Sprintf("copy GB/s >= %g x expected", r.opt.Floor)
 	}
-	slow := map[int]int{}
+	slow := map[int]int{} // by GPU, the slow pairs it is in
 	nslow := 0
+	for g, m := range matrices {
+		if m == nil {
+			continue
+		}
+		for _, p := range r.judgeCopies(results[g], m, t, thr, useExp) {
+			slow[p[0]]++
+			slow[p[1]]++
+			nslow++
+		}
+	}
+	if t <= r.opt.Baseline && !useExp {
+		return
+	}
+	if nslow == 0 {
+		r.v.set("all", CheckP2PBandwidth, Pass, thr, "every pair at or above its floor")
+		return
+	}
+	suspect := ""
+	for g, n := range slow {
+		if n == nslow {
+			suspect = fmt.Sprintf("; every slow pair involves GPU %d: suspect its link", g)
+		}
+	}
+	r.v.set("all", CheckP2PBandwidth, Fail, thr, "%d pairs below their floor at %v%s", nslow, round(t), suspect)
+}
+
+// judgeCopies holds each pair of matrix m (of res's devices) to its floor at time t, and returns
+// the pairs below it.
+func (r *runner) judgeCopies(res *p2p.Result, m *p2p.Matrix, t time.Duration, thr string, useExp bool) (slow [][2]int) {
 	for i, row := range m.Cells {
 		for j, c := range row {
 			if i == j || c.Value == nil {
@@ -604,28 +655,13 @@ func (r *runner) copyBandwidth(res *p2p.Result) {
 				if gbs < floor {
 					r.v.set(subject, CheckP2PBandwidth, Fail, thr, "copies %d->%d at %.2f GB/s, below %.2f GB/s (%g x %s %.2f) at %v", a, d, gbs, floor, r.opt.Floor, what, base, round(t))
 					r.failed(CheckP2PBandwidth, 1)
-					slow[a]++
-					slow[d]++
-					nslow++
+					slow = append(slow, [2]int{a, d})
 				}
 			}
 			r.record(rec)
 		}
 	}
-	if t <= r.opt.Baseline && !useExp {
-		return
-	}
-	if nslow == 0 {
-		r.v.set("all", CheckP2PBandwidth, Pass, thr, "every pair at or above its floor")
-		return
-	}
-	suspect := ""
-	for g, n := range slow {
-		if n == nslow {
-			suspect = fmt.Sprintf("; every slow pair involves GPU %d: suspect its link", g)
-		}
-	}
-	r.v.set("all", CheckP2PBandwidth, Fail, thr, "%d pairs below their floor at %v%s", nslow, round(t), suspect)
+	return slow
 }
 
 func hasValues(m p2p.Matrix) bool {

@@ -3,6 +3,7 @@ package burnin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -333,5 +334,43 @@ func TestSweepCutIsSaid(t *testing.T) {
 	}
 	if len(notices) != 1 || !strings.Contains(notices[0], "not the 1099511627776 B of --sizes") || !strings.Contains(notices[0], "Reducing maxBytes to ") {
 		t.Errorf("notices %q; want one, naming the cut", notices)
+	}
+}
+
+// A cluster's copies are measured host by host: a slow link on the second host is found and its
+// GPU named, and no pair across hosts is held to a floor.
+func TestCopiesHostByHost(t *testing.T) {
+	topo, err := sim.LoadTopology("dgx-h100x2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fault, err := sim.ParseFault("slow-link=dgx-h100-1/gpu3,dgx-h100-1/nvswitch,0.25@2s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := sim.New(topo, sim.Options{DataCap: sim.DefaultDataCap, Faults: []sim.Fault{fault}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := options(t)
+	opt.Duration, opt.Baseline, opt.P2PSize = 20*time.Second, 2*time.Second, 64<<20
+	rep, err := Run(context.Background(), b, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := verdictOf(rep, "all", CheckP2PBandwidth); c.Verdict != Fail || !strings.Contains(c.Reason, "every slow pair involves GPU 11") {
+		t.Errorf("p2p_bandwidth of all: %s (%s); want a fail naming GPU 11", c.Verdict, c.Reason)
+	}
+	if c := verdictOf(rep, "all", CheckData); c.Verdict != Pass {
+		t.Errorf("data of all: %s (%s); want pass, as every GPU's copies were checked", c.Verdict, c.Reason)
+	}
+	if c := verdictOf(rep, "8-11", CheckP2PBandwidth); c.Verdict != Fail {
+		t.Errorf("p2p_bandwidth of 8-11: %s (%s); want fail", c.Verdict, c.Reason)
+	}
+	for _, c := range rep.Checks {
+		var a, d int
+		if _, err := fmt.Sscanf(c.Subject, "%d-%d", &a, &d); err == nil && a/8 != d/8 {
+			t.Errorf("pair %s across hosts judged: %s (%s)", c.Subject, c.Verdict, c.Reason)
+		}
 	}
 }

@@ -113,29 +113,10 @@ func expectedP2P(f *Facts, nominal *sim.Backend, devs []gpu.Device, opt p2p.Opti
 	return res.Matrix("uni_enabled")
 }
 
-// p2pGroups splits the GPUs into the groups whose pairs the P2P check measures: each host's, as
-// CUDA's peer access joins the GPUs of one host (the trays of a GB200 rack share NVLink, not
-// cudaDeviceEnablePeerAccess), in groups of at most p2p.MaxDevices, as p2p's matrices grow with
-// the square of their GPUs. split reports whether a host's GPUs were cut into several groups.
-func p2pGroups(devs []gpu.Device) (groups [][]int, split bool) {
-	index := map[string]int{}
-	for _, d := range devs {
-		i, ok := index[d.Host]
-		if !ok || len(groups[i]) == p2p.MaxDevices {
-			split = split || ok
-			i = len(groups)
-			index[d.Host] = i
-			groups = append(groups, nil)
-		}
-		groups[i] = append(groups[i], d.Ordinal)
-	}
-	return groups, split
-}
-
 // checkP2PBandwidth: each pair of GPUs that can use P2P copies at 0.75 of what the simulator
 // expects of the pair on the nominal topology (gpubench p2p --expect's figure), or where it cannot
 // say, of its path's nominal bandwidth (gpubench p2p's unidirectional P2P-enabled matrix, with
-// 64 MiB copies), measured in the groups p2pGroups makes. Every copy's data is checked; where the
+// 64 MiB copies), host by host (p2p.Groups). Every copy's data is checked; where the
 // copies carried none (the simulator's data cap), copies at a size within the cap are checked
 // instead.
 func checkP2PBandwidth(f *Facts) Result {
@@ -157,7 +138,7 @@ func checkP2PBandwidth(f *Facts) Result {
 			defer n.Close()
 		}
 	}
-	groups, split := p2pGroups(devs)
+	groups, split := p2p.Groups(devs)
 	popt := p2p.Options{Size: p2pBytes, Repeat: 4, Samples: 3, Verify: true, Timeout: dataTimeout}
 	var slow []string
 	var common []int // the GPUs every slow pair so far has

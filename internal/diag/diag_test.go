@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 
@@ -551,33 +550,4 @@ func TestFailures(t *testing.T) {
 	if strings.Join(hw, "|") != "ecc: GPU 3: 2 uncorrected errors|rdma-ports: mlx5_3 port 1 is DOWN" || strings.Join(other, "|") != "nccl: no NCCL library" {
 		t.Errorf("hardware %q, other %q", hw, other)
 	}
-}
-
-// The P2P check measures each host's GPUs apart, at most p2p.MaxDevices at once: its matrices
-// grow with the square of their GPUs, and no copy between hosts is peer-to-peer.
-func TestP2PGroups(t *testing.T) {
-	var devs []gpu.Device
-	for i := range 103 {
-		h := "a"
-		if i >= 100 {
-			h = "b"
-		}
-		devs = append(devs, gpu.Device{Ordinal: i, Host: h})
-	}
-	groups, split := p2pGroups(devs)
-	if len(groups) != 3 || len(groups[0]) != 72 || len(groups[1]) != 28 || groups[1][0] != 72 || !slices.Equal(groups[2], []int{100, 101, 102}) || !split {
-		t.Errorf("100 GPUs on a and 3 on b: groups of %v, split %v; want 72 and 28 of a, then b's 3, split", lens(groups), split)
-	}
-	groups, split = p2pGroups(devs[98:])
-	if len(groups) != 2 || !slices.Equal(groups[0], []int{98, 99}) || split {
-		t.Errorf("2 GPUs on a and 3 on b: groups %v, split %v; want one a host, unsplit", groups, split)
-	}
-}
-
-func lens(groups [][]int) []int {
-	var n []int
-	for _, g := range groups {
-		n = append(n, len(g))
-	}
-	return n
 }

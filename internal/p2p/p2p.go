@@ -143,6 +143,25 @@ type runner struct {
 // number, and a peer-to-peer fabric is one machine's (NVL72, the largest, has 72 GPUs).
 const MaxDevices = 72
 
+// Groups splits devices into the groups whose pairs can be measured together: each host's, as
+// CUDA's peer access joins the GPUs of one host (the trays of a GB200 rack share NVLink, not
+// cudaDeviceEnablePeerAccess), in groups of at most MaxDevices. split reports whether a host's
+// GPUs were cut into several groups, whose pairs across groups then go unmeasured.
+func Groups(devs []gpu.Device) (groups [][]int, split bool) {
+	index := map[string]int{}
+	for _, d := range devs {
+		i, ok := index[d.Host]
+		if !ok || len(groups[i]) == MaxDevices {
+			split = split || ok
+			i = len(groups)
+			index[d.Host] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], d.Ordinal)
+	}
+	return groups, split
+}
+
 // Run measures everything Options ask for.
 func Run(ctx context.Context, b Backend, opt Options) (*Result, error) {
 	all := b.Devices()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -278,5 +279,26 @@ func TestSweepAcrossHosts(t *testing.T) {
 				t.Errorf("sweep of GPU 0 and GPU 8 of the other host at %d B: %+v; want N/A, different hosts", row.Size, c)
 			}
 		}
+	}
+}
+
+// Pairs are measured host by host, at most MaxDevices GPUs at once: the matrices grow with the
+// square of their GPUs, and no copy between hosts is peer-to-peer.
+func TestGroups(t *testing.T) {
+	var devs []gpu.Device
+	for i := range 103 {
+		h := "a"
+		if i >= 100 {
+			h = "b"
+		}
+		devs = append(devs, gpu.Device{Ordinal: i, Host: h})
+	}
+	groups, split := p2p.Groups(devs)
+	if len(groups) != 3 || len(groups[0]) != p2p.MaxDevices || len(groups[1]) != 28 || groups[1][0] != 72 || !slices.Equal(groups[2], []int{100, 101, 102}) || !split {
+		t.Errorf("100 GPUs on a and 3 on b: %d groups (%v), split %v; want 72 and 28 of a, then b's 3, split", len(groups), groups, split)
+	}
+	groups, split = p2p.Groups(devs[98:])
+	if len(groups) != 2 || !slices.Equal(groups[0], []int{98, 99}) || split {
+		t.Errorf("2 GPUs on a and 3 on b: groups %v, split %v; want a's 2, then b's 3, unsplit", groups, split)
 	}
 }

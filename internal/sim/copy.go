@@ -119,6 +119,9 @@ func (b *Backend) TimedCopies(ctx context.Context, copies []gpu.Copy) ([]time.Du
 		latUS float64
 		bytes float64
 	}
+	b.mu.Lock()
+	b.applyTimedFaults() // a slow link due by now slows these copies, as it does a collective
+	b.mu.Unlock()
 	plans := make([]plan, len(copies))
 	load := map[resource]float64{}
 	capacity := map[resource]float64{}
