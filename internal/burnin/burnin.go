@@ -137,6 +137,7 @@ type runner struct {
 	// and lastColl is when the last came; lastCopies is when the last copies were measured.
 	collRows, collAfter  int
 	lastColl, lastCopies time.Duration
+	copyGroup            int // the host group (p2p.Groups) the next pass's copies start at
 }
 
 type xidKey struct {
@@ -480,11 +481,19 @@ func (r *runner) copies() error {
 	}
 	// Host by host, as peer access joins one host's GPUs, and at most p2p.MaxDevices at once: the
 	// matrices grow with the square of their GPUs.
-	// The telemetry is sampled while the first group's buffers are held (one host's, on a real
-	// machine), not for every group of a simulated cluster: each sample reads every GPU.
+	// A simulated cluster's hosts take turns: when the duration is up the copies stop after the
+	// host being measured, and the next pass starts at the host after it. The telemetry is
+	// sampled while the first group's buffers are held (one host's, on a real machine), not for
+	// every group: each sample reads every GPU.
 	groups, _ := p2p.Groups(pb.Devices())
 	var all []*p2p.Result
-	for i, g := range groups {
+	start := r.copyGroup
+	for i := range groups {
+		if i > 0 && r.elapsed() >= r.opt.Duration {
+			break
+		}
+		g := groups[(start+i)%len(groups)]
+		r.copyGroup = (start + i + 1) % len(groups)
 		var progress func(string)
 		if i == 0 {
 			progress = func(string) { r.sampleHeld() }

@@ -374,3 +374,42 @@ func TestCopiesHostByHost(t *testing.T) {
 		}
 	}
 }
+
+// When the duration is up the copies stop after the host being measured, and the next pass goes
+// on from the host after it: the run ends within one host's copies (0.72 s here) of the duration,
+// not a whole cluster's (2.9 s), and every host's GPUs are checked over the passes.
+func TestCopiesTakeTurns(t *testing.T) {
+	one, err := sim.LoadTopology("dgx-h100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	four, err := one.WithNodes(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(d time.Duration) *Report {
+		b, err := sim.New(four, sim.Options{DataCap: sim.DefaultDataCap})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opt := options(t)
+		opt.Duration, opt.Baseline, opt.P2PSize = d, time.Second, 64<<20
+		rep, err := Run(context.Background(), b, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	if rep := run(time.Second); rep.Passes != 1 || rep.Elapsed > 2*time.Second {
+		t.Errorf("a 1 s burn-in: %d passes in %v; want one, ending within one host's copies of 1 s", rep.Passes, rep.Elapsed)
+	}
+	rep := run(12 * time.Second)
+	if rep.Passes < 2 {
+		t.Errorf("a 12 s burn-in: %d pass in %v; want the hosts' copies spread over passes", rep.Passes, rep.Elapsed)
+	}
+	for g := range 32 {
+		if c := verdictOf(rep, fmt.Sprint(g), CheckData); c.Verdict != Pass {
+			t.Errorf("GPU %d data: %s (%s); want pass", g, c.Verdict, c.Reason)
+		}
+	}
+}
