@@ -480,11 +480,10 @@ func (r *runner) copies() error {
 		return nil
 	}
 	// Host by host, as peer access joins one host's GPUs, and at most p2p.MaxDevices at once: the
-	// matrices grow with the square of their GPUs.
-	// A simulated cluster's hosts take turns: when the duration is up the copies stop after the
-	// host being measured, and the next pass starts at the host after it. The telemetry is
-	// sampled while the first group's buffers are held (one host's, on a real machine), not for
-	// every group: each sample reads every GPU.
+	// matrices grow with the square of their GPUs. A simulated cluster's hosts take turns: when
+	// the duration is up the copies stop after the host being measured, and the next pass starts
+	// at the host after it. The telemetry is sampled while the first group's buffers are held (one
+	// host's, on a real machine), not for every group: each sample reads every GPU.
 	groups, _ := p2p.Groups(pb.Devices())
 	var all []*p2p.Result
 	start := r.copyGroup

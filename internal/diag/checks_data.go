@@ -142,13 +142,14 @@ func checkP2PBandwidth(f *Facts) Result {
 	popt := p2p.Options{Size: p2pBytes, Repeat: 4, Samples: 3, Verify: true, Timeout: dataTimeout}
 	var slow []string
 	var common []int // the GPUs every slow pair so far has
-	measured, compared, enabled := 0, 0, false
+	measured, compared, enabled, paired := 0, 0, false, false
 	worst := math.Inf(1)
 	unchecked, fromExpected := "", true
 	for _, g := range groups {
 		if len(g) < 2 {
 			continue
 		}
+		paired = true
 		popt.Devices = g
 		res, err := p2p.Run(f.opt.Context, b, popt)
 		if err != nil {
@@ -209,7 +210,10 @@ func checkP2PBandwidth(f *Facts) Result {
 			}
 		}
 	}
-	if !enabled {
+	switch {
+	case !paired:
+		return skip("no host has two GPUs: no pair to measure", "")
+	case !enabled:
 		return skip("gpubench p2p measured no P2P-enabled copies", "")
 	}
 	what, floor := "their path's nominal bandwidth", "nominal"

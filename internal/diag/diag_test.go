@@ -327,6 +327,20 @@ func TestSimulator(t *testing.T) {
 	expect(t, result(t, Options{Root: host(t).Root, Sim: "dgx-h100", Backend: b, Nominal: b.Topology()}, "allreduce-bandwidth"), Pass, "100% of the 447.0 GB/s the simulator expects of dgx-h100 (floor 75%; nominal bus peak 450.0 GB/s, nvlink)")
 	expect(t, result(t, Options{Root: host(t).Root, Sim: "dgx-h100", Backend: b, Nominal: b.Topology(), Quick: true}, "p2p-bandwidth"), Skip, "--quick")
 
+	// One GPU a host: no pair to measure, and the finding says why.
+	sparse, err := top.WithNodes(2)
+	if err == nil {
+		sparse, err = sparse.WithGPUsPerNode(1)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	lone, err := sim.New(sparse, sim.Options{DataCap: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, result(t, Options{Root: host(t).Root, Sim: "dgx-h100", Backend: lone, Nominal: sparse}, "p2p-bandwidth"), Skip, "no host has two GPUs: no pair to measure")
+
 	// Two hosts: each host's pairs, measured host by host, and a slow link on the second found.
 	two, err := sim.LoadTopology("dgx-h100x2")
 	if err != nil {
