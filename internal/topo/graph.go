@@ -119,10 +119,8 @@ func (g *graph) nvlinks(a, b string) (n int, known bool) {
 		if g.kind[s] != "nvswitch" || s == a || s == b {
 			continue
 		}
-		if lb := g.lanes(b, s); la.n > 0 || !la.ok {
-			if lb.n > 0 || !lb.ok {
-				add(laneSum{min(la.n, lb.n), la.ok && lb.ok})
-			}
+		if lb := g.lanes(b, s); (la.n > 0 || !la.ok) && (lb.n > 0 || !lb.ok) {
+			add(laneSum{min(la.n, lb.n), la.ok && lb.ok})
 		}
 	}
 	return n, known
