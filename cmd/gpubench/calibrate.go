@@ -20,6 +20,9 @@ import (
 	"github.com/gpubench/gpubench/internal/sim"
 )
 
+// calibrateKeeps are the machine flags calibrate takes: the machine the runs were measured on.
+var calibrateKeeps = []string{"topology", "nodes", "gpus-per-node"}
+
 func newCalibrateCmd(e *env, g *globals) *cobra.Command {
 	var out string
 	cmd := &cobra.Command{
@@ -38,7 +41,7 @@ func newCalibrateCmd(e *env, g *globals) *cobra.Command {
 			if len(args) == 0 {
 				return usageErr("calibrate needs the runs to fit: gpubench calibrate RESULT... --topology PRESET|FILE -o CALIBRATED.json")
 			}
-			if err := readsFiles(cmd, "calibrate", "topology", "nodes", "gpus-per-node"); err != nil {
+			if err := readsFiles(cmd, "calibrate", calibrateKeeps...); err != nil {
 				return err
 			}
 			if !cmd.Flags().Changed("topology") { // its default is a machine the runs may not be from
@@ -48,6 +51,7 @@ func newCalibrateCmd(e *env, g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&out, "out", "o", "", "the calibrated topology file to write (required)")
+	hideShared(cmd, machineFlags, calibrateKeeps...)
 	return cmd
 }
 

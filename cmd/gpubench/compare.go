@@ -32,6 +32,7 @@ func newCompareCmd(e *env, g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&threshold, "threshold", "5%", "busbw fall that counts as a regression, in percent (e.g. 5 or 5%)")
+	hideShared(cmd, machineFlags)
 	return cmd
 }
 

@@ -57,6 +57,7 @@ func newExplainCmd(e *env, g *globals) *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&f.size, "size", "", "the collective's size, as --sizes takes it (B, K, M, G, T are binary units), e.g. 8, 64K, 1G")
 	fl.IntVarP(&f.ngpus, "ngpus", "g", 0, "number of GPUs: the topology's first ones (default all)")
+	hideShared(cmd, runFlags)
 	return cmd
 }
 
@@ -70,7 +71,7 @@ func modelOnly(cmd *cobra.Command, g *globals, name, reads string) error {
 	if g.output != "table" && g.output != "json" {
 		return usageErr("unknown --output %q for %s: use table or json", g.output, name)
 	}
-	for _, flag := range []string{"seed", "sim-data-cap", "sim-jitter", "sim-fault", "cuda-lib", "nccl-lib"} {
+	for _, flag := range runFlags {
 		if cmd.Flags().Changed(flag) {
 			return usageErr("--%s does not apply to %s: drop it", flag, name)
 		}

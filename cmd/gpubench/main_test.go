@@ -415,3 +415,31 @@ func TestHelpCommand(t *testing.T) {
 		t.Errorf("exit %d, stderr %q, stdout:\n%s", code, errOut, out)
 	}
 }
+
+// A command's help leaves out the shared flags it refuses, and only for that command.
+func TestHelpHidesRefusedFlags(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args       []string
+		shown, not []string
+	}{
+		{[]string{"calibrate", "--help"}, []string{"--topology", "--nodes", "--output"}, []string{"--backend", "--sim-fault", "--seed", "--cuda-lib"}},
+		{[]string{"help", "compare"}, []string{"--output"}, []string{"--topology", "--backend", "--sim-data-cap"}},
+		{[]string{"topo", "--help"}, []string{"--topology", "--backend"}, []string{"--seed", "--sim-jitter", "--nccl-lib"}},
+		{[]string{"explain", "--help"}, []string{"--topology"}, []string{"--sim-fault", "--cuda-lib"}},
+		{[]string{"allreduce", "--help"}, []string{"--sim-fault", "--seed", "--backend"}, nil},
+	} {
+		out, _, code := gpubench(t, c.args...)
+		_, out, _ = strings.Cut(out, "\nFlags:") // the flags, not the examples
+		for _, f := range c.shown {
+			if !strings.Contains(out, f+" ") {
+				t.Errorf("%v: exit %d, %s not shown", c.args, code, f)
+			}
+		}
+		for _, f := range c.not {
+			if strings.Contains(out, f+" ") {
+				t.Errorf("%v: %s shown, which the command refuses", c.args, f)
+			}
+		}
+	}
+}

@@ -95,6 +95,7 @@ func newPlanCmd(e *env, g *globals) *cobra.Command {
 	complete(cmd, "precision", plan.Precisions)
 	complete(cmd, "recompute", plan.Recomputes)
 	complete(cmd, "schedule", plan.Schedules)
+	hideShared(cmd, runFlags)
 	return cmd
 }
 

@@ -57,6 +57,7 @@ func newPlotCmd(e *env, g *globals) *cobra.Command {
 	fl.StringSliceVar(&f.matrices, "matrix", []string{"uni_enabled"}, "p2p: matrices to draw, side by side: uni_enabled, uni_disabled, bi_enabled, bi_disabled, lat_enabled, lat_disabled")
 	fl.StringVar(&f.size, "size", "960x600", "image size in pixels, WIDTHxHEIGHT (SVG: CSS pixels)")
 	fl.StringVar(&f.title, "title", "", "title (default: what is drawn)")
+	hideShared(cmd, machineFlags)
 	return cmd
 }
 

@@ -140,15 +140,40 @@ func complete(cmd *cobra.Command, flag string, values []string) {
 	})
 }
 
-// readsFiles refuses the shared flags that choose or shape a machine to run on, which a command
-// that reads result files (compare, plot; calibrate keeps --topology and --nodes) would ignore.
+// machineFlags are the shared flags that choose or shape a machine to run on, which a command
+// that reads result files refuses (readsFiles); runFlags, those of a run, which topo, explain
+// and plan refuse as well.
+var (
+	machineFlags = []string{"backend", "cuda-lib", "nccl-lib", "topology", "nodes", "gpus-per-node", "seed", "sim-data-cap", "sim-jitter", "sim-fault"}
+	runFlags     = []string{"seed", "sim-data-cap", "sim-jitter", "sim-fault", "cuda-lib", "nccl-lib"}
+)
+
+// readsFiles refuses the machineFlags, which a command that reads result files (compare, plot;
+// calibrate keeps --topology and --nodes) would ignore.
 func readsFiles(cmd *cobra.Command, name string, keep ...string) error {
-	for _, flag := range []string{"backend", "cuda-lib", "nccl-lib", "topology", "nodes", "gpus-per-node", "seed", "sim-data-cap", "sim-jitter", "sim-fault"} {
+	for _, flag := range machineFlags {
 		if cmd.Flags().Changed(flag) && !slices.Contains(keep, flag) {
 			return usageErr("--%s does not apply to %s, which reads result files: drop it", flag, name)
 		}
 	}
 	return nil
+}
+
+// hideShared keeps the shared flags a command refuses out of its help, except those in keep.
+func hideShared(cmd *cobra.Command, flags []string, keep ...string) {
+	cmd.SetHelpFunc(func(c *cobra.Command, args []string) {
+		var hidden []*pflag.Flag
+		for _, name := range flags {
+			if f := c.InheritedFlags().Lookup(name); f != nil && !f.Hidden && !slices.Contains(keep, name) {
+				f.Hidden = true
+				hidden = append(hidden, f)
+			}
+		}
+		c.Root().HelpFunc()(c, args)
+		for _, f := range hidden { // they are the root's, which other commands show
+			f.Hidden = false
+		}
+	})
 }
 
 // validate checks the shared flags before anything runs; backends are the --backend values the

@@ -52,6 +52,7 @@ func newTopoCmdWith(e *env, g *globals, discover func(topo.Options) (*topo.Repor
 	fl.BoolVar(&f.list, "list", false, "list the simulator's built-in topologies (--topology PRESET): GPUs, nodes and what each is")
 	_ = fl.MarkHidden("sysfs-root")
 	complete(cmd, "p2p", topo.P2PCaps)
+	hideShared(cmd, runFlags)
 	return cmd
 }
 
@@ -73,7 +74,7 @@ func (f *topoFlags) run(cmd *cobra.Command, e *env, g *globals, discover func(to
 	if p2pCap != "" && !slices.Contains(topo.P2PCaps, p2pCap) {
 		return usageErr("unknown --p2p %q: use %s", f.p2p, strings.Join(topo.P2PCaps, ", "))
 	}
-	for _, flag := range []string{"seed", "sim-data-cap", "sim-jitter", "sim-fault", "cuda-lib", "nccl-lib"} {
+	for _, flag := range runFlags {
 		if cmd.Flags().Changed(flag) {
 			return usageErr("--%s does not apply to topo: drop it", flag)
 		}
