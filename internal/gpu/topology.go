@@ -259,10 +259,53 @@ func ParseTopology(data []byte) (*Topology, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("not a gpubench topology file: data after the topology object")
 	}
+	if err := duplicateKey(data); err != nil {
+		return nil, err
+	}
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
 	return &t, nil
+}
+
+// duplicateKey finds a name given twice in one object of data, a valid JSON document: encoding/json
+// keeps the last value and matches names in any case, so the first would be dropped unseen.
+func duplicateKey(data []byte) error {
+	type frame struct {
+		keys    map[string]bool // an object's names so far, lower-cased; nil for an array
+		wantKey bool
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil { // io.EOF, or an error Decode has already reported
+			return nil
+		}
+		if n := len(stack); n > 0 && stack[n-1].wantKey {
+			if k, ok := tok.(string); ok {
+				top := stack[n-1]
+				if top.keys[strings.ToLower(k)] {
+					return fmt.Errorf("%q is given twice in one object (the names may differ in case), at %s: give each once", k, lineCol(data, dec.InputOffset()))
+				}
+				top.keys[strings.ToLower(k)], top.wantKey = true, false
+				continue
+			}
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{keys: map[string]bool{}, wantKey: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		if n := len(stack); n > 0 && stack[n-1].keys != nil { // a value of an object ended
+			stack[n-1].wantKey = true
+		}
+	}
 }
 
 // jsonErr says where in data a decoding error is, as a line and column, which a JSON error's byte
