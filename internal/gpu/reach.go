@@ -14,7 +14,7 @@ import (
 // unbounded memory on it.
 const (
 	MaxGPUs        = 16384 // in all nodes together
-	MaxNodeGPUs    = 1024  // in one node
+	MaxNodeGPUs    = 256   // in one node: its connection and P2P matrices grow with the square
 	MaxNodeParts   = 8192  // CPUs, GPUs, switches and NICs of one node
 	MaxNodeNICs    = 64    // NICs of one node (a DGX B300 has 16 ports); each GPU looks for its own
 	MaxNodeLinks   = 32768 // links of one node

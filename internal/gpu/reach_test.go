@@ -98,15 +98,15 @@ func TestTopologyLimits(t *testing.T) {
 		return n
 	}
 	big := &Topology{Format: TopologyFormat, Name: "big", Nodes: []Node{gpus("h", MaxNodeGPUs+1)}}
-	if err := big.Validate(); err == nil || !strings.Contains(err.Error(), "gpubench takes at most 1024 per node") {
+	if err := big.Validate(); err == nil || !strings.Contains(err.Error(), "gpubench takes at most 256 per node") {
 		t.Errorf("%d GPUs on one node: %v", MaxNodeGPUs+1, err)
 	}
 	many := &Topology{Format: TopologyFormat, Name: "many", Network: &Network{Kind: "infiniband"}}
-	for i := range MaxGPUs/1024 + 1 {
-		many.Nodes = append(many.Nodes, gpus(fmt.Sprintf("h%d", i), 1024))
+	for i := range MaxGPUs/MaxNodeGPUs + 1 {
+		many.Nodes = append(many.Nodes, gpus(fmt.Sprintf("h%d", i), MaxNodeGPUs))
 	}
 	if err := many.Validate(); err == nil || !strings.Contains(err.Error(), "gpubench takes at most 16384") {
-		t.Errorf("%d GPUs: %v", len(many.Nodes)*1024, err)
+		t.Errorf("%d GPUs: %v", len(many.Nodes)*MaxNodeGPUs, err)
 	}
 	chain := Node{Hostname: "h", CPUs: []CPU{{ID: "cpu"}}}
 	prev := "cpu"
