@@ -115,13 +115,17 @@ func pow2Up(n int) int {
 func (m *model) p2pPlan() p2pPlan {
 	p := p2pPlan{channels: pow2Up(m.commChannels()), nodes: m.nodes}
 	// Channels a peer: the least over every rank's peers (NCCL gathers each rank's). Inside a
-	// domain every pair is looked at, up to maxPairRoutes a domain (past it, the domain's first
+	// domain every pair is looked at, up to maxPairRoutes in all (past it, each domain's first
 	// rank's pairs stand for all); to another domain a rank's count is the same for every peer.
 	perPeer, allNVL := math.MaxInt, true
 	byDomain := m.domainRanks()
+	pairs := 0
+	for _, local := range byDomain {
+		pairs += len(local) * len(local)
+	}
 	for _, local := range byDomain {
 		from := local
-		if len(local)*len(local) > maxPairRoutes {
+		if pairs > maxPairRoutes {
 			from = local[:1]
 		}
 		for _, a := range from {
@@ -167,7 +171,7 @@ func (m *model) p2pPlan() p2pPlan {
 	return p
 }
 
-// maxPairRoutes bounds the routes p2pPlan works out inside one NVLink domain.
+// maxPairRoutes bounds the routes p2pPlan works out inside the NVLink domains.
 const maxPairRoutes = 1 << 16
 
 // commChannels is NCCL's comm->nChannels, which point-to-point runs on (ncclTopoPostset): the
