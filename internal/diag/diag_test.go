@@ -357,6 +357,13 @@ func TestSimulator(t *testing.T) {
 	expect(t, result(t, Options{Root: host(t).Root, Sim: "dgx-h100x2", Backend: slow2, Nominal: nominal2}, "p2p-bandwidth"), Fail,
 		"14 of 112 pairs copy below 75% of what the simulator expects of them on dgx-h100x2, every one to or from GPU 11: 8->11 37.1 of 369 GB/s")
 
+	// Past the pairs the check measures, the hosts left out are said.
+	defer func(n int) { maxP2PPairs = n }(maxP2PPairs)
+	maxP2PPairs = 100
+	expect(t, result(t, Options{Root: host(t).Root, Sim: "dgx-h100x2", Backend: slow2, Nominal: nominal2}, "p2p-bandwidth"), Pass,
+		"56 pairs at 100% or more of what the simulator expects of them on dgx-h100x2; the last 1 of 2 groups of GPUs (hosts, or parts of one) were not measured, past 100 pairs")
+	maxP2PPairs = 1 << 17
+
 	// A link at a tenth of its speed: the pairs through it and the all-reduce fall short.
 	slow, err := sim.New(top, sim.Options{DataCap: 8 << 20, Faults: []sim.Fault{mustFault(t, "slow-link=gpu3,nvswitch,0.1")}})
 	if err != nil {
