@@ -180,10 +180,7 @@ func checkP2PBandwidth(f *Facts) Result {
 			continue
 		}
 		enabled = true
-		var expected *p2p.Matrix
-		if f.opt.Nominal != nil {
-			expected = expectedP2P(f, nominal, res.Devices, popt)
-		}
+		expected := expectedP2P(f, nominal, res.Devices, popt)
 		fromExpected = fromExpected && expected != nil
 		for i, a := range res.Devices {
 			for j, c := range res.Devices {

@@ -811,6 +811,15 @@ func (t *Topology) Route(a, b int) Path {
 	return t.StagedRoute(a, b)
 }
 
+// RouteNVLink is Route(a, b) where that route is NVLink, else an empty path, found without the
+// PCIe or network search Route makes for a pair NVLink does not join.
+func (t *Topology) RouteNVLink(a, b int) Path {
+	if t.gpus[a].node == t.gpus[b].node && t.P2P != "all" {
+		return Path{} // Route stages one node's pair through host memory without P2P
+	}
+	return t.NVLinkRoute(a, b)
+}
+
 // NVLinkRoute is the NVLink path from GPU a to GPU b (type NVL), whether or not P2P is on: NVLS
 // reaches the switch over it either way, as its multicast is no peer access; empty where no
 // NVLink joins them.
@@ -1018,7 +1027,7 @@ func (t *Topology) bfs(from, to int, via ...LinkKind) []Hop {
 
 // search walks breadth-first from a vertex over the given link kinds, never through a GPU or a
 // NIC, until it reaches a vertex that done accepts; it returns that vertex (or -1) and how each
-// vertex seen was reached.
+// vertex seen was reached (the start with Edge -1).
 func (t *Topology) search(from int, via []LinkKind, done func(int) bool) (int, map[int]Hop) {
 	prev := map[int]Hop{from: {Edge: -1}}
 	frontier := []int{from}

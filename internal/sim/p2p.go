@@ -197,12 +197,7 @@ func (m *model) searchCommChannels() int {
 // the path's narrowest part (NCCL's per-link figure), over PCIe two. nvl says the pair is joined
 // by NVLink.
 func (m *model) peerChannels(a, b int) (channels int, nvl bool) {
-	// Route's way where it is NVLink: a pair of one node takes NVLink only with P2P on, and a pair
-	// without an NVLink way goes over PCIe or the network, which need not be searched here.
-	if m.topo.NodeOf(a) == m.topo.NodeOf(b) && m.topo.P2P != "all" {
-		return 2, false
-	}
-	path := m.topo.NVLinkRoute(a, b)
+	path := m.topo.RouteNVLink(a, b)
 	if path.Type != gpu.PathNVL {
 		return 2, false
 	}

@@ -116,7 +116,7 @@ func (g *graph) nvlinks(a, b string) (n int, known bool) {
 	}
 	add(g.lanes(a, b))
 	for s, la := range g.nvOf(a) {
-		if g.kind[s] != "nvswitch" || s == a || s == b {
+		if g.kind[s] != "nvswitch" {
 			continue
 		}
 		if lb := g.lanes(b, s); (la.n > 0 || !la.ok) && (lb.n > 0 || !lb.ok) {
