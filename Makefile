@@ -102,7 +102,7 @@ fuzz:
 # GPUs, loading 1,024 nodes, a rendezvous of 1,024 ranks, and 16 one-rank processes against one
 # process (docs/model.md, "Scale").
 bench:
-	$(GO) test ./cmd/gpubench -run '^$$' -bench '^(BenchmarkSweep|BenchmarkLoadTopology)$$' -benchtime 1x -timeout 10m
+	$(GO) test ./cmd/gpubench -run '^$$' -bench '^(BenchmarkSweep|BenchmarkLoadTopology|BenchmarkLoadWideNodes)$$' -benchtime 1x -timeout 10m
 	$(GO) test ./internal/launch -run '^$$' -bench '^BenchmarkRendezvous$$' -benchtime 2x -timeout 5m
 	scripts/world-cost.sh
 

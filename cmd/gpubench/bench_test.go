@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpubench/gpubench/internal/gpu"
 	"github.com/gpubench/gpubench/internal/sim"
 )
 
@@ -53,6 +54,34 @@ func BenchmarkLoadTopology(b *testing.B) {
 	start := cpuTime(b)
 	for i := 0; i < b.N; i++ {
 		if _, err := one.WithNodes(1024); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric((cpuTime(b)-start).Seconds()/float64(b.N), "cpu-s/op")
+}
+
+// BenchmarkLoadWideNodes measures loading the widest cluster a topology may describe: 64 nodes of
+// 256 GPUs (16,384 in all), each GPU behind its own PCIe switch under one of two CPUs, one NIC a
+// node. Every GPU's way to its NIC crosses the node's CPUs; the ways come from one search from
+// each NIC (it took 2.2 s while each GPU searched its node three times).
+func BenchmarkLoadWideNodes(b *testing.B) {
+	n := gpu.Node{Hostname: "wide", CPUs: []gpu.CPU{{ID: "cpu0"}, {ID: "cpu1"}},
+		NICs:  []gpu.NIC{{ID: "nic0", Kind: "infiniband", Gbps: 400}},
+		Links: []gpu.Link{{A: "cpu0", B: "cpu1", Kind: gpu.LinkSMP, GBs: 64}, {A: "nic0", B: "cpu0", Kind: gpu.LinkPCIe, GBs: 64}}}
+	for i := range gpu.MaxNodeGPUs {
+		g, sw := fmt.Sprintf("gpu%d", i), fmt.Sprintf("sw%d", i)
+		n.GPUs = append(n.GPUs, gpu.GPU{ID: g, Name: "NVIDIA H100 PCIe", MemoryBytes: 80 << 30, MemoryGBs: 2000, ComputeCapability: "9.0"})
+		n.Switches = append(n.Switches, gpu.Switch{ID: sw, Kind: "pcie"})
+		n.Links = append(n.Links, gpu.Link{A: g, B: sw, Kind: gpu.LinkPCIe, GBs: 64},
+			gpu.Link{A: sw, B: fmt.Sprintf("cpu%d", i%2), Kind: gpu.LinkPCIe, GBs: 64})
+	}
+	one := &gpu.Topology{Format: gpu.TopologyFormat2, Name: "wide", Nodes: []gpu.Node{n}}
+	if err := one.Validate(); err != nil {
+		b.Fatal(err)
+	}
+	start := cpuTime(b)
+	for i := 0; i < b.N; i++ {
+		if _, err := one.WithNodes(64); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -440,11 +441,27 @@ func (t *Topology) netHops(x, y int) []Hop {
 
 // assignNICs gives every GPU the NIC its traffic between nodes leaves by: the one its "nic"
 // names, else the nearest, and among NICs equally near the one fewest GPUs have taken so far, as
-// NCCL spreads GPUs over NICs; only NICs that NICOK takes, when it is set.
+// NCCL spreads GPUs over NICs; only NICs that NICOK takes, when it is set. Each NIC's ways to the
+// GPUs of its node come from one search from the NIC, not one from every GPU (a node of 256 GPUs
+// on their own PCIe switches took 768 searches of the node per NIC); the way up from a GPU is its
+// way down, reversed.
 func (t *Topology) assignNICs() error {
 	t.nic, t.up, t.down = make([]int, len(t.gpus)), make([][]Hop, len(t.gpus)), make([][]Hop, len(t.gpus))
 	taken := map[int]int{}
+	trees, treesOf := map[int]map[int]Hop{}, -1 // the NICs' search trees, of node treesOf's NICs
+	down := func(nic, gpu int) []Hop {
+		tree, ok := trees[nic]
+		if !ok {
+			_, tree = t.search(nic, []LinkKind{LinkPCIe, LinkSMP}, func(int) bool { return false })
+			trees[nic] = tree
+		}
+		return t.pathTo(tree, nic, gpu, nil)
+	}
 	for g, ref := range t.gpus {
+		if ref.node != treesOf {
+			clear(trees)
+			treesOf = ref.node
+		}
 		gp, n := t.GPU(g)
 		t.nic[g] = -1
 		switch {
@@ -461,7 +478,7 @@ func (t *Topology) assignNICs() error {
 					continue
 				}
 				v := t.verts[n.Hostname+"/"+c.ID]
-				h := t.bfs(ref.vert, v, LinkPCIe, LinkSMP)
+				h := down(v, ref.vert)
 				if h == nil {
 					continue
 				}
@@ -473,13 +490,23 @@ func (t *Topology) assignNICs() error {
 		}
 		if v := t.nic[g]; v >= 0 {
 			taken[v]++
-			t.up[g], t.down[g] = t.bfs(ref.vert, v, LinkPCIe, LinkSMP), t.bfs(v, ref.vert, LinkPCIe, LinkSMP)
-			if t.up[g] == nil {
+			t.down[g] = down(v, ref.vert)
+			if t.down[g] == nil {
 				return fmt.Errorf("node %s gpu %s: no PCIe path to its nic", n.Hostname, gp.ID)
 			}
+			t.up[g] = reversed(t.down[g])
 		}
 	}
 	return nil
+}
+
+// reversed is the way back along hops.
+func reversed(hops []Hop) []Hop {
+	back := make([]Hop, len(hops))
+	for i, h := range hops {
+		back[len(hops)-1-i] = Hop{Edge: h.Edge, Forward: !h.Forward}
+	}
+	return back
 }
 
 // netRoute is the route from GPU a to GPU b in another NVLink domain: out through the NIC on b's
@@ -531,8 +558,16 @@ func (v nicView) railGPU(a, rail int) int {
 	return -1
 }
 
+// hasNVLink says whether GPU g has an NVLink of its own.
+func (t *Topology) hasNVLink(g int) bool {
+	return slices.ContainsFunc(t.adj[t.gpus[g].vert], func(e int) bool { return t.edges[e].kind == LinkNVLink })
+}
+
 // nvlPath is the NVLink path between two GPUs, remembered once found.
 func (t *Topology) nvlPath(a, b int) []Hop {
+	if !t.hasNVLink(a) || !t.hasNVLink(b) {
+		return nil // not kept: a PCIe box's pairs would fill the cache with nothing
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if h, ok := t.nvlPaths[[2]int{a, b}]; ok {

@@ -923,10 +923,12 @@ func (t *Topology) besideNIC(a, nic int, direct []Hop) []Hop {
 		if p == a {
 			continue
 		}
+		nvl := t.nvlPath(a, p) // first: it is kept, and nil at once for a GPU without NVLink
+		if nvl == nil {
+			continue
+		}
 		if way := t.bfs(t.gpus[p].vert, nic, LinkPCIe, LinkSMP); way != nil && !t.crossesCPU(way) {
-			if nvl := t.nvlPath(a, p); nvl != nil {
-				return append(append([]Hop(nil), nvl...), way...)
-			}
+			return append(append([]Hop(nil), nvl...), way...)
 		}
 	}
 	return nil

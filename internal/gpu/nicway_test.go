@@ -1,0 +1,72 @@
+package gpu
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+)
+
+// Each GPU's ways to and from its NIC come from one search from the NIC (assignNICs); the way up
+// must be the one a search from the GPU finds, on every preset and accuracy topology, so that no
+// route changed when the search moved to the NIC.
+func TestNICWaysMatchSearchFromGPU(t *testing.T) {
+	var files []string
+	for _, g := range []string{"../sim/presets/*.json", "../../accuracy/topologies/*.json"} {
+		m, err := filepath.Glob(g)
+		if err != nil || len(m) == 0 {
+			t.Fatalf("no files match %s", g)
+		}
+		files = append(files, m...)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		topo, err := ParseTopology(data)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for g, ref := range topo.gpus {
+			v := topo.nic[g]
+			if v < 0 {
+				continue
+			}
+			if up := topo.bfs(ref.vert, v, LinkPCIe, LinkSMP); !slices.Equal(up, topo.up[g]) {
+				t.Errorf("%s: %s's way up to its NIC is %v; a search from the GPU finds %v", f, topo.GPUName(g), topo.up[g], up)
+			}
+			if down := topo.bfs(v, ref.vert, LinkPCIe, LinkSMP); !slices.Equal(down, topo.down[g]) {
+				t.Errorf("%s: %s's way down from its NIC is %v; a search from the NIC finds %v", f, topo.GPUName(g), topo.down[g], down)
+			}
+		}
+	}
+}
+
+// A pair of GPUs without NVLink has no NVLink path, and asking for one keeps nothing: a node of
+// PCIe GPUs would otherwise hold an empty entry for every pair asked about (400 MB for 64 nodes
+// of 256 GPUs under gpubench fleet).
+func TestNVLinkPathKeepsNothingWithoutNVLink(t *testing.T) {
+	topo := boxes(t, 1, `{"kind": "infiniband"}`, "", true)
+	for a := range topo.NumGPUs() {
+		for b := range topo.NumGPUs() {
+			if a != b && topo.NVLinkRoute(a, b).Hops != nil {
+				t.Fatalf("%s to %s: an NVLink path in a box without NVLink", topo.GPUName(a), topo.GPUName(b))
+			}
+		}
+	}
+	if len(topo.nvlPaths) != 0 {
+		t.Errorf("%d NVLink paths kept for pairs without NVLink", len(topo.nvlPaths))
+	}
+}
+
+// The same box with its NVSwitch: every pair has an NVLink path, and it is kept.
+func TestNVLinkPathKept(t *testing.T) {
+	topo := boxes(t, 1, `{"kind": "infiniband"}`, "", false)
+	if p := topo.NVLinkRoute(0, 3); len(p.Hops) != 2 || p.Type != PathNVL {
+		t.Fatalf("gpu 0 to 3: %+v; want two NVLink hops through the switch", p)
+	}
+	if len(topo.nvlPaths) != 1 {
+		t.Errorf("%d NVLink paths kept; want the one asked for", len(topo.nvlPaths))
+	}
+}
