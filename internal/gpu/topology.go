@@ -262,6 +262,9 @@ func ParseTopology(data []byte) (*Topology, error) {
 	if err := duplicateKey(data); err != nil {
 		return nil, err
 	}
+	if err := zeroNetworkField(data); err != nil {
+		return nil, err
+	}
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
@@ -306,6 +309,30 @@ func duplicateKey(data []byte) error {
 			stack[n-1].wantKey = true
 		}
 	}
+}
+
+// zeroNetworkField refuses a network field given as 0 where 0 is no valid value: decoded, a 0 is
+// the field left out, and would quietly take its default (oversubscription 0 read as 1, none).
+func zeroNetworkField(data []byte) error {
+	var doc struct {
+		Network map[string]json.RawMessage `json:"network"`
+	}
+	if json.Unmarshal(data, &doc) != nil {
+		return nil // decoded once already: what is wrong there has been said
+	}
+	for _, f := range []struct{ name, want string }{
+		{"nodes_per_leaf", fmt.Sprintf("give 1 to %d nodes a leaf, or leave it out (32)", MaxGPUs)},
+		{"tiers", "want 2 or 3, or leave it out (2)"},
+		{"oversubscription", "want a ratio from 1 (none) to 64, or leave it out (1)"},
+	} {
+		for k, v := range doc.Network {
+			var x float64
+			if strings.EqualFold(k, f.name) && json.Unmarshal(v, &x) == nil && x == 0 {
+				return fmt.Errorf("network %s 0: %s", f.name, f.want)
+			}
+		}
+	}
+	return nil
 }
 
 // jsonErr says where in data a decoding error is, as a line and column, which a JSON error's byte
