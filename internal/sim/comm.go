@@ -19,7 +19,8 @@ type comm struct {
 	recorded *[]func() // non-nil while capturing a graph
 	// host is the devices whose launches this process pays for: all of devs, or in a
 	// communicator that spans processes (world.go) this process's own.
-	host []int
+	host     []int
+	hostMost int // the most of host on one node: the GPUs a thread launches a call for in turn
 	// replaying: the calls belong to a graph launch that has paid the host's launch cost.
 	replaying bool
 	marks     []float64 // stream times recorded by Mark, µs
@@ -138,7 +139,7 @@ type graph struct {
 }
 
 func (g *graph) Launch() error {
-	g.c.b.hostLaunch(g.c.host)
+	g.c.b.hostLaunch(g.c.hostMost)
 	for _, call := range g.calls {
 		call()
 	}
@@ -227,9 +228,9 @@ func (c *comm) exec(us float64, dt gpu.DType, data bool, out []gpu.Buffer, move 
 	case launchCost && us == 0: // nothing queued (collUS): the host pays NCCL's call alone
 		c.b.hostNoop()
 	case launchCost:
-		c.b.hostLaunch(c.host)
+		c.b.hostLaunch(c.hostMost)
 	}
-	corrupt := c.b.launch(c.devs, us, false)
+	corrupt := c.b.launch(c.devs, us)
 	if !data {
 		return
 	}

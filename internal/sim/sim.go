@@ -351,7 +351,7 @@ func (b *Backend) NewComm(devices []int) (gpu.Comm, error) {
 		return nil, fmt.Errorf("sim comm: no devices: %w", gpu.ErrInvalid)
 	}
 	devs := append([]int(nil), devices...)
-	c := &comm{b: b, devs: devs, host: devs, m: newModel(b.topo, devices, b.opt.Env)}
+	c := &comm{b: b, devs: devs, host: devs, hostMost: mostOnANode(b.topo, devs), m: newModel(b.topo, devices, b.opt.Env)}
 	c.flaky = b.flakyOn(c.m.flows)
 	return c, nil
 }
@@ -434,21 +434,26 @@ func (b *Backend) streamEnd(devs []int) float64 {
 	return end
 }
 
-// hostLaunch advances the host clock by the cost of enqueueing one call on the given devices:
-// each node's host enqueues for its own GPUs from LaunchThreads threads, in parallel with the
-// other nodes.
-func (b *Backend) hostLaunch(devs []int) {
+// hostLaunch advances the host clock by the cost of enqueueing one call on a communicator whose
+// devices this host launches for are at most perNode on one node (comm.hostMost): each node's
+// host enqueues for its own GPUs from LaunchThreads threads, in parallel with the other nodes.
+func (b *Backend) hostLaunch(perNode int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.applyTimedFaults()
-	b.hostUS += launchCostUS(b.topo, devs, b.opt.LaunchThreads)
+	b.hostUS += perNodeLaunchUS(b.topo, perNode, b.opt.LaunchThreads)
 }
 
 // launchCostUS is the host's time to launch one call on devs of t from threads threads a node:
 // each enqueues for its share of the node's GPUs one after another, nodes in parallel.
 func launchCostUS(t *gpu.Topology, devs []int, threads int) float64 {
+	return perNodeLaunchUS(t, mostOnANode(t, devs), threads)
+}
+
+// perNodeLaunchUS is launchCostUS for a call whose devices are at most perNode on one node.
+func perNodeLaunchUS(t *gpu.Topology, perNode, threads int) float64 {
 	threads = max(threads, 1)
-	return hostLaunchUS(t) * float64((mostOnANode(t, devs)+threads-1)/threads)
+	return hostLaunchUS(t) * float64((perNode+threads-1)/threads)
 }
 
 // mostOnANode is the most of devs on any one node of t.
@@ -547,12 +552,9 @@ func (b *Backend) SetLaunchThreads(n int) {
 }
 
 // launch advances the clocks for one operation of duration us on the given devices, which start
-// it together, and reports per device whether a corrupt fault hits its result. The host pays the
-// launch cost when hostCost is set (calls in a graph share their graph's).
-func (b *Backend) launch(devs []int, us float64, hostCost bool) (corrupt []bool) {
-	if hostCost {
-		b.hostLaunch(devs)
-	}
+// it together, and reports per device whether a corrupt fault hits its result. The host's cost
+// of launching it is the caller's (hostLaunch).
+func (b *Backend) launch(devs []int, us float64) (corrupt []bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	start := b.hostUS

@@ -130,7 +130,7 @@ func (b *Backend) JoinComm(ctx context.Context, id []byte, size, rank, dev int) 
 	b.world = max(b.world, size)
 	b.mu.Unlock()
 	devs := ready.Devs
-	j.c = &comm{b: b, devs: devs, host: []int{dev}, m: newModel(b.topo, devs, b.opt.Env)}
+	j.c = &comm{b: b, devs: devs, host: []int{dev}, hostMost: 1, m: newModel(b.topo, devs, b.opt.Env)}
 	j.c.flaky = b.flakyOn(j.c.m.flows) // every process counts the calls, and all make the same ones
 	return j, nil
 }
@@ -310,7 +310,7 @@ func (j *joined) Synchronize(ctx context.Context) error {
 		out := outs[0]
 		outs = outs[1:]
 		if c.start {
-			j.c.b.hostLaunch(j.c.host)
+			j.c.b.hostLaunch(j.c.hostMost)
 		}
 		j.c.replaying = c.graph
 		err := c.run(out)
