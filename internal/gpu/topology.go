@@ -1033,26 +1033,85 @@ func (t *Topology) nearest(v int, kind string, via ...LinkKind) int {
 }
 
 // bfs finds a fewest-hop route from u to v over the given link kinds.
+// It searches as search does, in the same order, keeping what it has seen in slices reused from
+// one search to the next (bfsScratch) rather than a map made for each: a route between two of a
+// node's 256 PCIe GPUs crosses most of the node, and diag and fleet ask for thousands.
 func (t *Topology) bfs(from, to int, via ...LinkKind) []Hop {
 	if from == to {
 		return []Hop{}
 	}
-	w, prev := t.search(from, via, func(w int) bool { return w == to })
-	if w < 0 {
+	s := scratchPool.Get().(*bfsScratch)
+	defer scratchPool.Put(s)
+	s.reset(len(t.kinds))
+	s.see(from, Hop{Edge: -1})
+	frontier := append(s.frontier[:0], from)
+	next := s.next[:0]
+	found := false
+	for len(frontier) > 0 && !found {
+		next = next[:0]
+		for _, u := range frontier {
+			for _, ei := range t.adj[u] {
+				e := t.edges[ei]
+				w := e.a + e.b - u
+				if s.seen[w] == s.gen || !slices.Contains(via, e.kind) {
+					continue
+				}
+				s.see(w, Hop{Edge: ei, Forward: e.a == u})
+				if w == to {
+					found = true
+					break
+				}
+				if k := t.kinds[w]; k != "gpu" && k != "nic" {
+					next = append(next, w)
+				}
+			}
+			if found {
+				break
+			}
+		}
+		frontier, next = next, frontier
+	}
+	s.frontier, s.next = frontier, next
+	if !found {
 		return nil
 	}
-	var hops []Hop
+	n := 0
+	for x := to; x != from; n++ {
+		x = t.edges[s.prev[x].Edge].a + t.edges[s.prev[x].Edge].b - x
+	}
+	hops := make([]Hop, n)
 	for x := to; x != from; {
-		h := prev[x]
-		hops = append([]Hop{h}, hops...)
-		if h.Forward {
-			x = t.edges[h.Edge].a
-		} else {
-			x = t.edges[h.Edge].b
-		}
+		n--
+		hops[n] = s.prev[x]
+		x = t.edges[hops[n].Edge].a + t.edges[hops[n].Edge].b - x
 	}
 	return hops
 }
+
+// bfsScratch is what one bfs has seen: seen[v] == gen for a vertex this search reached, by the
+// hop prev[v].
+type bfsScratch struct {
+	seen           []uint32
+	prev           []Hop
+	gen            uint32
+	frontier, next []int
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(bfsScratch) }}
+
+// reset readies the scratch for a search of a graph of n vertices.
+func (s *bfsScratch) reset(n int) {
+	if len(s.seen) < n {
+		s.seen, s.prev, s.gen = make([]uint32, n), make([]Hop, n), 0
+	}
+	s.gen++
+	if s.gen == 0 { // wrapped: no stamp may stand for this search
+		clear(s.seen)
+		s.gen = 1
+	}
+}
+
+func (s *bfsScratch) see(v int, h Hop) { s.seen[v], s.prev[v] = s.gen, h }
 
 // search walks breadth-first from a vertex over the given link kinds, never through a GPU or a
 // NIC, until it reaches a vertex that done accepts; it returns that vertex (or -1) and how each
