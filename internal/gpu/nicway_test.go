@@ -70,3 +70,36 @@ func TestNVLinkPathKept(t *testing.T) {
 		t.Errorf("%d NVLink paths kept; want the one asked for", len(topo.nvlPaths))
 	}
 }
+
+// bfs keeps its marks in the topology's scratch, and falls back to search's map when another
+// goroutine holds it: both must find the same route for every pair of a node's GPUs, over every
+// kind of link a route takes, on every preset.
+func TestBFSMatchesMapSearch(t *testing.T) {
+	files, err := filepath.Glob("../sim/presets/*.json")
+	if err != nil || len(files) == 0 {
+		t.Fatal("no presets")
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		topo, err := ParseTopology(data)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, via := range [][]LinkKind{{LinkNVLink}, {LinkPCIe}, {LinkPCIe, LinkSMP}} {
+			for a, ra := range topo.gpus {
+				for b, rb := range topo.gpus {
+					if ra.node != rb.node || a == b {
+						continue
+					}
+					got, want := topo.bfs(ra.vert, rb.vert, via...), topo.mapBFS(ra.vert, rb.vert, via)
+					if !slices.Equal(got, want) {
+						t.Fatalf("%s: %s to %s over %v: bfs %v, map search %v", f, topo.GPUName(a), topo.GPUName(b), via, got, want)
+					}
+				}
+			}
+		}
+	}
+}

@@ -101,6 +101,9 @@ type Topology struct {
 	lanes    map[int][]int    // GPU -> its local NICs for point-to-point (laneNICs), found on demand
 	laneWays map[[3]int][]Hop // (GPU, NIC, 1 up or 0 down) -> a lane's PCIe way, found on demand
 	mu       sync.Mutex       // guards nvlPaths, near, lanes and laneWays
+	// scratch is bfs's marks of what it has seen, kept for the next search; scratchMu guards it.
+	scratch   *bfsScratch
+	scratchMu sync.Mutex
 }
 
 // Network is the fabric that joins the nodes' NICs. Version 1 knows only a non-blocking one;
@@ -1033,15 +1036,21 @@ func (t *Topology) nearest(v int, kind string, via ...LinkKind) int {
 }
 
 // bfs finds a fewest-hop route from u to v over the given link kinds.
-// It searches as search does, in the same order, keeping what it has seen in slices reused from
-// one search to the next (bfsScratch) rather than a map made for each: a route between two of a
-// node's 256 PCIe GPUs crosses most of the node, and diag and fleet ask for thousands.
+// It searches as search does, in the same order, keeping what it has seen in slices the topology
+// keeps from one search to the next (bfsScratch) rather than a map made for each: a route between
+// two of a node's 256 PCIe GPUs crosses most of the node, and diag and fleet ask for thousands.
 func (t *Topology) bfs(from, to int, via ...LinkKind) []Hop {
 	if from == to {
 		return []Hop{}
 	}
-	s := scratchPool.Get().(*bfsScratch)
-	defer scratchPool.Put(s)
+	if !t.scratchMu.TryLock() { // another goroutine's search holds it: search as route trees do
+		return t.mapBFS(from, to, via)
+	}
+	defer t.scratchMu.Unlock()
+	if t.scratch == nil {
+		t.scratch = &bfsScratch{}
+	}
+	s := t.scratch
 	s.reset(len(t.kinds))
 	s.see(from, Hop{Edge: -1})
 	frontier := append(s.frontier[:0], from)
@@ -1097,7 +1106,14 @@ type bfsScratch struct {
 	frontier, next []int
 }
 
-var scratchPool = sync.Pool{New: func() any { return new(bfsScratch) }}
+// mapBFS is bfs with search's map: the same route.
+func (t *Topology) mapBFS(from, to int, via []LinkKind) []Hop {
+	w, prev := t.search(from, via, func(w int) bool { return w == to })
+	if w < 0 {
+		return nil
+	}
+	return t.pathTo(prev, from, to, nil)
+}
 
 // reset readies the scratch for a search of a graph of n vertices.
 func (s *bfsScratch) reset(n int) {
