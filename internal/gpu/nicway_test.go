@@ -11,23 +11,7 @@ import (
 // must be the one a search from the GPU finds, on every preset and accuracy topology, so that no
 // route changed when the search moved to the NIC.
 func TestNICWaysMatchSearchFromGPU(t *testing.T) {
-	var files []string
-	for _, g := range []string{"../sim/presets/*.json", "../../accuracy/topologies/*.json"} {
-		m, err := filepath.Glob(g)
-		if err != nil || len(m) == 0 {
-			t.Fatalf("no files match %s", g)
-		}
-		files = append(files, m...)
-	}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		topo, err := ParseTopology(data)
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
+	for f, topo := range topologies(t, "../sim/presets/*.json", "../../accuracy/topologies/*.json") {
 		for g, ref := range topo.gpus {
 			v := topo.nic[g]
 			if v < 0 {
@@ -75,19 +59,7 @@ func TestNVLinkPathKept(t *testing.T) {
 // goroutine holds it: both must find the same route for every pair of a node's GPUs, over every
 // kind of link a route takes, on every preset.
 func TestBFSMatchesMapSearch(t *testing.T) {
-	files, err := filepath.Glob("../sim/presets/*.json")
-	if err != nil || len(files) == 0 {
-		t.Fatal("no presets")
-	}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		topo, err := ParseTopology(data)
-		if err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
+	for f, topo := range topologies(t, "../sim/presets/*.json") {
 		for _, via := range [][]LinkKind{{LinkNVLink}, {LinkPCIe}, {LinkPCIe, LinkSMP}} {
 			for a, ra := range topo.gpus {
 				for b, rb := range topo.gpus {
@@ -102,4 +74,26 @@ func TestBFSMatchesMapSearch(t *testing.T) {
 			}
 		}
 	}
+}
+
+// topologies loads every topology file the patterns match, by file name; each pattern must match.
+func topologies(t *testing.T, patterns ...string) map[string]*Topology {
+	t.Helper()
+	out := map[string]*Topology{}
+	for _, g := range patterns {
+		files, err := filepath.Glob(g)
+		if err != nil || len(files) == 0 {
+			t.Fatalf("no files match %s", g)
+		}
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out[f], err = ParseTopology(data); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+		}
+	}
+	return out
 }
