@@ -51,13 +51,7 @@ func BenchmarkLoadTopology(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	start := cpuTime(b)
-	for i := 0; i < b.N; i++ {
-		if _, err := one.WithNodes(1024); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric((cpuTime(b)-start).Seconds()/float64(b.N), "cpu-s/op")
+	benchWithNodes(b, one, 1024)
 }
 
 // BenchmarkLoadWideNodes measures loading the widest cluster a topology may describe: 64 nodes of
@@ -79,9 +73,15 @@ func BenchmarkLoadWideNodes(b *testing.B) {
 	if err := one.Validate(); err != nil {
 		b.Fatal(err)
 	}
+	benchWithNodes(b, one, 64)
+}
+
+// benchWithNodes reports the CPU seconds of making (and validating) a cluster of nodes copies of
+// one's node.
+func benchWithNodes(b *testing.B, one *gpu.Topology, nodes int) {
 	start := cpuTime(b)
 	for i := 0; i < b.N; i++ {
-		if _, err := one.WithNodes(64); err != nil {
+		if _, err := one.WithNodes(nodes); err != nil {
 			b.Fatal(err)
 		}
 	}

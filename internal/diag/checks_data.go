@@ -258,8 +258,8 @@ func checkP2PBandwidth(f *Facts) Result {
 }
 
 // checkP2PData copies between every pair of the GPUs devs at a size whose buffers the backend
-// holds data for on all its GPUs (as across the groups of p2pGroups each GPU is checked at one
-// size), and checks the copies: for when the measured copies carried none. It returns that run,
+// holds data for on all its GPUs (so that across the groups of p2p.Groups each GPU is checked at
+// one size), and checks the copies: for when the measured copies carried none. It returns that run,
 // or nil and why no data was checked.
 func checkP2PData(f *Facts, b p2p.Backend, devs []int) (*p2p.Result, string, error) {
 	size := coll.CheckSize(b, len(b.Devices()))

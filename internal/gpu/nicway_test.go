@@ -55,9 +55,9 @@ func TestNVLinkPathKept(t *testing.T) {
 	}
 }
 
-// bfs keeps its marks in the topology's scratch, and falls back to search's map when another
-// goroutine holds it: both must find the same route for every pair of a node's GPUs, over every
-// kind of link a route takes, on every preset.
+// bfs keeps its marks in the topology's scratch, and makes its own when another goroutine holds
+// it: both must find the route the map search gpubench had before (mapRoute) for every pair of a
+// node's GPUs, over every kind of link a route takes, on every preset.
 func TestBFSMatchesMapSearch(t *testing.T) {
 	for f, topo := range topologies(t, "../sim/presets/*.json") {
 		for _, via := range [][]LinkKind{{LinkNVLink}, {LinkPCIe}, {LinkPCIe, LinkSMP}} {
@@ -66,14 +66,45 @@ func TestBFSMatchesMapSearch(t *testing.T) {
 					if ra.node != rb.node || a == b {
 						continue
 					}
-					got, want := topo.bfs(ra.vert, rb.vert, via...), topo.mapBFS(ra.vert, rb.vert, via)
-					if !slices.Equal(got, want) {
-						t.Fatalf("%s: %s to %s over %v: bfs %v, map search %v", f, topo.GPUName(a), topo.GPUName(b), via, got, want)
+					want := mapRoute(topo, ra.vert, rb.vert, via)
+					got := topo.bfs(ra.vert, rb.vert, via...)
+					topo.scratchMu.Lock() // as another goroutine's search would
+					held := topo.bfs(ra.vert, rb.vert, via...)
+					topo.scratchMu.Unlock()
+					if !slices.Equal(got, want) || !slices.Equal(held, want) {
+						t.Fatalf("%s: %s to %s over %v: bfs %v (scratch held: %v), map search %v", f, topo.GPUName(a), topo.GPUName(b), via, got, held, want)
 					}
 				}
 			}
 		}
 	}
+}
+
+// mapRoute is the breadth-first search with a map made for each that route searches were before
+// their marks moved to the topology's scratch, kept here as the reference.
+func mapRoute(t *Topology, from, to int, via []LinkKind) []Hop {
+	prev := map[int]Hop{from: {Edge: -1}}
+	for frontier := []int{from}; len(frontier) > 0; {
+		var next []int
+		for _, u := range frontier {
+			for _, ei := range t.adj[u] {
+				e := t.edges[ei]
+				w := e.a + e.b - u
+				if _, seen := prev[w]; seen || !slices.Contains(via, e.kind) {
+					continue
+				}
+				prev[w] = Hop{Edge: ei, Forward: e.a == u}
+				if w == to {
+					return t.pathTo(prev, from, to, nil)
+				}
+				if k := t.kinds[w]; k != "gpu" && k != "nic" {
+					next = append(next, w)
+				}
+			}
+		}
+		frontier = next
+	}
+	return nil
 }
 
 // topologies loads every topology file the patterns match, by file name; each pattern must match.

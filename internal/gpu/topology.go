@@ -101,7 +101,7 @@ type Topology struct {
 	lanes    map[int][]int    // GPU -> its local NICs for point-to-point (laneNICs), found on demand
 	laneWays map[[3]int][]Hop // (GPU, NIC, 1 up or 0 down) -> a lane's PCIe way, found on demand
 	mu       sync.Mutex       // guards nvlPaths, near, lanes and laneWays
-	// scratch is bfs's marks of what it has seen, kept for the next search; scratchMu guards it.
+	// scratch is walk's marks of what it has seen, kept for the next search; scratchMu guards it.
 	scratch   *bfsScratch
 	scratchMu sync.Mutex
 }
@@ -1030,89 +1030,92 @@ func (t *Topology) NICs(n int) []int {
 }
 
 // nearest finds the vertex of the given kind fewest hops from v over the given link kinds.
-func (t *Topology) nearest(v int, kind string, via ...LinkKind) int {
-	w, _ := t.search(v, via, func(w int) bool { return t.kinds[w] == kind })
-	return w
+func (t *Topology) nearest(v int, kind string, via ...LinkKind) (found int) {
+	t.walk(v, via, func(w int) bool { return t.kinds[w] == kind }, func(w int, _ *bfsScratch) { found = w })
+	return found
 }
 
 // bfs finds a fewest-hop route from u to v over the given link kinds.
-// It searches as search does, in the same order, keeping what it has seen in slices the topology
-// keeps from one search to the next (bfsScratch) rather than a map made for each: a route between
-// two of a node's 256 PCIe GPUs crosses most of the node, and diag and fleet ask for thousands.
-func (t *Topology) bfs(from, to int, via ...LinkKind) []Hop {
+func (t *Topology) bfs(from, to int, via ...LinkKind) (hops []Hop) {
 	if from == to {
 		return []Hop{}
 	}
-	if !t.scratchMu.TryLock() { // another goroutine's search holds it: search as route trees do
-		return t.mapBFS(from, to, via)
-	}
-	defer t.scratchMu.Unlock()
-	if t.scratch == nil {
-		t.scratch = &bfsScratch{}
-	}
-	s := t.scratch
-	s.reset(len(t.kinds))
-	s.see(from, Hop{Edge: -1})
-	frontier := append(s.frontier[:0], from)
-	next := s.next[:0]
-	found := false
-	for len(frontier) > 0 && !found {
-		next = next[:0]
-		for _, u := range frontier {
-			for _, ei := range t.adj[u] {
-				e := t.edges[ei]
-				w := e.a + e.b - u
-				if s.seen[w] == s.gen || !slices.Contains(via, e.kind) {
-					continue
-				}
-				s.see(w, Hop{Edge: ei, Forward: e.a == u})
-				if w == to {
-					found = true
-					break
-				}
-				if k := t.kinds[w]; k != "gpu" && k != "nic" {
-					next = append(next, w)
-				}
-			}
-			if found {
-				break
-			}
+	t.walk(from, via, func(w int) bool { return w == to }, func(w int, s *bfsScratch) {
+		if w < 0 {
+			return
 		}
-		frontier, next = next, frontier
-	}
-	s.frontier, s.next = frontier, next
-	if !found {
-		return nil
-	}
-	n := 0
-	for x := to; x != from; n++ {
-		x = t.edges[s.prev[x].Edge].a + t.edges[s.prev[x].Edge].b - x
-	}
-	hops := make([]Hop, n)
-	for x := to; x != from; {
-		n--
-		hops[n] = s.prev[x]
-		x = t.edges[hops[n].Edge].a + t.edges[hops[n].Edge].b - x
-	}
+		n := 0
+		for x := to; x != from; n++ {
+			x = t.edges[s.prev[x].Edge].a + t.edges[s.prev[x].Edge].b - x
+		}
+		hops = make([]Hop, n)
+		for x := to; x != from; {
+			n--
+			hops[n] = s.prev[x]
+			x = t.edges[hops[n].Edge].a + t.edges[hops[n].Edge].b - x
+		}
+	})
 	return hops
 }
 
-// bfsScratch is what one bfs has seen: seen[v] == gen for a vertex this search reached, by the
-// hop prev[v].
-type bfsScratch struct {
-	seen           []uint32
-	prev           []Hop
-	gen            uint32
-	frontier, next []int
+// search is walk's result as a map: the vertex done accepted (or -1), and how each vertex seen
+// was reached (the start with Edge -1), for the callers that keep a search tree.
+func (t *Topology) search(from int, via []LinkKind, done func(int) bool) (found int, prev map[int]Hop) {
+	t.walk(from, via, done, func(w int, s *bfsScratch) {
+		found, prev = w, make(map[int]Hop, len(s.reached))
+		for _, v := range s.reached {
+			prev[v] = s.prev[v]
+		}
+	})
+	return found, prev
 }
 
-// mapBFS is bfs with search's map: the same route.
-func (t *Topology) mapBFS(from, to int, via []LinkKind) []Hop {
-	w, prev := t.search(from, via, func(w int) bool { return w == to })
-	if w < 0 {
-		return nil
+// walk searches breadth-first from a vertex over the given link kinds, never through a GPU or a
+// NIC, until it reaches a vertex that done accepts, then hands see that vertex (or -1) and the
+// search's marks, which hold only until see returns. The marks live in slices the topology keeps
+// from one search to the next rather than in a map made for each (a route between two of a
+// node's 256 PCIe GPUs crosses most of the node, and diag and fleet ask for thousands); a search
+// that finds them taken by another goroutine's makes its own.
+func (t *Topology) walk(from int, via []LinkKind, done func(int) bool, see func(int, *bfsScratch)) {
+	s := &bfsScratch{}
+	if t.scratchMu.TryLock() {
+		defer t.scratchMu.Unlock()
+		if t.scratch == nil {
+			t.scratch = s
+		}
+		s = t.scratch
 	}
-	return t.pathTo(prev, from, to, nil)
+	s.reset(len(t.kinds))
+	s.mark(from, Hop{Edge: -1})
+	found := -1
+	for i := 0; i < len(s.reached) && found < 0; i++ { // reached is the queue, in the order seen
+		u := s.reached[i]
+		if k := t.kinds[u]; i > 0 && (k == "gpu" || k == "nic") {
+			continue
+		}
+		for _, ei := range t.adj[u] {
+			e := t.edges[ei]
+			w := e.a + e.b - u
+			if s.seen[w] == s.gen || !slices.Contains(via, e.kind) {
+				continue
+			}
+			s.mark(w, Hop{Edge: ei, Forward: e.a == u})
+			if done(w) {
+				found = w
+				break
+			}
+		}
+	}
+	see(found, s)
+}
+
+// bfsScratch is what one walk has seen: seen[v] == gen for each vertex it reached, by the hop
+// prev[v], and reached lists them in the order seen.
+type bfsScratch struct {
+	seen    []uint32
+	prev    []Hop
+	gen     uint32
+	reached []int
 }
 
 // reset readies the scratch for a search of a graph of n vertices.
@@ -1125,37 +1128,12 @@ func (s *bfsScratch) reset(n int) {
 		clear(s.seen)
 		s.gen = 1
 	}
+	s.reached = s.reached[:0]
 }
 
-func (s *bfsScratch) see(v int, h Hop) { s.seen[v], s.prev[v] = s.gen, h }
-
-// search walks breadth-first from a vertex over the given link kinds, never through a GPU or a
-// NIC, until it reaches a vertex that done accepts; it returns that vertex (or -1) and how each
-// vertex seen was reached (the start with Edge -1).
-func (t *Topology) search(from int, via []LinkKind, done func(int) bool) (int, map[int]Hop) {
-	prev := map[int]Hop{from: {Edge: -1}}
-	frontier := []int{from}
-	for len(frontier) > 0 {
-		var next []int
-		for _, u := range frontier {
-			for _, ei := range t.adj[u] {
-				e := t.edges[ei]
-				w := e.a + e.b - u
-				if _, seen := prev[w]; seen || !slices.Contains(via, e.kind) {
-					continue
-				}
-				prev[w] = Hop{Edge: ei, Forward: e.a == u}
-				if done(w) {
-					return w, prev
-				}
-				if k := t.kinds[w]; k != "gpu" && k != "nic" {
-					next = append(next, w)
-				}
-			}
-		}
-		frontier = next
-	}
-	return -1, prev
+func (s *bfsScratch) mark(v int, h Hop) {
+	s.seen[v], s.prev[v] = s.gen, h
+	s.reached = append(s.reached, v)
 }
 
 func (t *Topology) path(h []Hop, typ PathType) Path {

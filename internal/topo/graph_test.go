@@ -159,9 +159,9 @@ func TestTableUnknowns(t *testing.T) {
 	}
 }
 
-// One node of 256 GPUs (the most a topology may give a node), each behind its own PCIe switch under one of two CPUs, with a
-// connection matrix and a P2P matrix: each row is one search, not one a pair (`go test -bench
-// Matrix ./internal/topo`).
+// One node of 256 GPUs (the most a topology may give a node), each behind its own PCIe switch
+// under one of two CPUs, with a connection matrix and a P2P matrix: each row is one search, not
+// one a pair (`go test -bench Matrix ./internal/topo`).
 func BenchmarkMatrix256(b *testing.B) {
 	n := &gpu.Node{Hostname: "wide", CPUs: []gpu.CPU{{ID: "cpu0"}, {ID: "cpu1"}},
 		Links: []gpu.Link{{A: "cpu0", B: "cpu1", Kind: gpu.LinkSMP, GBs: 64}}}
