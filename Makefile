@@ -100,11 +100,13 @@ fuzz:
 
 # CPU seconds and peak memory of simulated 8B:8GB all-reduce and all-to-all sweeps at 8 to 8,192
 # GPUs, loading 1,024 nodes, a rendezvous of 1,024 ranks, and 16 one-rank processes against one
-# process (docs/model.md, "Scale").
+# process, at the default data cap and at one where moving the data dominates (docs/model.md,
+# "Scale").
 bench:
 	$(GO) test ./cmd/gpubench -run '^$$' -bench '^(BenchmarkSweep|BenchmarkLoadTopology|BenchmarkLoadWideNodes)$$' -benchtime 1x -timeout 10m
 	$(GO) test ./internal/launch -run '^$$' -bench '^BenchmarkRendezvous$$' -benchtime 2x -timeout 5m
 	scripts/world-cost.sh
+	scripts/world-cost.sh --sim-data-cap 256M
 
 # On a machine with a GPU: the real path end to end, every output written under OUT.
 gpu-check:
