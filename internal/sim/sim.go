@@ -55,7 +55,8 @@ type Backend struct {
 	hostUS float64         // virtual host clock
 	free   []float64       // per device: when its stream is idle (+Inf: hung)
 	used   []int64         // per device: bytes allocated
-	backed int64           // bytes backed by host memory
+	backed int64           // bytes of buffers backed by host memory, taken or not yet
+	held   int64           // bytes of host memory those buffers have taken
 	calls  []int           // per device: collectives run
 	peers  map[[2]int]bool // (dev, peer) pairs with peer access enabled
 	hubs   []net.Listener  // exchanges this process serves for communicators spanning processes
@@ -68,8 +69,8 @@ type Backend struct {
 	world int
 
 	// spare is host memory that freed buffers had, by size, kept for the next buffers of that
-	// size (at most DataCap bytes in all): benchmarks and burn-ins allocate the same sizes over
-	// and over, and fresh memory costs page faults and zeroing every time.
+	// size (with the memory held, at most the data cap): benchmarks and burn-ins allocate the
+	// same sizes over and over, and fresh memory costs page faults and zeroing every time.
 	spare      map[int64][][]byte
 	spareBytes int64
 	// Per device: virtual time its stream has run collectives (kernels), and copies to or from
@@ -222,32 +223,35 @@ func (b *Backend) dataCap() int64 {
 	return b.opt.DataCap
 }
 
-// back gives a new buffer host memory while the data cap allows. Call it with b.mu held.
+// back gives a new buffer host memory while the data cap allows: memory it takes at its first
+// use. Call it with b.mu held.
 func (b *Backend) back(x *buffer) *buffer {
 	if b.backed+x.n <= b.dataCap() {
 		x.lazy = b
 		b.backed += x.n
-		b.trimSpare(x.n)
 	}
 	return x
 }
 
 // trimSpare drops spare memory until what buffers hold and what is spare together fit in the data
-// cap, so that the cap bounds the host memory the simulated devices use; spare memory of the
-// size keep goes last. Call it with b.mu held.
-func (b *Backend) trimSpare(keep int64) {
+// cap, so that the cap bounds the host memory the simulated devices use. Memory is counted when
+// a buffer takes it, not when the buffer is backed: buffers are backed before the memory freed by
+// the last ones of their size is given back, and counting them then would drop the very memory
+// they are about to take. Call it with b.mu held.
+func (b *Backend) trimSpare() {
 	for size, bufs := range b.spare {
-		if b.backed+b.spareBytes <= b.dataCap() {
+		if b.held+b.spareBytes <= b.dataCap() {
 			return
 		}
-		if size != keep {
-			b.spareBytes -= size * int64(len(bufs))
-			delete(b.spare, size)
+		for len(bufs) > 0 && b.held+b.spareBytes > b.dataCap() {
+			bufs = bufs[:len(bufs)-1]
+			b.spareBytes -= size
 		}
-	}
-	for s := b.spare[keep]; len(s) > 0 && b.backed+b.spareBytes > b.dataCap(); s = s[:len(s)-1] {
-		b.spare[keep] = s[:len(s)-1]
-		b.spareBytes -= keep
+		if len(bufs) == 0 {
+			delete(b.spare, size)
+		} else {
+			b.spare[size] = bufs
+		}
 	}
 }
 
@@ -255,11 +259,13 @@ func (b *Backend) trimSpare(keep int64) {
 func (b *Backend) take(n int64) []byte {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.held += n
 	if s := b.spare[n]; len(s) > 0 {
 		b.spare[n] = s[:len(s)-1]
 		b.spareBytes -= n
 		return s[len(s)-1]
 	}
+	b.trimSpare()
 	return make([]byte, n)
 }
 
@@ -277,13 +283,13 @@ func (b *Backend) Free(buf gpu.Buffer) error {
 	if x.data != nil || x.lazy != nil {
 		b.backed -= x.n
 	}
-	if x.data != nil && x.n > 0 {
+	if x.data != nil && x.n > 0 { // the memory it held is spare now
 		if b.spare == nil {
 			b.spare = map[int64][][]byte{}
 		}
 		b.spare[x.n] = append(b.spare[x.n], x.data)
+		b.held -= x.n
 		b.spareBytes += x.n
-		b.trimSpare(x.n)
 	}
 	x.data, x.lazy, x.n = nil, nil, 0
 	return nil
