@@ -43,8 +43,9 @@ type Collective struct {
 	// in-place buffer of max(Send, Recv) elements.
 	InPlace func(k Counts, rank int) (send, recv int64)
 	// Expected is what rank's receive buffer must hold afterwards, given the row's inputs (and
-	// their exact reduction, for collectives that reduce) and what the buffer held before.
-	Expected func(in *Row, before []byte, rank int, k Counts, a Args) []byte
+	// their exact reduction, for collectives that reduce) and what the buffer held before. One
+	// that must build its answer may build it in dst's memory (as append does).
+	Expected func(dst []byte, in *Row, before []byte, rank int, k Counts, a Args) []byte
 	// Call enqueues the collective on every rank.
 	Call func(c gpu.Comm, send, recv []gpu.Buffer, k Counts, a Args) error
 }
@@ -75,7 +76,7 @@ func elems(b []byte, dt gpu.DType, from, n int64) []byte {
 var AllReduce = &Collective{
 	Name: "allreduce", Perf: "all_reduce_perf", Reduces: true, TakesOp: true,
 	Factor: twoNm1n, Counts: same, InPlace: noOffset,
-	Expected: func(in *Row, _ []byte, _ int, _ Counts, _ Args) []byte {
+	Expected: func(_ []byte, in *Row, _ []byte, _ int, _ Counts, _ Args) []byte {
 		return in.Reduction()
 	},
 	Call: func(c gpu.Comm, s, r []gpu.Buffer, k Counts, a Args) error {
@@ -92,12 +93,8 @@ var AllGather = &Collective{
 		return Counts{Send: b, Recv: b * int64(n), Param: b, Bytes: b * int64(n*elt)}
 	},
 	InPlace: func(k Counts, rank int) (int64, int64) { return int64(rank) * k.Send, 0 },
-	Expected: func(in *Row, _ []byte, _ int, k Counts, a Args) []byte {
-		out := make([]byte, 0, k.Recv*int64(a.DType.Size()))
-		for rank := range a.Ranks {
-			out = append(out, in.Input(rank)...)
-		}
-		return out
+	Expected: func(_ []byte, in *Row, _ []byte, _ int, _ Counts, _ Args) []byte {
+		return in.Gathered()
 	},
 	Call: func(c gpu.Comm, s, r []gpu.Buffer, k Counts, a Args) error {
 		return c.AllGather(s, r, k.Param, a.DType)
@@ -113,7 +110,7 @@ var ReduceScatter = &Collective{
 		return Counts{Send: b * int64(n), Recv: b, Param: b, Bytes: b * int64(n*elt)}
 	},
 	InPlace: func(k Counts, rank int) (int64, int64) { return 0, int64(rank) * k.Recv },
-	Expected: func(in *Row, _ []byte, rank int, k Counts, a Args) []byte {
+	Expected: func(_ []byte, in *Row, _ []byte, rank int, k Counts, a Args) []byte {
 		return elems(in.Reduction(), a.DType, int64(rank)*k.Recv, k.Recv)
 	},
 	Call: func(c gpu.Comm, s, r []gpu.Buffer, k Counts, a Args) error {
@@ -125,7 +122,7 @@ var ReduceScatter = &Collective{
 var Broadcast = &Collective{
 	Name: "broadcast", Perf: "broadcast_perf", Rooted: true,
 	Factor: one, Counts: same, InPlace: noOffset,
-	Expected: func(in *Row, _ []byte, _ int, _ Counts, a Args) []byte {
+	Expected: func(_ []byte, in *Row, _ []byte, _ int, _ Counts, a Args) []byte {
 		return in.Input(a.Root)
 	},
 	Call: func(c gpu.Comm, s, r []gpu.Buffer, k Counts, a Args) error {
@@ -137,7 +134,7 @@ var Broadcast = &Collective{
 var Reduce = &Collective{
 	Name: "reduce", Perf: "reduce_perf", Reduces: true, TakesOp: true, Rooted: true,
 	Factor: one, Counts: same, InPlace: noOffset,
-	Expected: func(in *Row, before []byte, rank int, _ Counts, a Args) []byte {
+	Expected: func(_ []byte, in *Row, before []byte, rank int, _ Counts, a Args) []byte {
 		if rank != a.Root {
 			return before
 		}
@@ -157,10 +154,10 @@ var AllToAll = &Collective{
 		return Counts{Send: b * int64(n), Recv: b * int64(n), Param: b, Bytes: b * int64(n*elt)}
 	},
 	InPlace: noOffset,
-	Expected: func(in *Row, _ []byte, rank int, k Counts, a Args) []byte {
-		out := make([]byte, 0, k.Recv*int64(a.DType.Size()))
+	Expected: func(dst []byte, in *Row, _ []byte, rank int, k Counts, a Args) []byte {
+		out := dst[:0]
 		for peer := range a.Ranks {
-			out = append(out, in.Part(peer, int64(rank)*k.Param, k.Param)...)
+			out = in.AppendPart(out, peer, int64(rank)*k.Param, k.Param)
 		}
 		return out
 	},
@@ -173,7 +170,7 @@ var AllToAll = &Collective{
 var SendRecv = &Collective{
 	Name: "sendrecv", Perf: "sendrecv_perf", TakesOp: true, InPlaceUnchecked: true,
 	Factor: one, Counts: same, InPlace: noOffset,
-	Expected: func(in *Row, _ []byte, rank int, _ Counts, a Args) []byte {
+	Expected: func(_ []byte, in *Row, _ []byte, rank int, _ Counts, a Args) []byte {
 		return in.Input((rank - 1 + a.Ranks) % a.Ranks)
 	},
 	Call: func(c gpu.Comm, s, r []gpu.Buffer, k Counts, a Args) error {
@@ -200,11 +197,11 @@ var Gather = &Collective{
 	Counts: AllGather.Counts,
 	// In place, a rank's chunk starts in its own place of the receive buffer.
 	InPlace: func(k Counts, rank int) (int64, int64) { return int64(rank) * k.Send, 0 },
-	Expected: func(in *Row, before []byte, rank int, k Counts, a Args) []byte {
+	Expected: func(_ []byte, in *Row, before []byte, rank int, k Counts, a Args) []byte {
 		if rank != a.Root {
 			return before
 		}
-		return AllGather.Expected(in, before, rank, k, a)
+		return AllGather.Expected(nil, in, before, rank, k, a)
 	},
 	Call: func(c gpu.Comm, s, r []gpu.Buffer, k Counts, a Args) error {
 		chunk := k.Param * int64(a.DType.Size())
@@ -232,7 +229,7 @@ var Scatter = &Collective{
 	Counts: ReduceScatter.Counts,
 	// In place, a rank receives into its own place of the root's send buffer's shape.
 	InPlace: func(k Counts, rank int) (int64, int64) { return 0, int64(rank) * k.Recv },
-	Expected: func(in *Row, _ []byte, rank int, k Counts, a Args) []byte {
+	Expected: func(_ []byte, in *Row, _ []byte, rank int, k Counts, a Args) []byte {
 		return elems(in.Input(a.Root), a.DType, int64(rank)*k.Recv, k.Recv)
 	},
 	Call: func(c gpu.Comm, s, r []gpu.Buffer, k Counts, a Args) error {

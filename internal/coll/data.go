@@ -2,6 +2,7 @@ package coll
 
 import (
 	"bytes"
+	"slices"
 
 	"github.com/gpubench/gpubench/internal/gpu"
 )
@@ -156,6 +157,7 @@ type Row struct {
 	seed   uint64
 	in     [][]byte
 	red    []byte
+	all    []byte // every rank's input, in rank order (Gathered)
 }
 
 func newRow(c *Collective, n int, bytes int64, a Args, seed uint64) *Row {
@@ -165,20 +167,32 @@ func newRow(c *Collective, n int, bytes int64, a Args, seed uint64) *Row {
 // Input is rank's whole input.
 func (x *Row) Input(rank int) []byte {
 	if x.in[rank] == nil {
-		x.in[rank] = x.Part(rank, 0, x.bytes/int64(x.dt.Size()))
+		x.in[rank] = x.AppendPart(nil, rank, 0, x.bytes/int64(x.dt.Size()))
 	}
 	return x.in[rank]
 }
 
-// Part is count elements of rank's input from element from: made alone unless the whole input
-// is already made.
-func (x *Row) Part(rank int, from, count int64) []byte {
+// AppendPart appends count elements of rank's input from element from to dst: made alone,
+// in dst, unless the whole input is already made.
+func (x *Row) AppendPart(dst []byte, rank int, from, count int64) []byte {
 	if x.in[rank] != nil {
-		return elems(x.in[rank], x.dt, from, count)
+		return append(dst, elems(x.in[rank], x.dt, from, count)...)
 	}
-	b := make([]byte, count*int64(x.dt.Size()))
-	fillInput(b, x.dt, x.reduce, x.op, x.n, rank, x.seed, int(from))
-	return b
+	n := len(dst)
+	dst = slices.Grow(dst, int(count)*x.dt.Size())[:n+int(count)*x.dt.Size()]
+	fillInput(dst[n:], x.dt, x.reduce, x.op, x.n, rank, x.seed, int(from))
+	return dst
+}
+
+// Gathered is every rank's input, in rank order, as an all-gather leaves it on every rank.
+func (x *Row) Gathered() []byte {
+	if x.all == nil {
+		x.all = make([]byte, 0, int64(x.n)*x.bytes)
+		for rank := range x.n {
+			x.all = append(x.all, x.Input(rank)...)
+		}
+	}
+	return x.all
 }
 
 // Reduction is the exact reduction of every rank's input, as every rank must see it.
@@ -223,11 +237,39 @@ func (x *Row) Reduction() []byte {
 	return x.red
 }
 
-// Inputs keeps rows' crafted inputs from one run to the next, up to InputsLimit bytes; the
-// first rows kept stay. A nil *Inputs keeps nothing. It is not safe for concurrent use.
+// Inputs keeps rows' crafted inputs from one run to the next, up to InputsLimit bytes (the
+// first rows kept stay), and the host memory checks use. A nil *Inputs keeps nothing. It is not
+// safe for concurrent use.
 type Inputs struct {
 	rows  map[inputKey]*Row
 	bytes int64
+	mem   hostMem
+}
+
+// hostMem is host memory a check reuses from row to row, and through Inputs from run to run
+// (hostBuf): zeros, each local rank's receive buffer as loaded in place, what a receive buffer
+// holds after the call, and what it should hold. A burn-in checks thousands of buffers, and fresh
+// memory for each costs page faults.
+type hostMem struct {
+	zero, got, want []byte
+	whole           [][]byte // by local rank
+}
+
+// hostBuf returns n bytes of *b, which it grows (to at least twice its size) when they do not
+// fit; they hold what they last held.
+func hostBuf(b *[]byte, n int64) []byte {
+	if int64(len(*b)) < n {
+		*b = make([]byte, max(n, 2*int64(len(*b))))
+	}
+	return (*b)[:n:n]
+}
+
+// host is the host memory checks reuse: p's, or new memory for one run when p is nil.
+func (p *Inputs) host() *hostMem {
+	if p == nil {
+		return &hostMem{}
+	}
+	return &p.mem
 }
 
 // InputsLimit bounds the host memory an Inputs holds.

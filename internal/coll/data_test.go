@@ -35,7 +35,7 @@ func TestRowReductionIsTheInputsReduction(t *testing.T) {
 						t.Fatalf("reduction differs from the inputs' reduction in reverse order")
 					}
 					fresh := newRow(AllReduce, n, size, Args{DType: dt, Op: op, Ranks: n}, 7)
-					if part := fresh.Part(n-1, 100, 57); !bytes.Equal(part, x.Input(n - 1)[100*dt.Size():157*dt.Size()]) {
+					if part := fresh.AppendPart(nil, n-1, 100, 57); !bytes.Equal(part, x.Input(n - 1)[100*dt.Size():157*dt.Size()]) {
 						t.Fatalf("a part made alone differs from the whole input's")
 					}
 					if fresh.in[n-1] != nil {
@@ -60,7 +60,7 @@ func TestRowMakesOnlyWhatIsAskedFor(t *testing.T) {
 	k := AllReduce.Counts(1024, 4, 16)
 	x := newRow(AllReduce, 16, k.Send*4, a, 1)
 	x.Input(5)
-	AllReduce.Expected(x, nil, 5, k, a)
+	AllReduce.Expected(nil, x, nil, 5, k, a)
 	for rank, in := range x.in {
 		if (in != nil) != (rank == 5) {
 			t.Errorf("rank %d's input made: %v", rank, in != nil)
@@ -68,7 +68,7 @@ func TestRowMakesOnlyWhatIsAskedFor(t *testing.T) {
 	}
 	k = AllToAll.Counts(1024, 4, 16)
 	x = newRow(AllToAll, 16, k.Send*4, a, 1)
-	if got := AllToAll.Expected(x, nil, 5, k, a); int64(len(got)) != k.Recv*4 {
+	if got := AllToAll.Expected(nil, x, nil, 5, k, a); int64(len(got)) != k.Recv*4 {
 		t.Fatalf("all-to-all expected %d bytes; want %d", len(got), k.Recv*4)
 	}
 	for rank, in := range x.in {
@@ -78,7 +78,7 @@ func TestRowMakesOnlyWhatIsAskedFor(t *testing.T) {
 	}
 	k = AllGather.Counts(1024, 4, 16)
 	x = newRow(AllGather, 16, k.Send*4, a, 1)
-	AllGather.Expected(x, nil, 5, k, a)
+	AllGather.Expected(nil, x, nil, 5, k, a)
 	for rank, in := range x.in {
 		if in == nil {
 			t.Errorf("all-gather's check did not make rank %d's input", rank)

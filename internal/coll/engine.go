@@ -293,7 +293,8 @@ func Run(ctx context.Context, b gpu.Backend, opt Options) (*Summary, error) {
 	if opt.OnStart != nil {
 		opt.OnStart(s)
 	}
-	r := &runner{b: b, comm: comm, opt: opt, n: len(devs), local: local, devs: devs, ctx: ctx, largest: s.Sweep.Max}
+	r := &runner{b: b, comm: comm, opt: opt, n: len(devs), local: local, devs: devs, ctx: ctx, largest: s.Sweep.Max,
+		host: opt.Inputs.host()}
 	for cycle := 0; cycle < max(opt.Cycles, 1) || opt.Cycles < 0; cycle++ {
 		if opt.Cycles < 0 {
 			s.Results = s.Results[:0]
@@ -495,6 +496,7 @@ type runner struct {
 	// maxbytes), which the timed iterations' places fit in (turns).
 	largest int64
 	in      *Row // the row's inputs, made as the process's ranks need them
+	host    *hostMem
 	// busSum and cells make the mean busbw over every measured cell, nccl-tests' footer figure.
 	busSum float64
 	cells  int
@@ -738,7 +740,8 @@ func (r *runner) placement(k Counts, a Args, inPlace bool) (Placement, error) {
 // must run as many collectives as the others.
 func (r *runner) check(bs *buffers, k Counts, a Args, before [][]byte, byRank []int64) (wrong int64, err error) {
 	c := r.opt.Coll
-	got := make([]byte, k.Recv*int64(a.DType.Size()))
+	elt := int64(a.DType.Size())
+	got := hostBuf(&r.host.got, k.Recv*elt)
 	for i := 0; i < r.opt.Check; i++ {
 		if err := r.load(bs); err != nil {
 			return wrong, err
@@ -750,7 +753,7 @@ func (r *runner) check(bs *buffers, k Counts, a Args, before [][]byte, byRank []
 			if err := r.b.CopyOut(got, bs.recv[rank]); err != nil {
 				return wrong, err
 			}
-			want := c.Expected(r.in, before[rank], rank, k, a)
+			want := c.Expected(hostBuf(&r.host.want, k.Recv*elt)[:0], r.in, before[rank], rank, k, a)
 			w := countWrong(got, want, a.DType, a.Op, c.Reduces)
 			byRank[rank] += w
 			wrong += w
@@ -988,11 +991,16 @@ func (r *runner) inputs(k Counts, a Args, inPlace bool) (before [][]byte) {
 		r.in = r.opt.Inputs.row(r.opt.Coll, r.n, k.Send*elt, a, r.opt.Seed)
 	}
 	before = make([][]byte, r.n)
-	zero := make([]byte, k.Recv*elt) // out of place every receive buffer starts zeroed; only read
-	for _, rank := range r.local {
+	zero := hostBuf(&r.host.zero, k.Recv*elt) // out of place every receive buffer starts zeroed; only read
+	clear(zero)
+	if len(r.host.whole) < len(r.local) {
+		r.host.whole = make([][]byte, len(r.local))
+	}
+	for i, rank := range r.local {
 		before[rank] = zero
 		if inPlace {
-			whole := make([]byte, max(k.Send, k.Recv)*elt)
+			whole := hostBuf(&r.host.whole[i], max(k.Send, k.Recv)*elt)
+			clear(whole)
 			so, ro := r.opt.Coll.InPlace(k, rank)
 			copy(whole[so*elt:], r.in.Input(rank))
 			before[rank] = whole[ro*elt : (ro+k.Recv)*elt]

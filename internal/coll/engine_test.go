@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -437,5 +438,33 @@ func TestEndlessRunKeepsTheLastSweep(t *testing.T) {
 		}})
 	if !errors.Is(err, context.Canceled) || rows < 40 || len(s.Results) > 4 {
 		t.Errorf("err %v, %d rows seen, %d kept; want canceled, 40 seen, at most one sweep's 4 kept", err, rows, len(s.Results))
+	}
+}
+
+// Runs that share Inputs, as a burn-in's passes do, reuse the host memory of their checks: a
+// second pass of a checked all-to-all (whose expected outputs are built per rank) and all-gather
+// allocates far less than one rank's buffer, where fresh memory for every check allocated tens.
+func TestRunsReuseHostMemory(t *testing.T) {
+	const size = 512 << 10
+	for _, c := range []*coll.Collective{coll.AllToAll, coll.AllGather, coll.AllReduce} {
+		b := newSim(t, "dgx-h100", sim.Options{})
+		in := &coll.Inputs{}
+		opt := coll.Options{Coll: c, Sweep: sweep(t, "512K:512K"), DTypes: []gpu.DType{gpu.Float}, Ops: []gpu.RedOp{gpu.Sum},
+			Iters: 2, Check: 1, Average: 1, Seed: 1, Inputs: in}
+		var m0, m1 runtime.MemStats
+		for pass := range 2 {
+			runtime.ReadMemStats(&m0)
+			s, err := coll.Run(context.Background(), b, opt)
+			runtime.ReadMemStats(&m1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r := s.Results[0]; r.OutOfPlace.Wrong == nil || *r.OutOfPlace.Wrong != 0 {
+				t.Fatalf("%s pass %d: the check did not run or found wrong elements: %+v", c.Name, pass, r)
+			}
+		}
+		if got := m1.TotalAlloc - m0.TotalAlloc; got > size/2 {
+			t.Errorf("%s: the second pass allocated %d bytes; want under %d", c.Name, got, size/2)
+		}
 	}
 }

@@ -137,6 +137,7 @@ type runner struct {
 	// src and dst are each device's two buffers of Size.
 	src, dst map[int]gpu.Buffer
 	res      *Result
+	host     []byte // for filling and checking buffers (hostChunks)
 }
 
 // MaxDevices is the most GPUs p2p measures at once: its matrices grow with the square of their

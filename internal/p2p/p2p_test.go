@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -300,5 +301,25 @@ func TestGroups(t *testing.T) {
 	groups, split = p2p.Groups(devs[98:])
 	if len(groups) != 2 || !slices.Equal(groups[0], []int{98, 99}) || split {
 		t.Errorf("2 GPUs on a and 3 on b: groups %v, split %v; want a's 2, then b's 3, unsplit", groups, split)
+	}
+}
+
+// Checking copies reuses host memory: a run that verifies over a hundred 1 MiB copies allocates
+// the devices' buffers (8 MiB) and a few MiB more, not two fresh buffers of the copy's size for
+// each check (245 MB).
+func TestVerifyReusesHostMemory(t *testing.T) {
+	b := simBackend(t, "dgx-h100", sim.Options{DataCap: 64 << 20})
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	res, err := p2p.Run(context.Background(), b, p2p.Options{Size: 1 << 20, Repeat: 1, Samples: 1, Verify: true, Devices: []int{0, 1, 2, 3}})
+	runtime.ReadMemStats(&m1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Verified < 24 || res.Mismatched != 0 {
+		t.Fatalf("verified %d, mismatched %d; want at least 24 copies checked and right", res.Verified, res.Mismatched)
+	}
+	if got := m1.TotalAlloc - m0.TotalAlloc; got > 32<<20 {
+		t.Errorf("the run allocated %d bytes to check %d copies of 1 MiB; want under 32 MiB", got, res.Verified)
 	}
 }

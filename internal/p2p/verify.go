@@ -16,7 +16,7 @@ func (r *runner) fill(buf gpu.Buffer, seed int) error {
 	if !buf.HasData() {
 		return nil
 	}
-	host := make([]byte, min(chunk, buf.Len()))
+	host, _ := r.hostChunks(min(chunk, buf.Len()))
 	state := uint64(seed+2) * 0x9e3779b97f4a7c15
 	for off := int64(0); off < buf.Len(); off += chunk {
 		n := min(chunk, buf.Len()-off)
@@ -35,6 +35,15 @@ func (r *runner) fill(buf gpu.Buffer, seed int) error {
 	return nil
 }
 
+// hostChunks returns two host buffers of n bytes (at most chunk), in memory the runner keeps: a
+// sweep fills and checks thousands of buffers, and fresh memory for each costs page faults.
+func (r *runner) hostChunks(n int64) (a, b []byte) {
+	if int64(len(r.host)) < 2*n {
+		r.host = make([]byte, 2*n)
+	}
+	return r.host[:n], r.host[n : 2*n]
+}
+
 // verify compares a copy's destination with its source. checked is false when there is no data to
 // compare (verification off, or buffers past the simulator's data cap).
 func (r *runner) verify(c gpu.Copy) (ok, checked bool, err error) {
@@ -42,7 +51,7 @@ func (r *runner) verify(c gpu.Copy) (ok, checked bool, err error) {
 		return false, false, nil
 	}
 	n := c.Src.Len()
-	a, b := make([]byte, min(chunk, n)), make([]byte, min(chunk, n))
+	a, b := r.hostChunks(min(chunk, n))
 	for off := int64(0); off < n; off += chunk {
 		m := min(chunk, n-off)
 		if err := r.b.CopyOut(a[:m], c.Src.Slice(off, m)); err != nil {

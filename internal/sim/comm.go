@@ -35,6 +35,7 @@ type comm struct {
 	// communicator across processes (world.go) the exchange has moved the data, and the other
 	// ranks' buffers here are stand-ins that hold none.
 	remote *remoteData
+	tmp    *scratch // the copies of a call's inputs that its data movement makes, reset at each call (nil: none yet)
 }
 
 // remoteData is a call's data as the exchange of a communicator across processes moved it.
@@ -108,8 +109,18 @@ func intervals(marks []float64) []time.Duration {
 
 var _ gpu.GraphComm = (*comm)(nil)
 
-func (c *comm) Size() int    { return len(c.devs) }
-func (c *comm) Close() error { return nil }
+func (c *comm) Size() int { return len(c.devs) }
+
+// Close gives the communicator's scratch memory back to the backend, for the next one.
+func (c *comm) Close() error {
+	c.b.mu.Lock()
+	if c.tmp != nil && (c.b.tmp == nil || len(c.b.tmp.buf) < len(c.tmp.buf)) {
+		c.b.tmp = c.tmp
+	}
+	c.b.mu.Unlock()
+	c.tmp = nil
+	return nil
+}
 
 func (c *comm) Synchronize(ctx context.Context) error { return c.b.synchronize(ctx, c.devs) }
 
@@ -234,6 +245,10 @@ func (c *comm) exec(us float64, dt gpu.DType, data bool, out []gpu.Buffer, move 
 	if !data {
 		return
 	}
+	if c.tmp == nil {
+		c.tmp = new(scratch)
+	}
+	c.tmp.reset()
 	move()
 	for r, bad := range corrupt {
 		if bad && out[r] != nil && out[r].HasData() && out[r].Len() >= int64(dt.Size()) {
@@ -263,12 +278,12 @@ func sameStart(a, b gpu.Buffer) bool {
 func bytesOf(x gpu.Buffer, n int64) []byte { return x.(*buffer).bytes()[:n] }
 
 // reduceAll returns the reduction of the first n bytes of every buffer.
-func reduceAll(bufs []gpu.Buffer, n int64, dt gpu.DType, op gpu.RedOp) []byte {
+func reduceAll(bufs []gpu.Buffer, n int64, dt gpu.DType, op gpu.RedOp, tmp *scratch) []byte {
 	srcs := make([][]byte, len(bufs))
 	for i, x := range bufs {
 		srcs[i] = bytesOf(x, n)
 	}
-	out := make([]byte, n)
+	out := tmp.take(n)
 	gpu.ReduceAll(dt, op, out, srcs)
 	return out
 }
@@ -279,7 +294,7 @@ func (c *comm) AllReduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op 
 		return err
 	}
 	return c.run(n, c.collUS(collAllReduce, n, op, send, recv), dt, hasData(send, recv), recv, func() {
-		allReduceData(send, recv, n, dt, op)
+		allReduceData(send, recv, n, dt, op, c.tmp)
 	})
 }
 
@@ -290,7 +305,7 @@ func (c *comm) AllGather(send, recv []gpu.Buffer, sendCount int64, dt gpu.DType)
 		return err
 	}
 	return c.run(n, c.collUS(collAllGather, n*ranks, gpu.Sum, send, recv), dt, hasData(send, recv), recv, func() {
-		allGatherData(send, recv, n)
+		allGatherData(send, recv, n, c.tmp)
 	})
 }
 
@@ -301,7 +316,7 @@ func (c *comm) ReduceScatter(send, recv []gpu.Buffer, recvCount int64, dt gpu.DT
 		return err
 	}
 	return c.run(n, c.collUS(collReduceScatter, n*ranks, op, send, recv), dt, hasData(send, recv), recv, func() {
-		reduceScatterData(send, recv, n, dt, op)
+		reduceScatterData(send, recv, n, dt, op, c.tmp)
 	})
 }
 
@@ -314,7 +329,7 @@ func (c *comm) Broadcast(send, recv []gpu.Buffer, count int64, dt gpu.DType, roo
 		return err
 	}
 	return c.run(n, c.collUS(collBroadcast, n, gpu.Sum, send, recv), dt, hasData([]gpu.Buffer{send[root]}, recv), recv, func() {
-		broadcastData(send, recv, n, root)
+		broadcastData(send, recv, n, root, c.tmp)
 	})
 }
 
@@ -327,7 +342,7 @@ func (c *comm) Reduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op gpu
 		return err
 	}
 	return c.run(n, c.collUS(collReduce, n, op, send, recv), dt, hasData(send, []gpu.Buffer{recv[root]}), recv, func() {
-		reduceData(send, recv, n, dt, op, root)
+		reduceData(send, recv, n, dt, op, root, c.tmp)
 	})
 }
 
@@ -357,7 +372,7 @@ func (c *comm) AllToAll(send, recv []gpu.Buffer, count int64, dt gpu.DType) erro
 		return fmt.Errorf("sim alltoall: %v: %w", err, gpu.ErrInvalid)
 	}
 	return c.run(n, us, dt, hasData(send, recv), recv, func() {
-		allToAllData(send, recv, n)
+		allToAllData(send, recv, n, c.tmp)
 	})
 }
 
@@ -409,7 +424,7 @@ func (c *comm) SendRecv(ops []gpu.P2POp, count int64, dt gpu.DType) error {
 		return flows, nil
 	})
 	return c.run(n, us, dt, hasData(bufs), out, func() {
-		sendRecvData(sends, recvs, n)
+		sendRecvData(sends, recvs, n, c.tmp)
 	})
 }
 
@@ -421,18 +436,19 @@ type pair struct{ from, to int }
 // bytes, as each call's method counts it; inputs are read before any output is written, so that
 // buffers may overlap (in place).
 
-func allReduceData(send, recv []gpu.Buffer, n int64, dt gpu.DType, op gpu.RedOp) {
-	res := reduceAll(send, n, dt, op)
+func allReduceData(send, recv []gpu.Buffer, n int64, dt gpu.DType, op gpu.RedOp, tmp *scratch) {
+	res := reduceAll(send, n, dt, op, tmp)
 	for _, x := range recv {
 		copy(bytesOf(x, n), res)
 	}
 }
 
-func allGatherData(send, recv []gpu.Buffer, n int64) {
+func allGatherData(send, recv []gpu.Buffer, n int64, tmp *scratch) {
 	ranks := int64(len(send))
 	chunks := make([][]byte, len(send))
 	for r, x := range send {
-		chunks[r] = append([]byte(nil), bytesOf(x, n)...)
+		chunks[r] = tmp.take(n)
+		copy(chunks[r], bytesOf(x, n))
 	}
 	for _, x := range recv {
 		out := bytesOf(x, n*ranks)
@@ -442,30 +458,32 @@ func allGatherData(send, recv []gpu.Buffer, n int64) {
 	}
 }
 
-func reduceScatterData(send, recv []gpu.Buffer, n int64, dt gpu.DType, op gpu.RedOp) {
-	res := reduceAll(send, n*int64(len(send)), dt, op)
+func reduceScatterData(send, recv []gpu.Buffer, n int64, dt gpu.DType, op gpu.RedOp, tmp *scratch) {
+	res := reduceAll(send, n*int64(len(send)), dt, op, tmp)
 	for r, x := range recv {
 		copy(bytesOf(x, n), res[int64(r)*n:])
 	}
 }
 
-func broadcastData(send, recv []gpu.Buffer, n int64, root int) {
-	data := append([]byte(nil), bytesOf(send[root], n)...)
+func broadcastData(send, recv []gpu.Buffer, n int64, root int, tmp *scratch) {
+	data := tmp.take(n)
+	copy(data, bytesOf(send[root], n))
 	for _, x := range recv {
 		copy(bytesOf(x, n), data)
 	}
 }
 
 // reduceData writes only the root's output.
-func reduceData(send, recv []gpu.Buffer, n int64, dt gpu.DType, op gpu.RedOp, root int) {
-	copy(bytesOf(recv[root], n), reduceAll(send, n, dt, op))
+func reduceData(send, recv []gpu.Buffer, n int64, dt gpu.DType, op gpu.RedOp, root int, tmp *scratch) {
+	copy(bytesOf(recv[root], n), reduceAll(send, n, dt, op, tmp))
 }
 
-func allToAllData(send, recv []gpu.Buffer, n int64) {
+func allToAllData(send, recv []gpu.Buffer, n int64, tmp *scratch) {
 	ranks := len(send)
 	in := make([][]byte, ranks)
 	for r, x := range send {
-		in[r] = append([]byte(nil), bytesOf(x, n*int64(ranks))...)
+		in[r] = tmp.take(n * int64(ranks))
+		copy(in[r], bytesOf(x, n*int64(ranks)))
 	}
 	for j, x := range recv {
 		out := bytesOf(x, n*int64(ranks))
@@ -476,10 +494,11 @@ func allToAllData(send, recv []gpu.Buffer, n int64) {
 }
 
 // sendRecvData moves each send to its matching receive.
-func sendRecvData(sends, recvs map[pair]gpu.Buffer, n int64) {
+func sendRecvData(sends, recvs map[pair]gpu.Buffer, n int64, tmp *scratch) {
 	data := map[pair][]byte{}
 	for p, s := range sends {
-		data[p] = append([]byte(nil), bytesOf(s, n)...)
+		data[p] = tmp.take(n)
+		copy(data[p], bytesOf(s, n))
 	}
 	for p, r := range recvs {
 		if d, ok := data[p]; ok {

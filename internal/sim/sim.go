@@ -73,6 +73,10 @@ type Backend struct {
 	// same sizes over and over, and fresh memory costs page faults and zeroing every time.
 	spare      map[int64][][]byte
 	spareBytes int64
+	// tmp is the memory a communicator's data movement copies inputs into, kept from one
+	// communicator to the next (a burn-in opens one per collective per pass): taken by NewComm,
+	// given back by Close.
+	tmp *scratch
 	// Per device: virtual time its stream has run collectives (kernels), and copies to or from
 	// it have run, µs; the simulated telemetry turns them into utilization and power.
 	kernelUS, copyUS []float64
@@ -359,6 +363,9 @@ func (b *Backend) NewComm(devices []int) (gpu.Comm, error) {
 	devs := append([]int(nil), devices...)
 	c := &comm{b: b, devs: devs, host: devs, hostMost: mostOnANode(b.topo, devs), m: newModel(b.topo, devices, b.opt.Env)}
 	c.flaky = b.flakyOn(c.m.flows)
+	b.mu.Lock()
+	c.tmp, b.tmp = b.tmp, nil
+	b.mu.Unlock()
 	return c, nil
 }
 

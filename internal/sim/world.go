@@ -863,17 +863,17 @@ func callData(c wireCall, parts [][]wirePart, out *scratch) ([][][]byte, error) 
 	}
 	switch c.Coll {
 	case "allreduce":
-		allReduceData(send, recv, n, c.DT, c.Op)
+		allReduceData(send, recv, n, c.DT, c.Op, out)
 	case "allgather":
-		allGatherData(send, recv, n)
+		allGatherData(send, recv, n, out)
 	case "reducescatter":
-		reduceScatterData(send, recv, n, c.DT, c.Op)
+		reduceScatterData(send, recv, n, c.DT, c.Op, out)
 	case "broadcast":
-		broadcastData(send, recv, n, c.Root)
+		broadcastData(send, recv, n, c.Root, out)
 	case "reduce":
-		reduceData(send, recv, n, c.DT, c.Op, c.Root)
+		reduceData(send, recv, n, c.DT, c.Op, c.Root, out)
 	case "alltoall":
-		allToAllData(send, recv, n)
+		allToAllData(send, recv, n, out)
 	default:
 		return nil, fmt.Errorf("sim: the exchange got an unknown call %s: %w", c, gpu.ErrInvalid)
 	}
@@ -901,7 +901,7 @@ func sendRecvOutputs(parts [][]wirePart, n int64, out *scratch) ([][][]byte, err
 			}
 		}
 	}
-	sendRecvData(sends, recvs, n)
+	sendRecvData(sends, recvs, n, out)
 	data := make([][][]byte, len(parts))
 	for rank, ps := range parts {
 		data[rank] = make([][]byte, len(ps))
