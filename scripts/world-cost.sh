@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What simulating GPUs across processes costs against one process simulating them all: an 8B:1GB
-# all-reduce on 16 simulated GPUs (two DGX H100), as 16 one-rank processes meeting at a rendezvous
-# on loopback (as under mpirun), then as one process. Prints each run's CPU seconds, peak memory
+# all-reduce on 16 simulated GPUs (two DGX H100), as 16 one-rank processes started as torchrun
+# starts them on one host (its variables, a rendezvous on loopback), then as one process. Prints each run's CPU seconds, peak memory
 # (rank 0's process, which serves the communicator's exchange, and the largest of the others), and
 # the ratio of the CPU times. N changes the process count; arguments are added to both runs
 # (--sim-data-cap 0: what the processes cost with no data to move).
@@ -15,9 +15,9 @@ nodes=$(((N + 7) / 8))
 args=(allreduce --backend sim --topology dgx-h100 --nodes "$nodes" --sizes 8B:1GB "$@")
 port=$((20000 + RANDOM % 20000))
 for r in $(seq 0 $((N - 1))); do
-  MASTER_ADDR=127.0.0.1 MASTER_PORT=$port GPUBENCH_RUN_KEY=world-cost \
+  RANK=$r WORLD_SIZE=$N LOCAL_RANK=$r LOCAL_WORLD_SIZE=$N MASTER_ADDR=127.0.0.1 MASTER_PORT=$port GPUBENCH_RUN_KEY=world-cost \
     /usr/bin/time -o "$tmp/time.$r" -f "%U %S %M" \
-    "$tmp/gpubench" "${args[@]}" --rank "$r" --world-size "$N" --local-rank $((r % 8)) >"$tmp/out.$r" 2>"$tmp/err.$r" &
+    "$tmp/gpubench" "${args[@]}" >"$tmp/out.$r" 2>"$tmp/err.$r" &
 done
 wait
 /usr/bin/time -o "$tmp/time.one" -f "%U %S %M" "$tmp/gpubench" "${args[@]}" -g "$N" >"$tmp/out.one" 2>/dev/null

@@ -34,6 +34,9 @@ type env struct {
 	now            func() time.Time
 	version        string
 	progress       bool // stderr is a terminal: report progress there
+	// procs sets the processors this process runs Go code on (GOMAXPROCS); nil where several
+	// ranks share one process (tests in-process).
+	procs func(n int)
 }
 
 // exitError carries the exit code a failure maps to. Commands return only exitErrors; any other

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -88,6 +89,9 @@ func joinWorld(cmd *cobra.Command, e *env, g *globals, b gpu.Backend, p launch.P
 	if err != nil {
 		return nil, err
 	}
+	if n := procsPerRank(p.LocalSize, runtime.NumCPU(), os.Getenv("GOMAXPROCS") != ""); n > 0 && e.procs != nil {
+		e.procs(n)
+	}
 	host, _ := os.Hostname()
 	me := launch.Member{Host: host, PID: e.pid, Device: devs[dev], Run: run}
 	grp, err := launch.Join(cmd.Context(), p, addr, l.timeout, me, joiner.NewUniqueID)
@@ -118,6 +122,19 @@ func joinWorld(cmd *cobra.Command, e *env, g *globals, b gpu.Backend, p launch.P
 		w.pids = append(w.pids, m.PID)
 	}
 	return w, nil
+}
+
+// procsPerRank is how many of the host's cpus a rank's Go code runs on when local processes
+// share the host: its share, at least one, as torchrun gives each of its processes one OpenMP
+// thread. Each Go runtime otherwise keeps a processor per cpu, and its idle ones spin and sleep
+// against the other ranks': 16 simulated ranks on two cpus took a third less CPU on one each
+// (docs/model.md, "Scale"). 0 leaves the runtime as it is: one process on the host (or the
+// launcher does not say), or GOMAXPROCS set by the user.
+func procsPerRank(local, cpus int, userSet bool) int {
+	if local <= 1 || userSet {
+		return 0
+	}
+	return max(1, cpus/local)
 }
 
 // close leaves the run, telling the others why when this rank failed; it returns the error to

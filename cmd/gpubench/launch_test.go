@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -157,7 +159,9 @@ func TestRanksStartedAsTorchrunDoes(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ps := startRanks(t, ctx, 4, []string{"GPUBENCH_TEST_REAL_PID=1"}, "allreduce", "--backend", "sim", "--sizes", "1K:1M:x32", "--output", "json")
+	procs := t.TempDir()
+	ps := startRanks(t, ctx, 4, []string{"GPUBENCH_TEST_REAL_PID=1", "GOMAXPROCS=", "GPUBENCH_TEST_PROCS=" + procs},
+		"allreduce", "--backend", "sim", "--sizes", "1K:1M:x32", "--output", "json")
 	for _, p := range ps {
 		<-p.done
 	}
@@ -167,6 +171,11 @@ func TestRanksStartedAsTorchrunDoes(t *testing.T) {
 		}
 		if rank > 0 && p.stdout.String() != "" {
 			t.Errorf("rank %d printed %q", rank, p.stdout.String())
+		}
+		// Four processes share this host: each runs its Go code on its share of the cpus.
+		n, err := os.ReadFile(filepath.Join(procs, strconv.Itoa(p.cmd.Process.Pid)))
+		if want := strconv.Itoa(max(1, runtime.NumCPU()/4)); err != nil || string(n) != want {
+			t.Errorf("rank %d set GOMAXPROCS to %q (%v); want %s", rank, n, err, want)
 		}
 	}
 	var doc struct {
@@ -553,5 +562,21 @@ func TestRunOfHoldsNCCLEnv(t *testing.T) {
 	}
 	if !strings.HasSuffix(without, "NCCL_* []") || !strings.HasSuffix(with, "NCCL_* [NCCL_ALGO=Ring NCCL_PROTO=LL]") {
 		t.Errorf("with NCCL_ALGO and NCCL_PROTO set: %q; without: %q", with, without)
+	}
+}
+
+// A rank whose launcher says how many processes share the host runs its Go code on its share of
+// the host's cpus, at least one; alone on its host, or with GOMAXPROCS set, it is left alone.
+func TestProcsPerRank(t *testing.T) {
+	for _, tc := range []struct {
+		local, cpus int
+		userSet     bool
+		want        int
+	}{
+		{16, 2, false, 1}, {8, 128, false, 16}, {3, 8, false, 2}, {1, 8, false, 0}, {0, 8, false, 0}, {16, 2, true, 0},
+	} {
+		if got := procsPerRank(tc.local, tc.cpus, tc.userSet); got != tc.want {
+			t.Errorf("procsPerRank(%d, %d, %v) = %d; want %d", tc.local, tc.cpus, tc.userSet, got, tc.want)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"time"
 )
@@ -15,7 +16,7 @@ var version = "0.2.0-dev"
 
 func main() {
 	ctx, stop := signalContext()
-	e := &env{stdout: os.Stdout, stderr: os.Stderr, pid: os.Getpid(), now: time.Now, version: version}
+	e := &env{stdout: os.Stdout, stderr: os.Stderr, pid: os.Getpid(), now: time.Now, version: version, procs: setProcs}
 	if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
 		e.progress = true // someone is watching: say how far long runs have got
 	}
@@ -34,3 +35,5 @@ func signalContext() (context.Context, context.CancelFunc) {
 	}()
 	return ctx, stop
 }
+
+func setProcs(n int) { runtime.GOMAXPROCS(n) }

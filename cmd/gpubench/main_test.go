@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,7 +22,13 @@ import (
 // process, and the stand-in libraries read their settings at load.
 func TestMain(m *testing.M) {
 	if args, ok := os.LookupEnv("GPUBENCH_AS_CLI"); ok {
-		e := &env{stdout: os.Stdout, stderr: os.Stderr, pid: 4242, version: "test", now: time.Now}
+		e := &env{stdout: os.Stdout, stderr: os.Stderr, pid: 4242, version: "test", now: time.Now, procs: setProcs}
+		if dir := os.Getenv("GPUBENCH_TEST_PROCS"); dir != "" { // tests of several processes see what each set
+			e.procs = func(n int) {
+				setProcs(n)
+				os.WriteFile(filepath.Join(dir, strconv.Itoa(os.Getpid())), []byte(strconv.Itoa(n)), 0o644)
+			}
+		}
 		if os.Getenv("GPUBENCH_TEST_REAL_PID") != "" { // tests of several processes tell them apart
 			e.pid = os.Getpid()
 		}
