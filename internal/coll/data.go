@@ -184,13 +184,18 @@ func (x *Row) AppendPart(dst []byte, rank int, from, count int64) []byte {
 	return dst
 }
 
-// Gathered is every rank's input, in rank order, as an all-gather leaves it on every rank.
+// Gathered is every rank's input, in rank order, as an all-gather leaves it on every rank. The
+// inputs then live in it, so that the row holds them once.
 func (x *Row) Gathered() []byte {
 	if x.all == nil {
-		x.all = make([]byte, 0, int64(x.n)*x.bytes)
+		all := make([]byte, 0, int64(x.n)*x.bytes)
 		for rank := range x.n {
-			x.all = append(x.all, x.Input(rank)...)
+			all = append(all, x.Input(rank)...)
 		}
+		for rank := range x.n {
+			x.in[rank] = all[int64(rank)*x.bytes : int64(rank+1)*x.bytes : int64(rank+1)*x.bytes]
+		}
+		x.all = all
 	}
 	return x.all
 }

@@ -78,10 +78,12 @@ func TestRowMakesOnlyWhatIsAskedFor(t *testing.T) {
 	}
 	k = AllGather.Counts(1024, 4, 16)
 	x = newRow(AllGather, 16, k.Send*4, a, 1)
-	AllGather.Expected(nil, x, nil, 5, k, a)
+	all := AllGather.Expected(nil, x, nil, 5, k, a)
 	for rank, in := range x.in {
 		if in == nil {
 			t.Errorf("all-gather's check did not make rank %d's input", rank)
+		} else if &in[0] != &all[int64(rank)*k.Send*4] {
+			t.Errorf("rank %d's input is held apart from the gathered inputs: the row holds it twice", rank)
 		}
 	}
 }

@@ -445,9 +445,9 @@ func allReduceData(send, recv []gpu.Buffer, n int64, dt gpu.DType, op gpu.RedOp,
 
 func allGatherData(send, recv []gpu.Buffer, n int64, tmp *scratch) {
 	ranks := int64(len(send))
-	chunks := make([][]byte, len(send))
+	chunks, all := make([][]byte, len(send)), tmp.take(ranks*n)
 	for r, x := range send {
-		chunks[r] = tmp.take(n)
+		chunks[r] = all[int64(r)*n : int64(r+1)*n]
 		copy(chunks[r], bytesOf(x, n))
 	}
 	for _, x := range recv {
@@ -480,10 +480,11 @@ func reduceData(send, recv []gpu.Buffer, n int64, dt gpu.DType, op gpu.RedOp, ro
 
 func allToAllData(send, recv []gpu.Buffer, n int64, tmp *scratch) {
 	ranks := len(send)
-	in := make([][]byte, ranks)
+	m := n * int64(ranks) // a rank's input
+	in, all := make([][]byte, ranks), tmp.take(int64(ranks)*m)
 	for r, x := range send {
-		in[r] = tmp.take(n * int64(ranks))
-		copy(in[r], bytesOf(x, n*int64(ranks)))
+		in[r] = all[int64(r)*m : int64(r+1)*m]
+		copy(in[r], bytesOf(x, m))
 	}
 	for j, x := range recv {
 		out := bytesOf(x, n*int64(ranks))
@@ -495,9 +496,9 @@ func allToAllData(send, recv []gpu.Buffer, n int64, tmp *scratch) {
 
 // sendRecvData moves each send to its matching receive.
 func sendRecvData(sends, recvs map[pair]gpu.Buffer, n int64, tmp *scratch) {
-	data := map[pair][]byte{}
+	data, all := map[pair][]byte{}, tmp.take(int64(len(sends))*n)
 	for p, s := range sends {
-		data[p] = tmp.take(n)
+		data[p], all = all[:n], all[n:]
 		copy(data[p], bytesOf(s, n))
 	}
 	for p, r := range recvs {

@@ -75,7 +75,8 @@ type Backend struct {
 	spareBytes int64
 	// tmp is the memory a communicator's data movement copies inputs into, kept from one
 	// communicator to the next (a burn-in opens one per collective per pass): taken by NewComm,
-	// given back by Close.
+	// given back by Close. It holds at most twice the largest call's inputs, which the data cap
+	// bounds.
 	tmp *scratch
 	// Per device: virtual time its stream has run collectives (kernels), and copies to or from
 	// it have run, µs; the simulated telemetry turns them into utilization and power.
