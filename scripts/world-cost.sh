@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # What simulating GPUs across processes costs against one process simulating them all: an 8B:1GB
 # all-reduce on 16 simulated GPUs (two DGX H100), as 16 one-rank processes started as torchrun
-# starts them on one host (its variables, a rendezvous on loopback), then as one process. Prints each run's CPU seconds, peak memory
-# (rank 0's process, which serves the communicator's exchange, and the largest of the others), and
-# the ratio of the CPU times. N changes the process count; arguments are added to both runs
-# (--sim-data-cap 0: what the processes cost with no data to move).
+# starts them on one host (its variables, a rendezvous on loopback), then as one process. Prints
+# each run's CPU seconds, peak memory (rank 0's process, which serves the communicator's exchange,
+# and the largest of the others), and the ratio of the CPU times. N changes the process count;
+# arguments are added to both runs (--sim-data-cap 0: what the processes cost with no data to move).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-16}

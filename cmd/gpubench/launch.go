@@ -127,7 +127,7 @@ func joinWorld(cmd *cobra.Command, e *env, g *globals, b gpu.Backend, p launch.P
 // procsPerRank is how many of the host's cpus a rank's Go code runs on when local processes
 // share the host: its share, at least one, as torchrun gives each of its processes one OpenMP
 // thread. Each Go runtime otherwise keeps a processor per cpu, and its idle ones spin and sleep
-// against the other ranks': 16 simulated ranks on two cpus took a third less CPU on one each
+// against the other ranks': 16 simulated ranks on two cpus took a fifth less CPU on one each
 // (docs/model.md, "Scale"). 0 leaves the runtime as it is: one process on the host (or the
 // launcher does not say), or GOMAXPROCS set by the user.
 func procsPerRank(local, cpus int, userSet bool) int {
