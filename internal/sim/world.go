@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -390,6 +391,9 @@ func (j *joined) exchange(calls []*call) ([]wireOut, error) {
 	}
 	j.sent.reset() // sent: the queued inputs are the exchange's now
 	if err != nil {
+		if why := j.closedWhy(err); why != nil {
+			return nil, why
+		}
 		return nil, fmt.Errorf("sim: rank %d sending %s to the exchange: %w", j.rank, what, err)
 	}
 	var r wireReply
@@ -423,6 +427,22 @@ func (j *joined) exchange(calls []*call) ([]wireOut, error) {
 		}
 	}
 	return r.Out[ran:], nil
+}
+
+// closedWhy is what the exchange said before it closed the connection that a send failed on
+// (err: the connection was closed or reset), such as which rank left; nil when it said nothing.
+// The exchange writes its failure to every rank, then closes, and what it wrote can still be
+// read after a send has found the connection gone.
+func (j *joined) closedWhy(err error) error {
+	if !errors.Is(err, syscall.EPIPE) && !errors.Is(err, syscall.ECONNRESET) {
+		return nil
+	}
+	j.conn.SetReadDeadline(time.Now().Add(time.Second))
+	var r wireReply
+	if j.dec.Decode(&r) != nil || r.Err == "" {
+		return nil
+	}
+	return errors.New(r.Err)
 }
 
 // partData is the data of every part of calls, in order, as it follows their message.
