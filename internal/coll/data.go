@@ -260,11 +260,12 @@ type hostMem struct {
 	whole           [][]byte // by local rank
 }
 
-// hostBuf returns n bytes of *b, which it grows (to at least twice its size) when they do not
-// fit; they hold what they last held.
+// hostBuf returns n bytes of *b, which it replaces by n fresh bytes when they do not fit; they
+// hold what they last held. (Sweeps grow by a factor, burn-ins keep one size: growing by more
+// would only hold memory no row uses.)
 func hostBuf(b *[]byte, n int64) []byte {
 	if int64(len(*b)) < n {
-		*b = make([]byte, max(n, 2*int64(len(*b))))
+		*b = make([]byte, n)
 	}
 	return (*b)[:n:n]
 }

@@ -735,7 +735,7 @@ func serveHub(ln *net.TCPListener, await *hubWait) {
 		m.calls = make(chan wireBatch)
 		go m.read(done, size)
 	}
-	var out scratch // the outputs of one meeting
+	var out, tmp scratch // the outputs of one meeting; the copies one call's data movement makes
 	for {
 		batches := make([]wireBatch, size)
 		for _, m := range members {
@@ -759,7 +759,7 @@ func serveHub(ln *net.TCPListener, await *hubWait) {
 		}
 		await.rank.Store(0)
 		out.reset()
-		replies, err := outputs(batches, &out)
+		replies, err := outputs(batches, &out, &tmp)
 		if err != nil {
 			fail(members, err.Error())
 			return
@@ -803,7 +803,7 @@ func serveHub(ln *net.TCPListener, await *hubWait) {
 
 // outputs runs every call of one synchronization, given every rank's batch, and returns each
 // rank's reply, its data in out.
-func outputs(batches []wireBatch, out *scratch) ([]wireReply, error) {
+func outputs(batches []wireBatch, out, tmp *scratch) ([]wireReply, error) {
 	replies := make([]wireReply, len(batches))
 	for rank := range replies {
 		replies[rank].Out = make([]wireOut, len(batches[0].Calls))
@@ -814,7 +814,8 @@ func outputs(batches []wireBatch, out *scratch) ([]wireReply, error) {
 			parts[rank] = b.Calls[i].Parts
 			b.Calls[i].Parts = nil // the inputs go once this call is done
 		}
-		data, err := callData(c, parts, out)
+		tmp.reset()
+		data, err := callData(c, parts, out, tmp)
 		if err != nil {
 			return nil, err
 		}
@@ -845,7 +846,7 @@ func outputs(batches []wireBatch, out *scratch) ([]wireReply, error) {
 // callData runs one call's data movement over every rank's parts with the simulator's own code
 // (comm.go), and returns each rank's outputs, by part, in out; nil when some rank's buffers carry
 // timing only, as then the call moves no data (as in one process).
-func callData(c wireCall, parts [][]wirePart, out *scratch) ([][][]byte, error) {
+func callData(c wireCall, parts [][]wirePart, out, tmp *scratch) ([][][]byte, error) {
 	for _, ps := range parts {
 		for _, p := range ps {
 			if !p.HasData {
@@ -856,7 +857,7 @@ func callData(c wireCall, parts [][]wirePart, out *scratch) ([][][]byte, error) 
 	ranks := int64(len(parts))
 	n := c.Count * int64(c.DT.Size())
 	if c.Coll == "sendrecv" {
-		return sendRecvOutputs(parts, n, out)
+		return sendRecvOutputs(parts, n, out, tmp)
 	}
 	if c.Root < 0 || c.Root >= int(ranks) {
 		return nil, nil // each rank's process refuses the call
@@ -883,17 +884,17 @@ func callData(c wireCall, parts [][]wirePart, out *scratch) ([][][]byte, error) 
 	}
 	switch c.Coll {
 	case "allreduce":
-		allReduceData(send, recv, n, c.DT, c.Op, out)
+		allReduceData(send, recv, n, c.DT, c.Op, tmp)
 	case "allgather":
-		allGatherData(send, recv, n, out)
+		allGatherData(send, recv, n, tmp)
 	case "reducescatter":
-		reduceScatterData(send, recv, n, c.DT, c.Op, out)
+		reduceScatterData(send, recv, n, c.DT, c.Op, tmp)
 	case "broadcast":
-		broadcastData(send, recv, n, c.Root, out)
+		broadcastData(send, recv, n, c.Root, tmp)
 	case "reduce":
-		reduceData(send, recv, n, c.DT, c.Op, c.Root, out)
+		reduceData(send, recv, n, c.DT, c.Op, c.Root, tmp)
 	case "alltoall":
-		allToAllData(send, recv, n, out)
+		allToAllData(send, recv, n, tmp)
 	default:
 		return nil, fmt.Errorf("sim: the exchange got an unknown call %s: %w", c, gpu.ErrInvalid)
 	}
@@ -907,7 +908,7 @@ func callData(c wireCall, parts [][]wirePart, out *scratch) ([][][]byte, error) 
 }
 
 // sendRecvOutputs moves a send/receive group's data: each receive gets its matching send's.
-func sendRecvOutputs(parts [][]wirePart, n int64, out *scratch) ([][][]byte, error) {
+func sendRecvOutputs(parts [][]wirePart, n int64, out, tmp *scratch) ([][][]byte, error) {
 	sends, recvs := map[pair]gpu.Buffer{}, map[pair]gpu.Buffer{}
 	for rank, ps := range parts {
 		for _, p := range ps {
@@ -921,7 +922,7 @@ func sendRecvOutputs(parts [][]wirePart, n int64, out *scratch) ([][][]byte, err
 			}
 		}
 	}
-	sendRecvData(sends, recvs, n, out)
+	sendRecvData(sends, recvs, n, tmp)
 	data := make([][][]byte, len(parts))
 	for rank, ps := range parts {
 		data[rank] = make([][]byte, len(ps))
