@@ -434,7 +434,8 @@ type pair struct{ from, to int }
 // The calls' data movement over every rank's buffers, all holding data: in the simulator's own
 // communicator, and in the exchange of one across processes (world.go). n is a rank's share in
 // bytes, as each call's method counts it; inputs are read before any output is written, so that
-// buffers may overlap (in place).
+// buffers may overlap (in place), and the copies of them that this needs are taken from tmp,
+// which the caller resets between calls.
 
 func allReduceData(send, recv []gpu.Buffer, n int64, dt gpu.DType, op gpu.RedOp, tmp *scratch) {
 	res := reduceAll(send, n, dt, op, tmp)
