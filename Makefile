@@ -119,6 +119,7 @@ fuzz:
 bench:
 	$(GO) test ./cmd/gpubench -run '^$$' -bench '^(BenchmarkSweep|BenchmarkLoadTopology|BenchmarkLoadWideNodes)$$' -benchtime 1x -timeout 10m
 	$(GO) test ./internal/launch -run '^$$' -bench '^BenchmarkRendezvous$$' -benchtime 2x -timeout 5m
+	$(GO) test ./internal/sim -run '^$$' -bench '^BenchmarkJoinedTimingOnlyCall$$' -benchtime 4000x -timeout 5m
 	scripts/world-cost.sh
 	scripts/world-cost.sh --sim-data-cap 256M
 

@@ -29,8 +29,11 @@ type comm struct {
 	// of ranks, and a timed loop asks the same question every iteration. The links of a
 	// communicator do not change while it lives (a timed slow link applies to later ones).
 	p2pUS map[string]float64
-	a2a   []gpu.Flow   // the all-to-all's flows of one unit per pair (gpu.Topology.AllToAllFlows)
-	flaky []*flakyLink // flaky-link faults its rings cross
+	// picked memoizes the time of the tuner's pick by call, for the same reason: a timed loop asks it again at
+	// every iteration, and in a communicator across processes every process asks it.
+	picked map[collCall]float64
+	a2a    []gpu.Flow   // the all-to-all's flows of one unit per pair (gpu.Topology.AllToAllFlows)
+	flaky  []*flakyLink // flaky-link faults its rings cross
 	// remote, while set, stands in for the data movement of the call being run: in a
 	// communicator across processes (world.go) the exchange has moved the data, and the other
 	// ranks' buffers here are stand-ins that hold none.
@@ -265,7 +268,23 @@ func (c *comm) collUS(kind collKind, n int64, op gpu.RedOp, send, recv []gpu.Buf
 	if len(c.devs) == 1 && sameStart(send[0], recv[0]) {
 		return 0
 	}
-	return c.m.decideOp(kind, n, op).Chosen().SimUS
+	k := collCall{kind, n, op}
+	if us, ok := c.picked[k]; ok {
+		return us
+	}
+	if c.picked == nil {
+		c.picked = map[collCall]float64{}
+	}
+	us := c.m.decideOp(kind, n, op).Chosen().SimUS
+	c.picked[k] = us
+	return us
+}
+
+// collCall is what the tuner's pick for a collective depends on, in a communicator.
+type collCall struct {
+	kind collKind
+	n    int64
+	op   gpu.RedOp
 }
 
 // sameStart reports whether two buffers start at the same byte of the same allocation.

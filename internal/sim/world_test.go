@@ -111,7 +111,7 @@ func TestJoinCommSendsEachRankItsOwn(t *testing.T) {
 // joinEach joins a communicator whose exchange hub serves, as ranks on devs, each in its own
 // backend (backed, with faults) as each would be in its own process, runs body on every rank at
 // once, and returns each rank's error.
-func joinEach(t *testing.T, hub *sim.Backend, devs []int, faults []sim.Fault, body func(rank int, b *sim.Backend, c gpu.Comm) error) []error {
+func joinEach(t testing.TB, hub *sim.Backend, devs []int, faults []sim.Fault, body func(rank int, b *sim.Backend, c gpu.Comm) error) []error {
 	id, err := hub.NewUniqueID()
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +167,7 @@ func reduceJoined(b *sim.Backend, c gpu.Comm, devs []int, rank int, n int64) (ou
 }
 
 // backed is two simulated DGX H100 whose buffers hold data (64 MiB of it).
-func backed(t *testing.T, faults ...sim.Fault) *sim.Backend {
+func backed(t testing.TB, faults ...sim.Fault) *sim.Backend {
 	t.Helper()
 	topo, err := sim.LoadTopology("dgx-h100")
 	if err == nil {
@@ -319,5 +319,48 @@ func TestJoinCommFlakyLink(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "flaky") {
 			t.Errorf("rank %d: %v; want the flaky link's failure", rank, err)
 		}
+	}
+}
+
+// BenchmarkJoinedTimingOnlyCall is what a timing-only all-reduce costs a communicator across
+// processes of 16 ranks (here goroutines, each with a backend of its own), every rank making the
+// call and synchronizing, as in a timed loop; the ranks meet every MaxDeferred calls. Each op is
+// one call on every rank.
+func BenchmarkJoinedTimingOnlyCall(b *testing.B) {
+	const n = 1 << 20
+	devs := make([]int, 16)
+	for i := range devs {
+		devs[i] = i
+	}
+	hub := backed(b)
+	defer hub.Close()
+	var joined sync.WaitGroup // every rank has joined: the clock starts
+	joined.Add(len(devs))
+	start := make(chan struct{})
+	go func() {
+		joined.Wait()
+		b.ResetTimer()
+		close(start)
+	}()
+	b.ReportAllocs()
+	errs := joinEach(b, hub, devs, nil, func(rank int, bk *sim.Backend, c gpu.Comm) error {
+		bufs := make([]gpu.Buffer, len(devs))
+		bufs[rank] = rankInput(bk, devs[rank], rank, n)
+		c.(gpu.DataSkipper).SkipData(true)
+		joined.Done()
+		<-start
+		for range b.N {
+			if err := c.AllReduce(bufs, bufs, n, gpu.Float, gpu.Sum); err != nil {
+				return err
+			}
+			if err := c.Synchronize(context.Background()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	b.StopTimer()
+	if err := errors.Join(errs...); err != nil {
+		b.Fatal(err)
 	}
 }
