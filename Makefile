@@ -105,6 +105,7 @@ fuzz:
 	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzAddressFlag$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzDetect$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzAddressEnv$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
+	$(GO) test ./internal/launch -run '^$$' -fuzz '^FuzzCountCPUs$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/plan -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/plan -run '^$$' -fuzz '^FuzzSetup$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)
 	$(GO) test ./internal/plan -run '^$$' -fuzz '^FuzzParseZeRO$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMIN) -timeout $(TIMEOUT)

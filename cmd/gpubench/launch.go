@@ -89,7 +89,8 @@ func joinWorld(cmd *cobra.Command, e *env, g *globals, b gpu.Backend, p launch.P
 	if err != nil {
 		return nil, err
 	}
-	if n := procsPerRank(p.LocalSize, runtime.NumCPU(), os.Getenv("GOMAXPROCS") != ""); n > 0 && e.procs != nil {
+	online, _ := os.ReadFile("/sys/devices/system/cpu/online")
+	if n := procsPerRank(p.LocalSize, runtime.GOMAXPROCS(0), runtime.NumCPU(), launch.CountCPUs(string(online)), os.Getenv("GOMAXPROCS") != ""); n > 0 && e.procs != nil {
 		e.procs(n)
 	}
 	host, _ := os.Hostname()
@@ -124,17 +125,20 @@ func joinWorld(cmd *cobra.Command, e *env, g *globals, b gpu.Backend, p launch.P
 	return w, nil
 }
 
-// procsPerRank is how many of the host's cpus a rank's Go code runs on when local processes
-// share the host: its share, at least one, as torchrun gives each of its processes one OpenMP
-// thread. Each Go runtime otherwise keeps a processor per cpu, and its idle ones spin and sleep
-// against the other ranks': 16 simulated ranks on two cpus took a fifth less CPU on one each
-// (docs/model.md, "Scale"). 0 leaves the runtime as it is: one process on the host (or the
-// launcher does not say), or GOMAXPROCS set by the user.
-func procsPerRank(local, cpus int, userSet bool) int {
-	if local <= 1 || userSet {
+// procsPerRank is how many cpus a rank's Go code runs on when local processes share the host:
+// its share of the processors the runtime would use (procs: the cpus this process may run on,
+// within a container's cpu quota), at least one, as torchrun gives each of its processes one
+// OpenMP thread. Each Go runtime otherwise keeps a processor per cpu, and its idle ones spin and
+// sleep against the other ranks': 16 simulated ranks on two cpus took a fifth less CPU on one
+// each (docs/model.md, "Scale"). 0 leaves the runtime as it is: one process on the host (or the
+// launcher does not say); GOMAXPROCS set by the user; or a process bound to some of the host's
+// cpus (affinity, of online), as mpirun and srun bind each rank to its own share, which is then
+// already divided (a container's cpuset looks the same, and keeps the runtime's choice).
+func procsPerRank(local, procs, affinity, online int, userSet bool) int {
+	if local <= 1 || userSet || online > 0 && affinity < online {
 		return 0
 	}
-	return max(1, cpus/local)
+	return max(1, procs/local)
 }
 
 // close leaves the run, telling the others why when this rank failed; it returns the error to

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gpubench/gpubench/internal/coll"
+	"github.com/gpubench/gpubench/internal/launch"
 	"github.com/gpubench/gpubench/internal/sim"
 )
 
@@ -172,9 +173,15 @@ func TestRanksStartedAsTorchrunDoes(t *testing.T) {
 		if rank > 0 && p.stdout.String() != "" {
 			t.Errorf("rank %d printed %q", rank, p.stdout.String())
 		}
-		// Four processes share this host: each runs its Go code on its share of the cpus.
+		// Four processes share this host: each runs its Go code on its share of the cpus, unless
+		// this test runs bound to some of them (taskset), which the ranks then leave alone.
 		n, err := os.ReadFile(filepath.Join(procs, strconv.Itoa(p.cmd.Process.Pid)))
-		if want := strconv.Itoa(max(1, runtime.NumCPU()/4)); err != nil || string(n) != want {
+		online, _ := os.ReadFile("/sys/devices/system/cpu/online")
+		if bound := runtime.NumCPU() < launch.CountCPUs(string(online)); bound {
+			if err == nil {
+				t.Errorf("rank %d, bound to %d cpus, set GOMAXPROCS to %s", rank, runtime.NumCPU(), n)
+			}
+		} else if want := strconv.Itoa(max(1, runtime.NumCPU()/4)); err != nil || string(n) != want {
 			t.Errorf("rank %d set GOMAXPROCS to %q (%v); want %s", rank, n, err, want)
 		}
 	}
@@ -569,14 +576,20 @@ func TestRunOfHoldsNCCLEnv(t *testing.T) {
 // the host's cpus, at least one; alone on its host, or with GOMAXPROCS set, it is left alone.
 func TestProcsPerRank(t *testing.T) {
 	for _, tc := range []struct {
-		local, cpus int
-		userSet     bool
-		want        int
+		local, procs, affinity, online int
+		userSet                        bool
+		want                           int
 	}{
-		{16, 2, false, 1}, {8, 128, false, 16}, {3, 8, false, 2}, {1, 8, false, 0}, {0, 8, false, 0}, {16, 2, true, 0},
+		{16, 2, 2, 2, false, 1},       // this machine: 16 ranks on 2 cpus
+		{8, 128, 128, 128, false, 16}, // a whole host
+		{3, 8, 8, 8, false, 2},
+		{2, 4, 64, 64, false, 2},   // a container's quota of 4 cpus on a 64-cpu host: the share of 4
+		{8, 16, 16, 128, false, 0}, // bound to 16 of 128 cpus by the launcher: already its share
+		{8, 16, 16, 0, false, 2},   // online cpus unknown: the share
+		{1, 8, 8, 8, false, 0}, {0, 8, 8, 8, false, 0}, {16, 2, 2, 2, true, 0},
 	} {
-		if got := procsPerRank(tc.local, tc.cpus, tc.userSet); got != tc.want {
-			t.Errorf("procsPerRank(%d, %d, %v) = %d; want %d", tc.local, tc.cpus, tc.userSet, got, tc.want)
+		if got := procsPerRank(tc.local, tc.procs, tc.affinity, tc.online, tc.userSet); got != tc.want {
+			t.Errorf("procsPerRank(%d, %d, %d, %d, %v) = %d; want %d", tc.local, tc.procs, tc.affinity, tc.online, tc.userSet, got, tc.want)
 		}
 	}
 }

@@ -357,3 +357,33 @@ func (p Process) Device(n int) (int, error) {
 	}
 	return 0, configErr("local rank %d, but this process sees %d GPUs: start at most one process per GPU on each host, or give each process its own GPU (CUDA_VISIBLE_DEVICES)", p.LocalRank, n)
 }
+
+// CountCPUs is how many cpus a Linux cpu list names ("0-63,128-191", as
+// /sys/devices/system/cpu/online holds it); 0 when list is not one, or names more than maxCPUs.
+func CountCPUs(list string) int {
+	list = strings.TrimSpace(list)
+	if list == "" {
+		return 0
+	}
+	n := 0
+	for part := range strings.SplitSeq(list, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 || a >= maxCPUs || strings.HasPrefix(lo, "+") {
+			return 0
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a || b >= maxCPUs || strings.HasPrefix(hi, "+") {
+				return 0
+			}
+		}
+		if n += b - a + 1; n > maxCPUs {
+			return 0
+		}
+	}
+	return n
+}
+
+// maxCPUs bounds a cpu list: Linux's own limit (CONFIG_NR_CPUS) is at most 8,192.
+const maxCPUs = 8192

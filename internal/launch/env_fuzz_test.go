@@ -138,3 +138,31 @@ func TestAddressHost(t *testing.T) {
 		t.Errorf("a control character in the node list: %q, %v", got, err)
 	}
 }
+
+// FuzzCountCPUs gives CountCPUs any text: it counts a cpu list's cpus, each range once, within
+// the bound, and anything else is 0.
+func FuzzCountCPUs(f *testing.F) {
+	for _, s := range []string{"0-1\n", "0-63,128-191", "3", "0-3,2-5", "5-2", "", "a", "-1", "0-8192", "+1", "1,,2"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, list string) {
+		n := CountCPUs(list)
+		if n < 0 || n > maxCPUs {
+			t.Fatalf("CountCPUs(%q) = %d, outside [0, %d]", list, n, maxCPUs)
+		}
+		if n > 0 && strings.TrimSpace(list) != strings.Join(strings.Fields(list), "") {
+			t.Fatalf("CountCPUs(%q) = %d for a list with spaces inside", list, n)
+		}
+	})
+}
+
+func TestCountCPUs(t *testing.T) {
+	for list, want := range map[string]int{
+		"0-1\n": 2, "0-63,128-191": 128, "3": 1, "0,2,4-7": 6, "0-8191": 8192,
+		"": 0, "5-2": 0, "a": 0, "-1": 0, "0-8192": 0, "+1": 0, "1,,2": 0, "1-": 0, "0 - 3": 0,
+	} {
+		if got := CountCPUs(list); got != want {
+			t.Errorf("CountCPUs(%q) = %d; want %d", list, got, want)
+		}
+	}
+}
