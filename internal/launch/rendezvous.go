@@ -135,6 +135,18 @@ func (p *peer) send(m message) error {
 	return p.enc.Encode(m)
 }
 
+// write sends a message already encoded (json.Marshal and a newline, as the encoder writes it):
+// rank 0 encodes a gathering's figures once for every rank.
+func (p *peer) write(msg []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.conn.SetWriteDeadline(time.Now().Add(helloWait)); err != nil {
+		return err
+	}
+	_, err := p.conn.Write(msg)
+	return err
+}
+
 // budget reads at most n more bytes from r, or without limit when n is negative.
 type budget struct {
 	r io.Reader
@@ -734,11 +746,16 @@ func (g *Group) AllGather(ctx context.Context, vals []float64) ([][]float64, err
 		}
 		all[r+1] = m.Vals
 	}
+	msg, err := json.Marshal(message{Gather: true, Seq: g.seq, All: all})
+	if err != nil { // figures JSON cannot hold (NaN, ±Inf): the ranks' own fault, not a peer's
+		return nil, g.failed(fmt.Errorf("the ranks' figures cannot be sent: %w", err))
+	}
+	msg = append(msg, '\n')
 	for _, q := range g.peers[1:] {
 		if g.isGone(q) {
 			continue
 		}
-		if err := q.send(message{Gather: true, Seq: g.seq, All: all}); err != nil && !g.setAside(q, "it could not be reached: "+err.Error()) {
+		if err := q.write(msg); err != nil && !g.setAside(q, "it could not be reached: "+err.Error()) {
 			return nil, g.failed(fmt.Errorf("%s left the run: %w", q.m, err))
 		}
 	}
