@@ -895,6 +895,14 @@ func callData(c wireCall, parts [][]wirePart, out, tmp *scratch) ([][][]byte, er
 			return nil, fmt.Errorf("sim %s: rank %d brought %d bytes of %d: %w", c, rank, len(ps[0].data), sendN, gpu.ErrInvalid)
 		}
 		send[rank] = &buffer{data: ps[0].data, n: sendN}
+	}
+	// Every rank's output of an all-reduce, all-gather or broadcast is the same: it is made once
+	// and sent to each, rather than copied for each rank into memory of its own.
+	same := c.Coll == "allreduce" || c.Coll == "allgather" || c.Coll == "broadcast"
+	if same {
+		recv = recv[:1]
+	}
+	for rank := range recv {
 		recv[rank] = &buffer{data: out.take(recvN), n: recvN}
 	}
 	switch c.Coll {
@@ -914,7 +922,11 @@ func callData(c wireCall, parts [][]wirePart, out, tmp *scratch) ([][][]byte, er
 		return nil, fmt.Errorf("sim: the exchange got an unknown call %s: %w", c, gpu.ErrInvalid)
 	}
 	data := make([][][]byte, ranks)
-	for rank, x := range recv {
+	for rank := range data {
+		x := recv[0]
+		if !same {
+			x = recv[rank]
+		}
 		if c.Coll != "reduce" || rank == c.Root {
 			data[rank] = [][]byte{x.(*buffer).data}
 		}
