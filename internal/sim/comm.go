@@ -29,8 +29,8 @@ type comm struct {
 	// of ranks, and a timed loop asks the same question every iteration. The links of a
 	// communicator do not change while it lives (a timed slow link applies to later ones).
 	p2pUS map[string]float64
-	// picked memoizes the time of the tuner's pick by call, for the same reason: a timed loop asks it again at
-	// every iteration, and in a communicator across processes every process asks it.
+	// picked memoizes the time of the tuner's pick by call, for the same reason: a timed loop
+	// asks it again at every iteration, and across processes every process asks it.
 	picked map[collCall]float64
 	a2a    []gpu.Flow   // the all-to-all's flows of one unit per pair (gpu.Topology.AllToAllFlows)
 	flaky  []*flakyLink // flaky-link faults its rings cross
