@@ -113,7 +113,6 @@ type peer struct {
 	conn  net.Conn
 	r     *budget
 	mu    sync.Mutex // writes
-	enc   *json.Encoder
 	dec   *json.Decoder
 	in    chan message  // gathers
 	bye   chan struct{} // closed when the peer says goodbye
@@ -122,21 +121,26 @@ type peer struct {
 
 func newPeer(m Member, conn net.Conn) *peer {
 	r := &budget{r: conn, n: -1}
-	return &peer{m: m, conn: conn, r: r, enc: json.NewEncoder(conn), dec: json.NewDecoder(r), in: make(chan message, 1),
+	return &peer{m: m, conn: conn, r: r, dec: json.NewDecoder(r), in: make(chan message, 1),
 		bye: make(chan struct{}), ended: make(chan struct{})}
 }
 
 func (p *peer) send(m message) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err := p.conn.SetWriteDeadline(time.Now().Add(helloWait)); err != nil {
+	msg, err := encode(m)
+	if err != nil {
 		return err
 	}
-	return p.enc.Encode(m)
+	return p.write(msg)
 }
 
-// write sends a message already encoded (json.Marshal and a newline, as the encoder writes it):
-// rank 0 encodes a gathering's figures once for every rank.
+// encode is m as a peer reads it: its JSON and a newline, what a json.Encoder writes.
+func encode(m message) ([]byte, error) {
+	msg, err := json.Marshal(m)
+	return append(msg, '\n'), err
+}
+
+// write sends a message already encoded: rank 0 encodes a gathering's figures once for every
+// rank.
 func (p *peer) write(msg []byte) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -405,7 +409,10 @@ func (g *Group) greet(conn net.Conn, arrivals chan<- arrival, done <-chan struct
 	var m message
 	err := conn.SetDeadline(time.Now().Add(handshakeWait))
 	if err == nil {
-		err = q.enc.Encode(message{Challenge: challenge})
+		var msg []byte
+		if msg, err = encode(message{Challenge: challenge}); err == nil {
+			_, err = conn.Write(msg)
+		}
 	}
 	if err == nil {
 		err = q.dec.Decode(&m)
@@ -746,11 +753,10 @@ func (g *Group) AllGather(ctx context.Context, vals []float64) ([][]float64, err
 		}
 		all[r+1] = m.Vals
 	}
-	msg, err := json.Marshal(message{Gather: true, Seq: g.seq, All: all})
+	msg, err := encode(message{Gather: true, Seq: g.seq, All: all})
 	if err != nil { // figures JSON cannot hold (NaN, ±Inf): the ranks' own fault, not a peer's
 		return nil, g.failed(fmt.Errorf("the ranks' figures cannot be sent: %w", err))
 	}
-	msg = append(msg, '\n')
 	for _, q := range g.peers[1:] {
 		if g.isGone(q) {
 			continue
