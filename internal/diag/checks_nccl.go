@@ -10,7 +10,8 @@ import (
 
 // knownNCCL are the NCCL_* variables gpubench knows: NCCL's docs/userguide/source/env.rst at
 // 2.30.7 (with NCCL_IB_GDR_LEVEL, the name of NCCL_NET_GDR_LEVEL before 2.4), NCCL_COMM_ID
-// (src/bootstrap.cc) and NCCL_MULTI_RANK_GPU_ENABLE (src/init.cc, 2.30);
+// (src/bootstrap.cc), NCCL_MULTI_RANK_GPU_ENABLE (src/init.cc, 2.30), and NCCL_MIN_NRINGS and
+// NCCL_MAX_NRINGS, the older names of the channel bounds, which NCCL still reads (src/graph/connect.cc);
 // NCCL_GRAPH_MIXING_SUPPORT is what gpubench's own -G sets. NCCL has more variables than these, so
 // a name missing here is flagged only when it is one typo away from a known one.
 var knownNCCL = []string{
@@ -19,7 +20,7 @@ var knownNCCL = []string{
 	"NCCL_IB_GDR_LEVEL", "NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS",
 	"NCCL_MIN_CTAS", "NCCL_MAX_CTAS", "NCCL_BUFFSIZE", "NCCL_NVLS_ENABLE", "NCCL_CUMEM_ENABLE",
 	"NCCL_TOPO_DUMP_FILE", "NCCL_COMM_BLOCKING", "NCCL_MULTI_RANK_GPU_ENABLE", "NCCL_RAS_ENABLE",
-	"NCCL_SET_THREAD_NAME", "NCCL_COMM_ID", "NCCL_GRAPH_MIXING_SUPPORT",
+	"NCCL_SET_THREAD_NAME", "NCCL_COMM_ID", "NCCL_GRAPH_MIXING_SUPPORT", "NCCL_MIN_NRINGS", "NCCL_MAX_NRINGS",
 }
 
 // osaDistance is the optimal string alignment distance: insertions, deletions, substitutions and

@@ -3,9 +3,7 @@ package sim
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -565,29 +563,67 @@ func TestNoAlgorithmNamesWhatTurnedItOff(t *testing.T) {
 	}
 }
 
-// The range each NCCL_* number is refused with is the range accepted: its ends pass, one beyond
-// each is refused with the same words.
-func TestCheckEnvRangeIsTheRangeAccepted(t *testing.T) {
+// Integer NCCL_* values are read as NCCL reads them: C's strtoll in base 0 (src/misc/param.cc),
+// an empty value as unset, channel counts held to NCCL's range (connect.cc), NCCL_MIN_NRINGS and
+// NCCL_MAX_NRINGS where the newer names are unset, and the switches that paths.cc and enqueue.cc
+// test against 1 on only at 1; what is not a whole number is refused, naming the variable.
+func TestNCCLNumbersReadAsNCCLReadsThem(t *testing.T) {
 	t.Parallel()
-	ends := regexp.MustCompile(`: give a whole number from (-?[0-9]+) to (-?[0-9]+)$`)
-	for _, name := range []string{"NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_P2P_DISABLE", "NCCL_PXN_DISABLE", "NCCL_IB_DISABLE"} {
-		err := CheckEnv(map[string]string{name: "-1"})
-		m := ends.FindStringSubmatch(fmt.Sprint(err))
-		if m == nil {
-			t.Errorf("%s=-1: %v; want it refused with the range to give", name, err)
+	for _, c := range []struct {
+		env            map[string]string
+		minCh, maxCh   int
+		nvls, collnet  bool
+		p2pOff, pxnOff bool
+		ibOff          bool
+	}{
+		{env: nil, maxCh: 64, nvls: true},
+		{env: map[string]string{"NCCL_MAX_NCHANNELS": "010"}, maxCh: 8, nvls: true},
+		{env: map[string]string{"NCCL_MAX_NCHANNELS": "0x10", "NCCL_MIN_NCHANNELS": " 4\n"}, minCh: 4, maxCh: 16, nvls: true},
+		{env: map[string]string{"NCCL_MAX_NCHANNELS": "0", "NCCL_MIN_NCHANNELS": "-1"}, maxCh: 1, nvls: true},
+		{env: map[string]string{"NCCL_MAX_NCHANNELS": "1000", "NCCL_MIN_NCHANNELS": "99999999999"}, minCh: 64, maxCh: 64, nvls: true},
+		{env: map[string]string{"NCCL_MAX_NCHANNELS": "", "NCCL_NVLS_ENABLE": "", "NCCL_P2P_DISABLE": "", "NCCL_PXN_DISABLE": ""}, maxCh: 64, nvls: true},
+		{env: map[string]string{"NCCL_MAX_NRINGS": "4", "NCCL_MIN_NRINGS": "2"}, minCh: 2, maxCh: 4, nvls: true},
+		{env: map[string]string{"NCCL_MAX_NRINGS": "4", "NCCL_MAX_NCHANNELS": "8"}, maxCh: 8, nvls: true},
+		{env: map[string]string{"NCCL_NVLS_ENABLE": "0x0", "NCCL_COLLNET_ENABLE": "1", "NCCL_P2P_DISABLE": "1", "NCCL_PXN_DISABLE": "1", "NCCL_IB_DISABLE": "2"},
+			maxCh: 64, collnet: true, p2pOff: true, pxnOff: true, ibOff: true},
+		{env: map[string]string{"NCCL_NVLS_ENABLE": "-1", "NCCL_COLLNET_ENABLE": "2", "NCCL_P2P_DISABLE": "2", "NCCL_PXN_DISABLE": "2"}, maxCh: 64, nvls: true},
+	} {
+		if err := CheckEnv(c.env); err != nil {
+			t.Errorf("%q: %v", c.env, err)
 			continue
 		}
-		lo, _ := strconv.Atoi(m[1])
-		hi, _ := strconv.Atoi(m[2])
-		for _, v := range []int{lo, hi} {
-			if err := CheckEnv(map[string]string{name: strconv.Itoa(v)}); err != nil {
-				t.Errorf("%s=%d, in the range stated (%d to %d): %v", name, v, lo, hi, err)
+		e := parseTunerEnv(c.env)
+		got := []any{e.minCh, e.maxCh, e.nvls, e.collnet, e.p2pDisable, e.noPXN, e.ibDisable}
+		if want := []any{c.minCh, c.maxCh, c.nvls, c.collnet, c.p2pOff, c.pxnOff, c.ibOff}; !slices.Equal(got, want) {
+			t.Errorf("%q: read as %v; want %v", c.env, got, want)
+		}
+	}
+	for _, name := range EnvVars {
+		if name == "NCCL_ALGO" || name == "NCCL_PROTO" || name == "NCCL_IB_HCA" {
+			continue
+		}
+		for _, v := range []string{"x", "1e9", "12abc", "0x", "08", "+-1", "1 2"} {
+			want := name + "=" + strconv.Quote(v) + ": give a whole number, such as 1 (decimal, or hex after 0x)"
+			if err := CheckEnv(map[string]string{name: v}); err == nil || err.Error() != want {
+				t.Errorf("%s=%q: %v; want %q", name, v, err, want)
 			}
 		}
-		for _, v := range []int{lo - 1, hi + 1} {
-			if err := CheckEnv(map[string]string{name: strconv.Itoa(v)}); err == nil || !ends.MatchString(err.Error()) {
-				t.Errorf("%s=%d, outside the range stated (%d to %d): %v; want it refused with the range", name, v, lo, hi, err)
-			}
+	}
+}
+
+// NCCL_MAX_NCHANNELS applies first and NCCL_MIN_NCHANNELS after it (connect.cc: "We permit
+// combining max, then min, to only use the first channels, then duplicate them"), so a MIN above
+// MAX runs MIN channels.
+func TestMinChannelsAboveMax(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"NCCL_MIN_NCHANNELS": "32", "NCCL_MAX_NCHANNELS": "4", "NCCL_ALGO": "ring"}
+	x := explain(t, "dgx-h100", 8, env, "allreduce", 1<<30)
+	if x.Chosen.Channels != 32 {
+		t.Errorf("NCCL_MIN_NCHANNELS=32 NCCL_MAX_NCHANNELS=4: %d channels; want 32", x.Chosen.Channels)
+	}
+	for n, want := range map[int]int{1: 32, 24: 32, 64: 32} {
+		if got := parseTunerEnv(env).clampChannels(n); got != want {
+			t.Errorf("%d channels clamped to %d; want %d", n, got, want)
 		}
 	}
 }

@@ -93,18 +93,18 @@ func FuzzSimulate(f *testing.F) {
 }
 
 // FuzzTunerEnv gives the integer NCCL_* variables any values (each set or not, by the bits of
-// set): CheckEnv refuses a value out of its range with one line naming the variable, and for what
-// it accepts parseTunerEnv reads the numbers the variables hold; whatever the values,
-// parseTunerEnv's channel range stays one CheckEnv accepts, and clampChannels within it.
+// set): CheckEnv refuses what is not a whole number with one line naming the variable, and for
+// what it accepts parseTunerEnv reads the number NCCL would (cNumber, checked here against Go's
+// own reading of C's literals), held to NCCL's range; clampChannels stays within 1 to 64.
 func FuzzTunerEnv(f *testing.F) {
 	f.Add("2", "8", "0", "1", "0", "1", "0", uint8(0x7f))
 	f.Add("16", "4", "", "", "", "", "", uint8(3))
 	f.Add("0", "0", "-1", "x", " 1 ", "1025", "+1", uint8(0x7f))
 	f.Add("99999999999999999999", "-5", "1\n", "", "", "", "", uint8(0x0f))
-	f.Add("100", "", "", "", "", "", "", uint8(1))
+	f.Add("0x20", "010", "0X0", "08", "-0x1", "2", "0", uint8(0x7f))
 	f.Fuzz(func(t *testing.T, minCh, maxCh, nvls, collnet, p2p, pxn, ib string, set uint8) {
 		names := []string{"NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_P2P_DISABLE", "NCCL_PXN_DISABLE", "NCCL_IB_DISABLE"}
-		defaults := []int{0, 64, 1, 0, 0, 0, 0}
+		defaults := []int64{0, 64, 2, 0, 0, 0, 0}
 		env := map[string]string{}
 		for i, v := range []string{minCh, maxCh, nvls, collnet, p2p, pxn, ib} {
 			if set&(1<<i) != 0 {
@@ -112,16 +112,12 @@ func FuzzTunerEnv(f *testing.F) {
 			}
 		}
 		e := parseTunerEnv(env)
-		if e.maxCh < 1 || e.maxCh > 1024 || e.minCh < 0 || e.minCh > 1024 {
-			t.Fatalf("%q: channels %d to %d", env, e.minCh, e.maxCh)
-		}
 		for _, n := range []int{-1, 0, 1, 64, 2000} {
-			if c := e.clampChannels(n); c < 1 || c > e.maxCh {
+			if c := e.clampChannels(n); c < 1 || c > 64 {
 				t.Fatalf("%q: %d channels clamped to %d", env, n, c)
 			}
 		}
-		err := CheckEnv(env)
-		if err != nil {
+		if err := CheckEnv(env); err != nil {
 			named := false
 			for _, name := range names {
 				_, ok := env[name]
@@ -132,26 +128,46 @@ func FuzzTunerEnv(f *testing.F) {
 			}
 			return
 		}
-		got := []int{e.minCh, e.maxCh, b2i(e.nvls), b2i(e.collnet), b2i(e.p2pDisable), b2i(e.noPXN), b2i(e.ibDisable)}
+		got := []int64{int64(e.minCh), int64(e.maxCh), b2i(e.nvls), b2i(e.collnet), b2i(e.p2pDisable), b2i(e.noPXN), b2i(e.ibDisable)}
 		for i, name := range names {
 			want := defaults[i]
-			if v, ok := env[name]; ok {
-				want, _ = strconv.Atoi(strings.TrimSpace(v))
+			if v := strings.TrimSpace(env[name]); v != "" {
+				want = cLiteral(t, v)
 			}
-			if i >= 2 { // the switches: on when not 0
+			switch i {
+			case 0:
+				want = min(max(want, 0), 64)
+			case 1:
+				want = min(max(want, 1), 64)
+			case 2, 6: // on when not 0
 				want = b2i(want != 0)
+			default: // on at 1 alone
+				want = b2i(want == 1)
 			}
 			if got[i] != want {
-				t.Fatalf("%s=%q accepted and read as %d", name, env[name], got[i])
+				t.Fatalf("%s=%q accepted and read as %d; want %d", name, env[name], got[i], want)
 			}
-		}
-		if _, ok := env["NCCL_MAX_NCHANNELS"]; ok && e.minCh > e.maxCh {
-			t.Fatalf("%q: accepted channels %d to %d", env, e.minCh, e.maxCh)
 		}
 	})
 }
 
-func b2i(b bool) int {
+// cLiteral reads an accepted value with Go's parser, which reads C's octal only after 0o.
+func cLiteral(t *testing.T, v string) int64 {
+	sign, digits := "", v
+	if digits[0] == '+' || digits[0] == '-' {
+		sign, digits = digits[:1], digits[1:]
+	}
+	if len(digits) > 1 && digits[0] == '0' && digits[1] != 'x' && digits[1] != 'X' {
+		digits = "0o" + digits[1:]
+	}
+	n, err := strconv.ParseInt(sign+digits, 0, 64)
+	if err != nil && !strings.Contains(err.Error(), "out of range") {
+		t.Fatalf("%q accepted, but Go reads it as %v", v, err)
+	}
+	return n
+}
+
+func b2i(b bool) int64 {
 	if b {
 		return 1
 	}

@@ -137,8 +137,8 @@ func TestAllToAllHonoursIBHCA(t *testing.T) {
 		t.Errorf("one node, NCCL_IB_DISABLE=1: busbw %v", x.Chosen.BusGBs)
 	}
 	for env, want := range map[string]string{
-		"NCCL_IB_DISABLE=x":    `NCCL_IB_DISABLE="x": give a whole number from 0 to 1024`,
-		"NCCL_MAX_NCHANNELS=0": `NCCL_MAX_NCHANNELS="0": give a whole number from 1 to 1024`,
+		"NCCL_IB_DISABLE=x":      `NCCL_IB_DISABLE="x": give a whole number, such as 1 (decimal, or hex after 0x)`,
+		"NCCL_MAX_NCHANNELS=1.5": `NCCL_MAX_NCHANNELS="1.5": give a whole number, such as 1 (decimal, or hex after 0x)`,
 	} {
 		k, v, _ := strings.Cut(env, "=")
 		if err := CheckEnv(map[string]string{k: v}); err == nil || err.Error() != want {

@@ -494,8 +494,8 @@ func routeEnv(t *gpu.Topology, env map[string]string) error {
 		}
 	}
 	if e.ibDisable && !t.OneDomain() && t.Network != nil && (t.Network.Kind == "infiniband" || t.Network.Kind == "roce") {
-		return fmt.Errorf("NCCL_IB_DISABLE=%d on a network of kind %s: NCCL would fall back to sockets between NVLink domains, which the simulator models only on an ethernet network; unset it, or describe the network as ethernet in a topology file",
-			envInt(env, "NCCL_IB_DISABLE", 0), t.Network.Kind)
+		return fmt.Errorf("NCCL_IB_DISABLE=%s on a network of kind %s: NCCL would fall back to sockets between NVLink domains, which the simulator models only on an ethernet network; unset it, or describe the network as ethernet in a topology file",
+			strings.TrimSpace(env["NCCL_IB_DISABLE"]), t.Network.Kind)
 	}
 	if e.hca == nil && t.NICOK == nil {
 		return nil

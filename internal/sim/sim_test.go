@@ -331,6 +331,12 @@ func TestParseNCCLList(t *testing.T) {
 		"^nvls;allreduce:tree":     {"allreduce:Tree", "allgather:Tree,Ring,CollNetDirect,CollNetChain,NVLSTree,PAT"},
 		";;broadcast:ring;":        {"broadcast:Ring"},
 		"ring;allreduce:^ring,pat": {"allreduce:Tree,CollNetDirect,CollNetChain,NVLS,NVLSTree", "broadcast:Ring"},
+		// parseList reads an entry to its second ':' (strtok skips the empty piece between two).
+		"allreduce:ring:tree": {"allreduce:Ring", "broadcast:Tree,Ring,CollNetDirect,CollNetChain,NVLS,NVLSTree,PAT"},
+		"allreduce::tree":     {"allreduce:Tree"},
+		":ring":               {"allreduce:Ring", "broadcast:Ring"}, // the first entry, at the start: no prefix
+		"":                    {"allreduce:Tree,Ring,CollNetDirect,CollNetChain,NVLS,NVLSTree,PAT"},
+		"^":                   {"allreduce:Tree,Ring,CollNetDirect,CollNetChain,NVLS,NVLSTree,PAT"},
 	} {
 		got, err := parseNCCLList(in, algoNames[:])
 		if err != nil {
@@ -341,7 +347,11 @@ func TestParseNCCLList(t *testing.T) {
 			coll, names, _ := strings.Cut(w, ":")
 			c := slices.IndexFunc(collNames[:], func(x string) bool { return strings.EqualFold(x, coll) })
 			var on []string
-			for a, ok := range got[c] {
+			row := got[c]
+			if row == nil { // left alone: all on
+				row = slices.Repeat([]bool{true}, numAlgos)
+			}
+			for a, ok := range row {
 				if ok {
 					on = append(on, algoNames[a])
 				}
@@ -351,7 +361,9 @@ func TestParseNCCLList(t *testing.T) {
 			}
 		}
 	}
-	for _, bad := range []string{"rings", "allreduce:ring;tree", "allreducer:ring"} {
+	// NCCL trims nothing (" ring" is an unknown name), reads "broadcast:" as the name broadcast,
+	// and takes an entry without a prefix only at the string's start.
+	for _, bad := range []string{"rings", "allreduce:ring;tree", "allreducer:ring", " ring", "ring ", "broadcast:", ";ring", "ring;:tree", ":"} {
 		if _, err := parseNCCLList(bad, algoNames[:]); err == nil {
 			t.Errorf("%q: no error", bad)
 		}

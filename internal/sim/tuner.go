@@ -670,7 +670,7 @@ type tunerEnv struct {
 // parseTunerEnv reads the variables the simulator honours; bad values are reported by
 // CheckEnv, and here fall back to NCCL's defaults.
 func parseTunerEnv(env map[string]string) tunerEnv {
-	e := tunerEnv{nvls: true, maxCh: 64}
+	var e tunerEnv
 	if v, ok := env["NCCL_ALGO"]; ok {
 		e.algo, _ = parseNCCLList(v, algoNames[:])
 	}
@@ -684,13 +684,15 @@ func parseTunerEnv(env map[string]string) tunerEnv {
 			}
 		}
 	}
-	e.minCh = envInt(env, "NCCL_MIN_NCHANNELS", 0)
-	e.maxCh = envInt(env, "NCCL_MAX_NCHANNELS", 64)
-	e.nvls = envInt(env, "NCCL_NVLS_ENABLE", 1) != 0
-	e.collnet = envInt(env, "NCCL_COLLNET_ENABLE", 0) != 0
-	e.p2pDisable = envInt(env, "NCCL_P2P_DISABLE", 0) != 0
-	e.noPXN = envInt(env, "NCCL_PXN_DISABLE", 0) != 0
-	e.ibDisable = envInt(env, "NCCL_IB_DISABLE", 0) != 0
+	// NCCL_MIN_NRINGS and NCCL_MAX_NRINGS, the older names, count where the new ones are unset
+	// (connect.cc, ncclMinNchannels and ncclMaxNchannels), and both are held to NCCL's range.
+	e.minCh = int(min(max(envNum(env, "NCCL_MIN_NCHANNELS", envNum(env, "NCCL_MIN_NRINGS", 0)), 0), maxChannels))
+	e.maxCh = int(min(max(envNum(env, "NCCL_MAX_NCHANNELS", envNum(env, "NCCL_MAX_NRINGS", maxChannels)), 1), maxChannels))
+	e.nvls = envNum(env, "NCCL_NVLS_ENABLE", 2) != 0       // 2, NCCL's default: where the GPUs have it
+	e.collnet = envNum(env, "NCCL_COLLNET_ENABLE", 0) == 1 // enqueue.cc takes CollNet where its support is 1
+	e.p2pDisable = envNum(env, "NCCL_P2P_DISABLE", 0) == 1 // paths.cc, ncclGetLevel: "disable == 1"
+	e.noPXN = envNum(env, "NCCL_PXN_DISABLE", 0) == 1      // paths.cc: "ncclPxnDisable(comm) != 1" keeps PXN
+	e.ibDisable = envNum(env, "NCCL_IB_DISABLE", 0) != 0   // net_ib/init.cc
 	if v := strings.TrimSpace(env["NCCL_IB_HCA"]); v != "" {
 		e.hca = hcaFilter(v)
 	}
@@ -722,28 +724,48 @@ func hcaFilter(v string) func(id string) bool {
 	}
 }
 
-// envInt reads an integer variable; a value CheckEnv refuses (not a number, or out of its range)
-// is def.
-func envInt(env map[string]string, name string, def int) int {
-	if v, ok := env[name]; ok {
-		if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n >= envLeast(name) && n <= 1024 {
-			return n
-		}
+// envNum reads an integer variable as NCCL reads it (src/misc/param.cc, ncclLoadParam): unset or
+// empty is def, and the number is C's strtoll in base 0, so 0x10 is 16 and 010 is 8. A value that
+// is not a whole number, which CheckEnv refuses, is def too.
+func envNum(env map[string]string, name string, def int64) int64 {
+	if n, ok, err := cNumber(env[name]); ok && err == nil {
+		return n
 	}
 	return def
 }
 
-// envLeast is the least value of an integer variable: a call runs on at least one channel.
-func envLeast(name string) int {
-	if name == "NCCL_MAX_NCHANNELS" {
-		return 1
+// cNumber reads s as C's strtoll(s, NULL, 0) does a whole number: an optional sign, then hex
+// after 0x, octal after a leading 0, decimal otherwise; spaces around it are ignored. ok is false
+// for an empty s; err is set where strtoll would stop before the end, or overflow.
+func cNumber(s string) (n int64, ok bool, err error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, false, nil
 	}
-	return 0
+	digits, neg := s, false
+	if digits[0] == '+' || digits[0] == '-' {
+		digits, neg = digits[1:], digits[0] == '-'
+	}
+	base := 10
+	switch {
+	case len(digits) > 2 && (digits[:2] == "0x" || digits[:2] == "0X"):
+		digits, base = digits[2:], 16
+	case len(digits) > 1 && digits[0] == '0':
+		digits, base = digits[1:], 8
+	}
+	u, err := strconv.ParseUint(digits, base, 63)
+	if err != nil {
+		return 0, true, fmt.Errorf("not a whole number")
+	}
+	if neg {
+		return -int64(u), true, nil
+	}
+	return int64(u), true, nil
 }
 
 // EnvVars are the NCCL_* variables the simulator reads (docs/model.md, "NCCL's environment").
-var EnvVars = []string{"NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NVLS_ENABLE",
-	"NCCL_COLLNET_ENABLE", "NCCL_P2P_DISABLE", "NCCL_PXN_DISABLE", "NCCL_IB_HCA", "NCCL_IB_DISABLE"}
+var EnvVars = []string{"NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_NRINGS", "NCCL_MAX_NRINGS",
+	"NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_P2P_DISABLE", "NCCL_PXN_DISABLE", "NCCL_IB_HCA", "NCCL_IB_DISABLE"}
 
 // CheckEnv refuses NCCL_* values the simulator cannot read, naming the variable.
 func CheckEnv(env map[string]string) error {
@@ -757,36 +779,38 @@ func CheckEnv(env map[string]string) error {
 			}
 		}
 	}
-	for _, name := range []string{"NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_P2P_DISABLE", "NCCL_PXN_DISABLE", "NCCL_IB_DISABLE"} {
-		least := envLeast(name)
+	// NCCL reads any whole number and holds it to its range (a channel count from 0 or 1 to 64);
+	// what is not one it would read as the digits it starts with, or 0, and here is refused.
+	for _, name := range EnvVars[2:] {
+		if name == "NCCL_IB_HCA" {
+			continue
+		}
 		if s, ok := env[name]; ok {
-			if n, err := strconv.Atoi(strings.TrimSpace(s)); err != nil || n < least || n > 1024 {
-				return fmt.Errorf("%s=%q: give a whole number from %d to 1024", name, s, least)
+			if _, _, err := cNumber(s); err != nil {
+				return fmt.Errorf("%s=%q: give a whole number, such as 1 (decimal, or hex after 0x)", name, s)
 			}
 		}
-	}
-	lo, hi := envInt(env, "NCCL_MIN_NCHANNELS", 0), envInt(env, "NCCL_MAX_NCHANNELS", 64)
-	if lo > hi && env["NCCL_MAX_NCHANNELS"] != "" {
-		return fmt.Errorf("NCCL_MIN_NCHANNELS=%d and NCCL_MAX_NCHANNELS=%d: give a range of at least one channel (NCCL_MIN_NCHANNELS at most NCCL_MAX_NCHANNELS)", lo, hi)
 	}
 	return nil
 }
 
-// parseNCCLList reads NCCL's list syntax (tuning.cc, parseList): "ring,tree", "^nvls",
-// "allreduce:tree;broadcast:ring", case-insensitive; the result has an enabled flag per
-// collective and element (nil rows for collectives it leaves alone).
+// parseNCCLList reads NCCL's list syntax as tuning.cc's parseList does: "ring,tree", "^nvls",
+// "allreduce:tree;broadcast:ring", names case-insensitive and nothing trimmed; the result has an
+// enabled flag per collective and element (nil rows for collectives it leaves alone). Like
+// parseList, it splits with strtok, which skips empty pieces ("ring;", ";;", "ring,,tree",
+// "allreduce::ring"), and reads an entry no further than its second ':'.
 func parseNCCLList(s string, elems []string) ([numColls][]bool, error) {
 	var out [numColls][]bool
-	for i, token := range strings.Split(s, ";") {
-		if token == "" {
-			continue // NCCL's strtok skips empty entries ("ring;", ";;")
+	for i, entry := range strtok(s, ";") {
+		parts := strtok(entry, ":")
+		if len(parts) == 0 {
+			return out, fmt.Errorf("entry %q names nothing: give [collective:]names, such as %q", entry, "allreduce:Ring")
 		}
-		prefix, list, hasPrefix := strings.Cut(token, ":")
-		if !hasPrefix {
-			if i > 0 {
-				return out, fmt.Errorf("every entry but the first needs a collective prefix, such as %q", "allreduce:Ring")
-			}
-			list, prefix = prefix, ""
+		prefix, list := "", parts[0]
+		if len(parts) > 1 {
+			prefix, list = parts[0], parts[1]
+		} else if i > 0 || s[0] == ';' { // parseList's first entry is the one at the string's start
+			return out, fmt.Errorf("every entry but the first needs a collective prefix, such as %q", "allreduce:Ring")
 		}
 		set := true
 		if strings.HasPrefix(list, "^") {
@@ -802,11 +826,8 @@ func parseNCCLList(s string, elems []string) ([numColls][]bool, error) {
 			for e := range row {
 				row[e] = !set
 			}
-			for _, name := range strings.Split(list, ",") {
-				if name == "" {
-					continue // and empty elements ("ring,,tree")
-				}
-				k := slices.IndexFunc(elems, func(x string) bool { return strings.EqualFold(x, strings.TrimSpace(name)) })
+			for _, name := range strtok(list, ",") {
+				k := slices.IndexFunc(elems, func(x string) bool { return strings.EqualFold(x, name) })
 				if k < 0 {
 					return out, fmt.Errorf("unknown %q: use %s", name, strings.Join(elems, ", "))
 				}
@@ -821,6 +842,11 @@ func parseNCCLList(s string, elems []string) ([numColls][]bool, error) {
 	return out, nil
 }
 
+// strtok splits s at any byte of sep and drops the empty pieces, as C's strtok does.
+func strtok(s, sep string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool { return strings.ContainsRune(sep, r) })
+}
+
 func (e tunerEnv) enabled(c collKind, a, p int) bool {
 	if row := e.algo[c]; row != nil && !row[a] {
 		return false
@@ -831,10 +857,9 @@ func (e tunerEnv) enabled(c collKind, a, p int) bool {
 	return true
 }
 
-// clampChannels applies NCCL_MIN_NCHANNELS and NCCL_MAX_NCHANNELS.
+// clampChannels applies NCCL_MAX_NCHANNELS, then NCCL_MIN_NCHANNELS, as connect.cc does ("We
+// permit combining max, then min, to only use the first channels, then duplicate them"): a MIN
+// above MAX runs MIN channels.
 func (e tunerEnv) clampChannels(n int) int {
-	if e.minCh > 0 {
-		n = max(n, e.minCh)
-	}
-	return max(1, min(n, e.maxCh))
+	return max(1, min(n, e.maxCh), e.minCh)
 }
