@@ -120,7 +120,9 @@ func (f *explainFlags) run(cmd *cobra.Command, e *env, g *globals, name string) 
 	// (sim.Explain).
 	var why []string
 	run := bytes
-	if limit, limit0 := memoryLimit(t, devs); run > limit {
+	if limit, limit0 := memoryLimit(t, devs); limit < 1 {
+		return usageErr("%s's GPUs have too little memory for any size: nccl-tests keeps 1 GiB and more of a GPU's memory free; give them memory_bytes of 3 GiB or more", t.Name)
+	} else if run > limit {
 		run = limit
 		why = append(why, fmt.Sprintf("the GPUs' memory cuts it to %d B as nccl-tests cuts its largest size, %d B with -c 0", limit, limit0))
 	}

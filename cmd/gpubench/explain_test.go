@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -274,6 +275,17 @@ func TestExplainRunsTheCommandsSize(t *testing.T) {
 	out, errOut, code = gpubench(t, "explain", "allreduce", "--size", "3")
 	if want := "gpubench: allreduce of 3 B is 0 elements (the command runs whole 4-byte floats): give at least 4 B\n"; code != exitUsage || out != "" || errOut != want {
 		t.Errorf("3 B: exit %d, stdout %q, stderr %q; want exit 2 and %q", code, out, errOut, want)
+	}
+	// GPUs of 2 GiB leave nothing once nccl-tests keeps its share free: no size runs, so none is
+	// explained (it was once a negative one).
+	doc, _, _ := gpubench(t, "topo", "--backend", "sim", "--topology", "pcie-l40sx4", "--output", "json")
+	small := filepath.Join(t.TempDir(), "small.json")
+	if err := os.WriteFile(small, []byte(regexp.MustCompile(`"memory_bytes": [0-9]+`).ReplaceAllString(doc, `"memory_bytes": 2147483648`)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = gpubench(t, "explain", "allreduce", "--topology", small, "--size", "8")
+	if want := "gpubench: pcie-l40sx4's GPUs have too little memory for any size: nccl-tests keeps 1 GiB and more of a GPU's memory free; give them memory_bytes of 3 GiB or more\n"; code != exitUsage || out != "" || errOut != want {
+		t.Errorf("GPUs of 2 GiB: exit %d, stdout %q, stderr %q; want exit 2 and %q", code, out, errOut, want)
 	}
 }
 

@@ -400,7 +400,7 @@ func clamp(ctx context.Context, b gpu.Backend, opt Options, s *Summary, local []
 	}
 	if s.Sweep.Max > limit {
 		if limit < 1 {
-			return fmt.Errorf("devices have %d bytes of memory: too little to run", minMem)
+			return fmt.Errorf("devices have %d bytes of memory: too little for any size, as nccl-tests keeps 1 GiB and more of a GPU's memory free; use GPUs of 3 GiB or more (a simulated topology's memory_bytes)", minMem)
 		}
 		s.ClampedFrom = s.Sweep.Max
 		s.Sweep.Max = limit

@@ -10,7 +10,8 @@ import (
 // A calibration is read with its topology; each bad figure is refused naming its field.
 func TestCalibrationFields(t *testing.T) {
 	topo := func(format, cal string) string {
-		return `{"format": "` + format + `", "name": "x", "calibration": ` + cal + `, "nodes": [{"hostname": "h", "gpus": [{"id": "g", "name": "n", "memory_bytes": 1, "memory_bandwidth_gbs": 1, "compute_capability": "8.0"}]}]}`
+		return `{"format": "` + format + `", "name": "x", "calibration": ` + cal + `, "nodes": [{"hostname": "h", "cpus": [{"id": "c"}], "gpus": [{"id": "g", "name": "n", "memory_bytes": 1, "memory_bandwidth_gbs": 1, "compute_capability": "8.0"}],
+			"links": [{"a": "g", "b": "c", "kind": "pcie", "gbs": 32}]}]}`
 	}
 	good := `{"launch_us": 4.3, "algorithms": {"Ring/LL": {"latency_us": -1.5, "bandwidth": 0.9}}, "local_copy_efficiency": 0.88,
 		"measured": {"min_bytes": 8, "max_bytes": 8589934592, "max_ranks": 8}, "from": ["run.json"]}`

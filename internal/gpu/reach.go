@@ -92,11 +92,9 @@ func (t *Topology) checkReach() error {
 				return fmt.Errorf("topology %s: %s reaches none of its node's NICs over PCIe, so it cannot reach the other nodes: join a NIC to a PCIe switch or CPU it reaches with a pcie link", t.Name, t.GPUName(nodeGPUs-len(n.GPUs)+i))
 			}
 		}
-		if t.P2P == "all" && (nv.common() || pc.common()) {
-			continue // one switch or CPU that every GPU reaches: the usual machine
-		}
+		usual := t.P2P == "all" && (nv.common() || pc.common()) // one switch or CPU that every GPU reaches
 		for i := range gpus {
-			for j := i + 1; j < len(gpus); j++ {
+			for j := i + 1; !usual && j < len(gpus); j++ {
 				ok := false
 				if t.P2P == "all" {
 					ok = nv.meet(i, j) || pc.meet(i, j)
@@ -107,6 +105,14 @@ func (t *Topology) checkReach() error {
 					base := nodeGPUs - len(n.GPUs)
 					return fmt.Errorf("topology %s: no path from %s to %s", t.Name, t.GPUName(base+i), t.GPUName(base+j))
 				}
+			}
+		}
+		// Every GPU hangs off a CPU's PCIe root port (a Grace's NVLink-C2C is a pcie link here):
+		// without one it has no host memory, and the copies through the host that gpubench p2p
+		// and NCCL without P2P make have no route.
+		for i, g := range gpus {
+			if t.nearest(g.vert, "cpu", LinkPCIe) < 0 {
+				return fmt.Errorf("topology %s: %s reaches no CPU over PCIe, so it has no host memory: join it, or the PCIe switch above it, to a CPU with a pcie link", t.Name, t.GPUName(nodeGPUs-len(n.GPUs)+i))
 			}
 		}
 	}

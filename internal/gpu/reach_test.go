@@ -7,13 +7,14 @@ import (
 	"testing"
 )
 
-// checkReach must accept exactly the topologies in which every pair of GPUs has a route: on
-// random small nodes, its verdict is compared with a route search for every pair.
+// checkReach must accept exactly the topologies in which every pair of GPUs has a route and every
+// GPU reaches a CPU over PCIe: on random small nodes, its verdict is compared with a route search
+// for every pair, and a search of the PCIe links from each GPU.
 func TestCheckReachAgreesWithRoutes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	kinds := []LinkKind{LinkNVLink, LinkPCIe, LinkSMP}
 	accepted, refused := 0, 0
-	for trial := 0; trial < 3000; trial++ {
+	for trial := 0; trial < 6000; trial++ {
 		n := Node{Hostname: "h"}
 		var parts []string
 		kindOf := map[string]string{}
@@ -23,7 +24,7 @@ func TestCheckReachAgreesWithRoutes(t *testing.T) {
 			parts = append(parts, id)
 			kindOf[id] = "gpu"
 		}
-		for i := range rng.IntN(3) {
+		for i := range 1 + rng.IntN(2) {
 			id := fmt.Sprintf("c%d", i)
 			n.CPUs = append(n.CPUs, CPU{ID: id})
 			parts = append(parts, id)
@@ -39,7 +40,7 @@ func TestCheckReachAgreesWithRoutes(t *testing.T) {
 			parts = append(parts, id)
 			kindOf[id] = kind
 		}
-		for range rng.IntN(12) {
+		for range rng.IntN(20) {
 			a, b := parts[rng.IntN(len(parts))], parts[rng.IntN(len(parts))]
 			if k := kinds[rng.IntN(len(kinds))]; a != b && linkFits(k, kindOf[a], kindOf[b]) {
 				n.Links = append(n.Links, Link{A: a, B: b, Kind: k, GBs: 10})
@@ -50,7 +51,7 @@ func TestCheckReachAgreesWithRoutes(t *testing.T) {
 			topo.P2P = "none"
 		}
 		err := topo.Validate()
-		if err != nil && !strings.Contains(err.Error(), "no path") {
+		if err != nil && !strings.Contains(err.Error(), "no path") && !strings.Contains(err.Error(), "reaches no CPU") {
 			t.Fatalf("trial %d: unexpected error %v", trial, err)
 		}
 		allRoutes := true
@@ -61,8 +62,13 @@ func TestCheckReachAgreesWithRoutes(t *testing.T) {
 				}
 			}
 		}
+		if allRoutes {
+			for _, g := range n.GPUs {
+				allRoutes = allRoutes && pcieReachesCPU(n, kindOf, g.ID)
+			}
+		}
 		if (err == nil) != allRoutes {
-			t.Fatalf("trial %d (p2p %s, links %+v): checkReach says %v, routes for every pair: %v", trial, topo.P2P, n.Links, err, allRoutes)
+			t.Fatalf("trial %d (p2p %s, links %+v): checkReach says %v, routes for every pair and to a CPU: %v", trial, topo.P2P, n.Links, err, allRoutes)
 		}
 		if err == nil {
 			accepted++
@@ -70,9 +76,41 @@ func TestCheckReachAgreesWithRoutes(t *testing.T) {
 			refused++
 		}
 	}
+	t.Logf("%d accepted, %d refused", accepted, refused)
 	if accepted < 100 || refused < 100 {
 		t.Errorf("the random topologies were too one-sided to test anything: %d accepted, %d refused", accepted, refused)
 	}
+}
+
+// pcieReachesCPU searches n's pcie links from the GPU with this id for a CPU, passing through
+// switches and CPUs only.
+func pcieReachesCPU(n Node, kindOf map[string]string, id string) bool {
+	seen, todo := map[string]bool{id: true}, []string{id}
+	for len(todo) > 0 {
+		at := todo[0]
+		todo = todo[1:]
+		if kindOf[at] == "cpu" {
+			return true
+		}
+		if at != id && kindOf[at] == "gpu" {
+			continue
+		}
+		for _, l := range n.Links {
+			next := ""
+			switch {
+			case l.Kind != LinkPCIe:
+			case l.A == at:
+				next = l.B
+			case l.B == at:
+				next = l.A
+			}
+			if next != "" && !seen[next] {
+				seen[next] = true
+				todo = append(todo, next)
+			}
+		}
+	}
+	return false
 }
 
 // linkFits is what Validate accepts of a link's kind and its ends' kinds (Topology.checkEnds).

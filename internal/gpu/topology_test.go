@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -542,9 +543,9 @@ func TestValidateAcceptsMinimal(t *testing.T) {
 			g.Persistence, g.MIG = &on, &off
 			t.Nodes[0].Links[2].HostBridge = "pci0000:17"
 		}, 2, "PIX", 0},
-		{"one GPU, no links", func(t *gpu.Topology) {
+		{"one GPU, one link to its CPU", func(t *gpu.Topology) {
 			t.Nodes[0].GPUs = t.Nodes[0].GPUs[:1]
-			t.Nodes[0].Links = nil
+			t.Nodes[0].Links = []gpu.Link{{A: "gpu0", B: "cpu0", Kind: "pcie", GBs: 32}}
 		}, 1, "", 0},
 	}
 	for _, tc := range tests {
@@ -662,6 +663,8 @@ func TestValidateRejects(t *testing.T) {
 			t.P2P = "none"
 			t.Nodes[0].Links = t.Nodes[0].Links[:2]
 		}, "no path from host0/gpu0 to host0/gpu1"},
+		{"GPUs that reach no CPU", func(t *gpu.Topology) { t.Nodes[0].Links = slices.Delete(t.Nodes[0].Links, 2, 3) },
+			"topology mini: host0/gpu0 reaches no CPU over PCIe, so it has no host memory: join it, or the PCIe switch above it, to a CPU with a pcie link"},
 		{"second node without NIC", func(t *gpu.Topology) {
 			secondNode(t)
 			t.Nodes[1].NICs = nil

@@ -144,6 +144,7 @@ func TestTableUnknowns(t *testing.T) {
 	t.Parallel()
 	topo := &gpu.Topology{Format: gpu.TopologyFormat, Name: "bare", Nodes: []gpu.Node{{
 		Hostname: "bare", GPUs: []gpu.GPU{{ID: "g", Name: "GPU", MemoryBytes: 1 << 30, MemoryGBs: 1, ComputeCapability: "8.0", NUMANode: -1}},
+		CPUs: []gpu.CPU{{ID: "c", NUMANode: -1}}, Links: []gpu.Link{{A: "g", B: "c", Kind: gpu.LinkPCIe, GBs: 32}},
 	}}}
 	if err := topo.Validate(); err != nil {
 		t.Fatal(err)
