@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpubench/gpubench/internal/input"
 	"github.com/gpubench/gpubench/internal/sim"
 	"github.com/gpubench/gpubench/internal/topo"
 )
@@ -133,7 +134,9 @@ func (f *topoFlags) run(cmd *cobra.Command, e *env, g *globals, discover func(to
 			fmt.Fprintf(e.stderr, "gpubench: note: %s\n", n)
 		}
 	}
-	if err := topo.Write(e.stdout, g.output, r); err != nil {
+	if err := topo.Write(e.stdout, g.output, r); errors.Is(err, input.ErrTooLarge) {
+		return usageErr("%v", err)
+	} else if err != nil {
 		return runtimeErr(fmt.Errorf("writing the topology: %w", err))
 	}
 	return nil

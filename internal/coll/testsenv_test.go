@@ -39,7 +39,7 @@ func FuzzTestsEnv(f *testing.F) {
 			}
 		}
 		if err != nil {
-			if _, bad := input.Control(err.Error()); bad {
+			if _, bad := input.Unsafe(err.Error()); bad {
 				t.Fatalf("error %q is not one line of plain text", err)
 			}
 			switch {

@@ -96,7 +96,7 @@ func FuzzEnvChecks(f *testing.F) {
 			if n != len(entries) {
 				t.Fatalf("SLURM_STEP_GPUS=%q counted as %d", stepGPUs, n)
 			}
-		} else if _, bad := input.Control(err.Error()); bad {
+		} else if _, bad := input.Unsafe(err.Error()); bad {
 			t.Fatalf("error %q", err)
 		}
 		if n, err := parseNvidiaVisible(nvVisible); err == nil {
@@ -111,7 +111,7 @@ func FuzzEnvChecks(f *testing.F) {
 			if n != want {
 				t.Fatalf("NVIDIA_VISIBLE_DEVICES=%q counted as %d", nvVisible, n)
 			}
-		} else if _, bad := input.Control(err.Error()); bad {
+		} else if _, bad := input.Unsafe(err.Error()); bad {
 			t.Fatalf("error %q", err)
 		}
 		devs, _ := eightGPUs("", topo.Options{})
@@ -128,7 +128,7 @@ func FuzzEnvChecks(f *testing.F) {
 				t.Fatalf("NCCL_ALGO=%q NCCL_MAX_NCHANNELS=%q: nccl-names %s %q", job, onNode, names.Status, names.Finding)
 			}
 			for _, r := range []Result{checkSlurm(fa), checkVisibleDevices(fa), names} {
-				if _, bad := input.Control(r.Finding + r.Remedy); bad {
+				if _, bad := input.Unsafe(r.Finding + r.Remedy); bad {
 					t.Fatalf("finding %q, remedy %q", r.Finding, r.Remedy)
 				}
 				if (r.Status == Warn || r.Status == Fail) && r.Remedy == "" {

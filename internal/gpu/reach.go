@@ -3,6 +3,7 @@ package gpu
 import (
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/gpubench/gpubench/internal/input"
 )
@@ -262,12 +263,13 @@ func (s touchSets) staged(cpus []int, i, j int) bool {
 	return cpus[i] >= 0 && ok && s.touch[j][c]
 }
 
-// checkText refuses free text that holds a control character: names are printed in tables, and an
-// escape sequence or a newline in one could rewrite the terminal or forge a table line.
+// checkText refuses free text that is not plain text (input.Unsafe): names are printed in tables,
+// and an escape sequence, a newline or a right-to-left override in one could rewrite the
+// terminal, forge a table line or show other text than it holds.
 func (t *Topology) checkText() error {
 	check := func(where, field, s string) error {
-		if r, bad := input.Control(s); bad {
-			return fmt.Errorf("%s: %s holds the control character %q; names are printed in tables, so use plain text", where, field, r)
+		if r, bad := input.Unsafe(s); bad {
+			return fmt.Errorf("%s: %s holds %s, which is not plain text (a control or format character, or bytes that are not UTF-8); names are printed in tables, so use plain text", where, field, strconv.QuoteRuneToASCII(r))
 		}
 		return nil
 	}

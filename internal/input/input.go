@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // Limits on what gpubench reads, by kind of file. Each is far above any real file of its kind
@@ -107,32 +108,43 @@ func human(n int64) string {
 	return fmt.Sprintf("%d bytes", n)
 }
 
-// Control returns the first control character in s (an escape, a newline, a tab...), and whether
-// there is one. Names read from files are printed in tables: one that holds a control character
-// could rewrite the terminal or forge a line of the table, so readers refuse it.
-func Control(s string) (rune, bool) {
+// Unsafe returns the first character in s that is not plain text, and whether there is one: a
+// control character (an escape, a newline, a tab...), a format character that reorders or hides
+// text (U+202E, right-to-left override; U+200B, zero width space), a line or paragraph separator,
+// or a byte that is not UTF-8 (given as U+FFFD, which the JSON reader also makes of one). Names
+// read from files are printed in tables: one that holds such a character could rewrite the
+// terminal, forge a line of the table, or show other text than it holds, so readers refuse it.
+func Unsafe(s string) (rune, bool) {
 	for _, r := range s {
-		if unicode.IsControl(r) {
+		if unsafeRune(r) {
 			return r, true
 		}
 	}
 	return 0, false
 }
 
-// Safe returns s with every control character written as a Go escape (\x1b, \n), for text
-// gpubench did not choose, such as a file name, printed where a terminal would act on it.
+func unsafeRune(r rune) bool {
+	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp) || r == utf8.RuneError
+}
+
+// Safe returns s with every character Unsafe finds written as a Go escape (\x1b, \n, \u202e, and
+// \xff for a byte that is not UTF-8), for text gpubench did not choose, such as a file name,
+// printed where a terminal would act on it.
 func Safe(s string) string {
-	if _, bad := Control(s); !bad {
+	if _, bad := Unsafe(s); !bad {
 		return s
 	}
 	var b strings.Builder
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			q := strconv.QuoteRune(r)
+	for i, r := range s {
+		switch {
+		case r == utf8.RuneError && !strings.HasPrefix(s[i:], string(utf8.RuneError)):
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unsafeRune(r):
+			q := strconv.QuoteRuneToASCII(r)
 			b.WriteString(q[1 : len(q)-1])
-			continue
+		default:
+			b.WriteRune(r)
 		}
-		b.WriteRune(r)
 	}
 	return b.String()
 }

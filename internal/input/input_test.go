@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestReadFile(t *testing.T) {
@@ -53,14 +54,16 @@ func TestReadStream(t *testing.T) {
 	}
 }
 
-func TestControlAndSafe(t *testing.T) {
-	if _, bad := Control("NVIDIA H100 80GB HBM3 — µs"); bad {
-		t.Error("plain text (with non-ASCII letters) taken for a control character")
+func TestUnsafeAndSafe(t *testing.T) {
+	if _, bad := Unsafe("NVIDIA H100 80GB HBM3 — µs"); bad {
+		t.Error("plain text (with non-ASCII letters) taken for unsafe")
 	}
-	if r, bad := Control("gpu\x1b[2Jname"); !bad || r != 0x1b {
-		t.Errorf("escape not found: %q %v", r, bad)
+	for s, want := range map[string]rune{"gpu\x1b[2Jname": 0x1b, "gpu\u202e0upg": 0x202e, "a\u2028b": 0x2028, "zero\u200bwidth": 0x200b, "bad\xffutf8": utf8.RuneError} {
+		if r, bad := Unsafe(s); !bad || r != want {
+			t.Errorf("Unsafe(%q) = %q %v; want %q", s, r, bad, want)
+		}
 	}
-	if got := Safe("a\nb\x1b[31mc\td"); got != `a\nb\x1b[31mc\td` {
+	if got := Safe("a\nb\x1b[31mc\td\u202ee\xff\ufffd"); got != `a\nb\x1b[31mc\td\u202ee\xff\ufffd` {
 		t.Errorf("Safe = %q", got)
 	}
 }

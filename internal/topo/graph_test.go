@@ -3,12 +3,14 @@ package topo
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/gpubench/gpubench/internal/golden"
 	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/input"
 	"github.com/gpubench/gpubench/internal/sim"
 )
 
@@ -179,5 +181,22 @@ func BenchmarkMatrix256(b *testing.B) {
 			b.Fatalf("gpu0 to gpu1 %s, to gpu2 %s; want SYS and PHB", m[0][1], m[0][2])
 		}
 		g.p2pMatrix(true, "read")
+	}
+}
+
+// A topology whose file would be larger than --topology reads back is refused with
+// input.ErrTooLarge, and nothing is written: 4,096 nodes of GPUs with names of 5,000 characters
+// (a template repeated, which the file writes node by node).
+func TestWriteJSONTooLarge(t *testing.T) {
+	name := strings.Repeat("G", 5000)
+	topo := &gpu.Topology{Format: gpu.TopologyFormat, Name: "long"}
+	for i := range 4096 {
+		topo.Nodes = append(topo.Nodes, gpu.Node{Hostname: fmt.Sprint("h", i),
+			GPUs: []gpu.GPU{{ID: "g0", Name: name}, {ID: "g1", Name: name}, {ID: "g2", Name: name}, {ID: "g3", Name: name}}})
+	}
+	var out bytes.Buffer
+	err := WriteJSON(&out, &Report{Topology: topo})
+	if !errors.Is(err, input.ErrTooLarge) || !strings.Contains(err.Error(), "gpubench reads back at most 64 MiB") || out.Len() != 0 {
+		t.Errorf("error %v, %d bytes written; want it refused, nothing written", err, out.Len())
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/gpubench/gpubench/internal/gpu"
+	"github.com/gpubench/gpubench/internal/input"
 )
 
 // Formats are the output forms of `gpubench topo`.
@@ -228,7 +229,10 @@ func columns(b *bytes.Buffer, rows [][]string) {
 	}
 }
 
-// WriteJSON writes the machine as a topology file (docs/topology.md), which --topology reads back.
+// WriteJSON writes the machine as a topology file (docs/topology.md), which --topology reads back;
+// a file past what --topology reads (input.TopologyLimit, reached by a template of long names
+// repeated over thousands of nodes, which the file writes node by node) is refused with
+// input.ErrTooLarge, and nothing is written.
 func WriteJSON(w io.Writer, r *Report) error {
 	if r.Topology == nil {
 		return r.TopologyErr
@@ -236,6 +240,9 @@ func WriteJSON(w io.Writer, r *Report) error {
 	data, err := json.MarshalIndent(r.Topology, "", " ")
 	if err != nil {
 		return err
+	}
+	if len(data) >= input.TopologyLimit {
+		return fmt.Errorf("%w: the topology file would be %d MiB, and gpubench reads back at most %d MiB: give the parts shorter names and ids, or describe fewer nodes", input.ErrTooLarge, len(data)>>20, input.TopologyLimit>>20)
 	}
 	_, err = w.Write(append(data, '\n'))
 	return err
