@@ -392,7 +392,7 @@ func TestNoTerminalInjection(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, errOut, code := gpubench(t, "allreduce", "--backend", "sim", "--topology", path, "-b", "1K", "-e", "1K")
-	if code != exitUsage || out != "" || !strings.Contains(errOut, `name holds the control character '\x1b'`) || strings.ContainsRune(errOut, 0x1b) {
+	if code != exitUsage || out != "" || !strings.Contains(errOut, `name holds '\x1b', which is not plain text`) || strings.ContainsRune(errOut, 0x1b) {
 		t.Errorf("topology name with an escape: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	good, _, _ := gpubench(t, "allreduce", "--backend", "sim", "-b", "1K", "-e", "1K", "--output", "json")

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,18 +22,18 @@ func (t *Topology) expand() error {
 		case n.Hostname == "":
 			return fmt.Errorf("node %d: hostname is missing: give every node one (letters, digits and _.:-; with {i} for a template's count)", i)
 		case n.Template == "" && n.Count != 0:
-			return fmt.Errorf("node %d: count %d without a template", i, n.Count)
+			return fmt.Errorf("node %d: count %d without a template: name the template (template) whose parts the count repeats, or leave count out", i, n.Count)
 		case n.Template == "":
 			total++
 			continue
 		case n.Count < 0:
-			return fmt.Errorf("node %d: count %d is negative", i, n.Count)
+			return fmt.Errorf("node %d: count %d is negative: give 1 or more, or leave it out (1)", i, n.Count)
 		case len(n.CPUs)+len(n.GPUs)+len(n.Switches)+len(n.NICs)+len(n.Links) > 0:
 			return fmt.Errorf("node %d: a node from template %q lists no parts of its own", i, n.Template)
 		}
 		tpl, ok := t.Templates[n.Template]
 		if !ok {
-			return fmt.Errorf("node %d: no template %q", i, n.Template)
+			return fmt.Errorf("node %d: no template %q: use one of templates' names (%s)", i, n.Template, strings.Join(slices.Sorted(maps.Keys(t.Templates)), ", "))
 		}
 		if tpl.Template != "" || tpl.Count != 0 || tpl.Hostname != "" {
 			return fmt.Errorf("template %q: a template is a node's parts, without hostname, template or count", n.Template)
@@ -45,6 +46,12 @@ func (t *Topology) expand() error {
 	}
 	if total > MaxGPUs {
 		return fmt.Errorf("topology %s has %d nodes; gpubench takes at most %d", t.Name, total, MaxGPUs)
+	}
+	// A template no node names is checked by nothing, and is most likely a node's misspelt one.
+	for _, name := range slices.Sorted(maps.Keys(t.Templates)) {
+		if !slices.ContainsFunc(t.Nodes, func(n Node) bool { return n.Template == name }) {
+			return fmt.Errorf("template %q is used by no node: name it in a node's template, or drop it", name)
+		}
 	}
 	nodes := make([]Node, 0, total)
 	t.entry = make([]int, 0, total)
@@ -70,14 +77,28 @@ func (t *Topology) expand() error {
 	}
 	t.Nodes, t.Templates = nodes, nil
 	if t.NVLinkDomainNodes < 0 || t.NVLinkDomainNodes > len(t.Nodes) {
-		return fmt.Errorf("nvlink_domain_nodes %d: use a count of nodes from 2 to %d, or leave it out", t.NVLinkDomainNodes, len(t.Nodes))
+		return fmt.Errorf("nvlink_domain_nodes %d: use a count of nodes from 1 to %d, or leave it out", t.NVLinkDomainNodes, len(t.Nodes))
 	}
 	if t.NVLinkDomainNodes > 1 {
 		gpus := map[int]int{}
-		for i, n := range t.Nodes {
-			d := t.domainOf(i)
+		first := map[int]*Node{} // each domain's first node
+		for i := range t.Nodes {
+			n, d := &t.Nodes[i], t.domainOf(i)
 			if gpus[d] += len(n.GPUs); gpus[d] > MaxDomainGPUs {
 				return fmt.Errorf("nvlink_domain_nodes %d makes an NVLink domain of more than %d GPUs, the most NVLink switches join; use fewer nodes a domain", t.NVLinkDomainNodes, MaxDomainGPUs)
+			}
+			// A domain is nodes whose NVSwitches are one fabric: each node's switch of an id
+			// is the same switch (Topology.addParts), so they must share one.
+			if first[d] == nil {
+				first[d] = n
+			}
+			if !slices.ContainsFunc(n.Switches, func(s Switch) bool { return s.Kind == "nvswitch" }) {
+				return fmt.Errorf("nvlink_domain_nodes %d: node %s has no nvswitch, so its GPUs reach the rest of its domain over no NVLink: give each node of a domain the same nvswitch (its id), or leave nvlink_domain_nodes out", t.NVLinkDomainNodes, n.Hostname)
+			}
+			if !slices.ContainsFunc(n.Switches, func(s Switch) bool {
+				return s.Kind == "nvswitch" && slices.ContainsFunc(first[d].Switches, func(f Switch) bool { return f.ID == s.ID && f.Kind == s.Kind })
+			}) {
+				return fmt.Errorf("nvlink_domain_nodes %d: node %s shares no nvswitch with node %s of its domain, so its GPUs reach the others over no NVLink: give each node of a domain the same nvswitch (its id), or leave nvlink_domain_nodes out", t.NVLinkDomainNodes, n.Hostname, first[d].Hostname)
 			}
 		}
 	}

@@ -171,6 +171,43 @@ func TestNVLinkDomainAcrossHosts(t *testing.T) {
 	}
 }
 
+// A template no node uses is refused, naming it; a node naming no template lists the names.
+func TestTemplateNames(t *testing.T) {
+	for nodes, want := range map[string]string{
+		`{"hostname": "a", "template": "box"}`: `template "spare" is used by no node: name it in a node's template, or drop it`,
+		`{"hostname": "a", "template": "bx"}`:  `node 0: no template "bx": use one of templates' names (box, spare)`,
+	} {
+		doc := `{"format": "gpubench-topology/2", "name": "c", "templates": {"box": ` + box + `, "spare": ` + box + `}, "nodes": [` + nodes + `]}`
+		if _, err := gpu.ParseTopology([]byte(doc)); err == nil || err.Error() != want {
+			t.Errorf("%s: %v; want %q", nodes, err, want)
+		}
+	}
+	bom := "\xef\xbb\xbf" + `{"format": "gpubench-topology/2", "name": "c", "templates": {"box": ` + box + `}, "nodes": [{"hostname": "a", "template": "box"}]}`
+	if _, err := gpu.ParseTopology([]byte(bom)); err != nil {
+		t.Errorf("a file that starts with a byte order mark: %v", err)
+	}
+}
+
+// A domain is nodes whose NVSwitches are one fabric: a node without an nvswitch, or whose
+// nvswitch has another id than the domain's first node's, is refused, naming the node.
+func TestNVLinkDomainNeedsOneSwitch(t *testing.T) {
+	pcieOnly := strings.Replace(strings.Replace(box, `{"id": "nvs", "kind": "nvswitch", "nvls": true}, `, "", 1), `{"a": "g0", "b": "nvs", "kind": "nvlink", "gbs": 450}, {"a": "g1", "b": "nvs", "kind": "nvlink", "gbs": 450},
+           {"a": "g2", "b": "nvs", "kind": "nvlink", "gbs": 450}, {"a": "g3", "b": "nvs", "kind": "nvlink", "gbs": 450},
+           `, "", 1)
+	other := strings.ReplaceAll(box, `"nvs"`, `"nvs2"`)
+	for _, c := range []struct{ templates, nodes, want string }{
+		{`"box": ` + pcieOnly, `{"hostname": "t{i}", "template": "box", "count": 4}`,
+			"nvlink_domain_nodes 2: node t0 has no nvswitch, so its GPUs reach the rest of its domain over no NVLink: give each node of a domain the same nvswitch (its id), or leave nvlink_domain_nodes out"},
+		{`"box": ` + box + `, "other": ` + other, `{"hostname": "a", "template": "box"}, {"hostname": "b", "template": "other"}`,
+			"nvlink_domain_nodes 2: node b shares no nvswitch with node a of its domain"},
+	} {
+		doc := `{"format": "gpubench-topology/2", "name": "c", "nvlink_domain_nodes": 2, "network": {"kind": "infiniband"}, "templates": {` + c.templates + `}, "nodes": [` + c.nodes + `]}`
+		if _, err := gpu.ParseTopology([]byte(doc)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v; want %q", err, c.want)
+		}
+	}
+}
+
 // WithNodes repeats a one-node preset into a cluster, as --nodes does, in time and memory that
 // grow with the nodes (1,024 DGX H100 load in well under a second).
 func TestWithNodes(t *testing.T) {

@@ -104,7 +104,11 @@ func (t *Topology) checkReach() error {
 				}
 				if !ok {
 					base := nodeGPUs - len(n.GPUs)
-					return fmt.Errorf("topology %s: no path from %s to %s", t.Name, t.GPUName(base+i), t.GPUName(base+j))
+					how := "join both, by nvlink or pcie, to a switch or CPU they share"
+					if t.P2P != "all" {
+						how = "with p2p none a copy goes through host memory: join both, by pcie, to CPUs joined to each other"
+					}
+					return fmt.Errorf("topology %s: no path from %s to %s: %s", t.Name, t.GPUName(base+i), t.GPUName(base+j), how)
 				}
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -251,6 +252,7 @@ var (
 
 // ParseTopology reads and validates a topology file.
 func ParseTopology(data []byte) (*Topology, error) {
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // the byte order mark some editors write
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var t Topology
@@ -347,11 +349,54 @@ func jsonErr(data []byte, err error) string {
 	case errors.As(err, &se):
 		return fmt.Sprintf("%v, at %s", err, lineCol(data, se.Offset))
 	case errors.As(err, &te):
-		return fmt.Sprintf("%v, at %s", err, lineCol(data, te.Offset))
+		field := cmp.Or(te.Field, "the topology")
+		return fmt.Sprintf("%s is %s, where %s belongs, at %s", field, jsonValue(te.Value), jsonKind(te.Type), lineCol(data, te.Offset))
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return "it ends inside the topology (the file was cut short?)"
 	}
+	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		msg := "unknown field " + name + ": check its spelling and place against docs/topology.md"
+		// A quoted name followed by a colon is a name, never a value, in valid JSON.
+		for off := 0; ; {
+			i := bytes.Index(data[off:], []byte(name))
+			if i < 0 {
+				return msg
+			}
+			off += i + len(name)
+			if rest := bytes.TrimLeft(data[off:], " \t\r\n"); len(rest) > 0 && rest[0] == ':' {
+				return msg + ", at " + lineCol(data, int64(off))
+			}
+		}
+	}
 	return err.Error()
+}
+
+// jsonValue names the kind of JSON value an UnmarshalTypeError found ("string", "number 1.5").
+func jsonValue(v string) string {
+	switch {
+	case v == "array" || v == "object":
+		return "an " + v
+	case v == "bool":
+		return "true or false"
+	}
+	return "a " + v
+}
+
+// jsonKind says what JSON value a Go type is read from.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Slice, reflect.Array:
+		return "a list [...]"
+	}
+	return "an object {...}"
 }
 
 // lineCol is where the byte before offset off of data is (encoding/json's offsets count the byte
@@ -405,7 +450,7 @@ func (t *Topology) checkHeader() error {
 		return fmt.Errorf("topology format is %q; want %q or %q", t.Format, TopologyFormat, TopologyFormat2)
 	}
 	if t.Name == "" {
-		return fmt.Errorf("topology has no name")
+		return fmt.Errorf("topology has no name: give it one (name)")
 	}
 	switch t.P2P {
 	case "":
@@ -433,9 +478,9 @@ func (t *Topology) checkHeader() error {
 	}
 	switch {
 	case len(t.Nodes) == 0:
-		return fmt.Errorf("topology %s has no nodes", t.Name)
+		return fmt.Errorf("topology %s has no nodes: describe at least one (nodes)", t.Name)
 	case len(t.Nodes) > 1 && t.Network == nil:
-		return fmt.Errorf("topology %s has %d nodes but no network", t.Name, len(t.Nodes))
+		return fmt.Errorf("topology %s has %d nodes but no network: describe the network between them, e.g. \"network\": {\"kind\": \"infiniband\"}", t.Name, len(t.Nodes))
 	case t.Network != nil && !netKinds[t.Network.Kind]:
 		return fmt.Errorf("network kind %q; want infiniband, roce, efa or ethernet", t.Network.Kind)
 	case t.Network != nil && (t.Network.LatencyUS < 0 || t.Network.LatencyUS > 1e6):
@@ -460,7 +505,7 @@ func (t *Topology) addPart(host, id, kind string) error {
 	}
 	key := host + "/" + id
 	if _, dup := t.verts[key]; dup {
-		return fmt.Errorf("node %s: id %q used twice", host, id)
+		return fmt.Errorf("node %s: id %q used twice: give each CPU, GPU, switch and NIC of a node its own", host, id)
 	}
 	t.verts[key] = t.addVertex(kind)
 	return nil
@@ -471,7 +516,7 @@ func (t *Topology) addPart(host, id, kind string) error {
 func (t *Topology) addParts(ni int) error {
 	n := &t.Nodes[ni]
 	if len(n.GPUs) == 0 {
-		return fmt.Errorf("node %s has no GPUs", n.Hostname)
+		return fmt.Errorf("node %s has no GPUs: give it at least one (gpus), or drop the node", n.Hostname)
 	}
 	for _, c := range n.CPUs {
 		if err := t.addPart(n.Hostname, c.ID, "cpu"); err != nil {
@@ -596,7 +641,11 @@ func (t *Topology) checkEnds(kind LinkKind, a, b int) error {
 	case kind == LinkNVLink && (ka != "gpu" && ka != "nvswitch" || kb != "gpu" && kb != "nvswitch"):
 		return fmt.Errorf("nvlink joins GPUs and NVSwitches, not a %s and a %s (a Grace CPU's NVLink-C2C to its GPUs is a pcie link with its gbs, as in the gb200-nvl72 preset)", ka, kb)
 	case kind == LinkSMP && (ka != "cpu" || kb != "cpu"):
-		return fmt.Errorf("smp joins CPU sockets, not a %s and a %s: use pcie or nvlink", ka, kb)
+		use := "pcie" // what joins a device, a PCIe switch or an NVSwitch to a CPU
+		if (ka == "gpu" || ka == "nvswitch") && (kb == "gpu" || kb == "nvswitch") {
+			use = "nvlink"
+		}
+		return fmt.Errorf("smp joins CPU sockets, not a %s and a %s: use %s", ka, kb, use)
 	case kind == LinkPCIe && device(ka) && device(kb):
 		return fmt.Errorf("pcie joins a %s to a PCIe switch or CPU, not to a %s: link both to the switch or CPU between them", ka, kb)
 	}

@@ -626,7 +626,13 @@ func TestValidateRejects(t *testing.T) {
 		{"link to itself", func(t *gpu.Topology) { t.Nodes[0].Links[2].B = "sw" }, `link 2: "sw"-"sw" does not join two known parts`},
 		{"link across nodes", func(t *gpu.Topology) { t.Nodes[0].Links[0].B = "host0/sw" }, `"gpu0"-"host0/sw" does not join`},
 		{"unknown link kind", func(t *gpu.Topology) { t.Nodes[0].Links[1].Kind = "infinityfabric" }, `node host0 link gpu1-sw: kind "infinityfabric"; want nvlink, pcie or smp`},
-		{"smp off a CPU", func(t *gpu.Topology) { t.Nodes[0].Links[1].Kind = "smp" }, "node host0 link gpu1-sw: smp joins CPU sockets, not a gpu and a pcie: use pcie or nvlink"},
+		{"smp off a CPU", func(t *gpu.Topology) { t.Nodes[0].Links[1].Kind = "smp" }, "node host0 link gpu1-sw: smp joins CPU sockets, not a gpu and a pcie: use pcie"},
+		{"smp between GPUs", func(t *gpu.Topology) {
+			t.Nodes[0].Links = append(t.Nodes[0].Links, gpu.Link{A: "gpu0", B: "gpu1", Kind: "smp", GBs: 64})
+		}, "node host0 link gpu0-gpu1: smp joins CPU sockets, not a gpu and a gpu: use nvlink"},
+		{"smp from a GPU to a CPU", func(t *gpu.Topology) {
+			t.Nodes[0].Links = append(t.Nodes[0].Links, gpu.Link{A: "gpu0", B: "cpu0", Kind: "smp", GBs: 64})
+		}, "node host0 link gpu0-cpu0: smp joins CPU sockets, not a gpu and a cpu: use pcie"},
 		{"nvlink to a CPU", func(t *gpu.Topology) {
 			t.Nodes[0].Links = append(t.Nodes[0].Links, gpu.Link{A: "gpu0", B: "cpu0", Kind: "nvlink", GBs: 450})
 		}, "node host0 link gpu0-cpu0: nvlink joins GPUs and NVSwitches, not a gpu and a cpu (a Grace CPU's NVLink-C2C"},
@@ -733,7 +739,9 @@ func TestParseTopologyRejectsMalformedJSON(t *testing.T) {
 		{"unknown top-level field", withField(valid, `"gpus":8`), `unknown field "gpus"`},
 		{"unknown field in a preset", withField(preset, `"nvlink":true`), `unknown field "nvlink"`},
 		{"unknown GPU field", []byte(strings.Replace(string(valid), `"pci_bus_id"`, `"pci_busid":"x","pci_bus_id"`, 1)), `unknown field "pci_busid"`},
-		{"wrong field type", []byte(strings.Replace(string(valid), `"memory_bytes":1073741824`, `"memory_bytes":"1G"`, 1)), "not a gpubench topology file: json: cannot unmarshal string into Go struct field GPU.nodes.gpus.memory_bytes of type int64, at line 1, column"},
+		{"wrong field type", []byte(strings.Replace(string(valid), `"memory_bytes":1073741824`, `"memory_bytes":"1G"`, 1)), "not a gpubench topology file: nodes.gpus.memory_bytes is a string, where a whole number belongs, at line 1, column"},
+		{"an array where the topology belongs", []byte(`[{"name": "x"}]`), "not a gpubench topology file: the topology is an array, where an object {...} belongs, at line 1, column 1"},
+		{"unknown field, placed", []byte("{\"format\": \"gpubench-topology/1\",\n  \"gpus\" : 8}"), `not a gpubench topology file: unknown field "gpus": check its spelling and place against docs/topology.md, at line 2, column 8`},
 		{"trailing object", append(append([]byte(nil), valid...), []byte("\n{}")...), "data after the topology object"},
 		{"trailing text", append(append([]byte(nil), valid...), []byte(" x")...), "data after the topology object"},
 		{"trailing second preset", append(append([]byte(nil), preset...), preset...), "data after the topology object"},

@@ -30,7 +30,7 @@ func TestVersion1RefusesVersion2Fields(t *testing.T) {
 		{"network sharp", `"network": {"kind": "infiniband", "sharp": true}, ` + two("")},
 		{"network plugin_latency_us", `"network": {"kind": "infiniband", "plugin_latency_us": 0}, ` + two("")},
 		{"network message_us", `"network": {"kind": "infiniband", "message_us": 1}, ` + two("")},
-		{"nvlink_domain_nodes", `"nvlink_domain_nodes": 2, ` + plain},
+		{"nvlink_domain_nodes", `"nvlink_domain_nodes": 2, ` + strings.ReplaceAll(plain, `"links": [`, `"switches": [{"id": "nvs", "kind": "nvswitch"}], "links": [{"a": "gpu0", "b": "nvs", "kind": "nvlink", "gbs": 450}, `)},
 		{"calibration", `"calibration": {"launch_us": 5}, ` + plain},
 		{"node count (node 1)", `"network": {"kind": "infiniband"}, "nodes": [` + node("a", "") + `, ` + strings.Replace(node("b", ""), `"hostname": "b",`, `"hostname": "b", "count": 1,`, 1) + `]`},
 	} {
