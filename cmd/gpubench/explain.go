@@ -347,7 +347,7 @@ func simWhyText(why []string) string {
 		"search speed":   "its channels carry what the links do, above the speed NCCL's search gave them",
 		"block copy":     "each of its channels, one thread block, carries at most one NVLink's worth, less than the links",
 		"channels":       "it runs on the fewer channels NCCL_MAX_NCHANNELS leaves, where NCCL's figures count its search's",
-		"network":        "the network's links carry less than the NICs NCCL counts (fewer fabric uplinks than NICs, or a slow NIC)",
+		"network":        "the network's links carry less than the NICs NCCL counts (fewer fabric uplinks than NICs, a slow NIC, or a node whose few GPUs leave by fewer NICs than it has)",
 		"nvlstree nics":  "NVLSTree across nodes carries what the NICs do, where NCCL's figure gives n/(n-1) of it",
 		"calibration":    "the topology's calibration",
 	}

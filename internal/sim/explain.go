@@ -113,7 +113,8 @@ type ExplainedCandidate struct {
 	// Simple ring's channels, one thread block each, carry less than its links: ringBlockGBs),
 	// "channels" (NCCL_MAX_NCHANNELS runs the call on fewer channels than NCCL's figures count),
 	// "network" (NVLS or CollNet across domains, held to what the network's links carry where
-	// that is less than the NICs' rate NCCL counts: netLinks), "nvlstree nics" (NVLSTree across
+	// that is less than the NICs' rate NCCL counts: netLinks; a fabric of fewer uplinks than NICs,
+	// or a node whose few GPUs leave by fewer NICs than it has), "nvlstree nics" (NVLSTree across
 	// domains, held to what the NICs carry, where NCCL's figure gives n/(n-1) of it),
 	// "calibration" (the topology's own fit); empty where they are the same model.
 	SimWhy []string `json:"sim_why"`
