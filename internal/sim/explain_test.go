@@ -598,10 +598,7 @@ func TestNCCLNumbersReadAsNCCLReadsThem(t *testing.T) {
 			t.Errorf("%q: read as %v; want %v", c.env, got, want)
 		}
 	}
-	for _, name := range EnvVars {
-		if name == "NCCL_ALGO" || name == "NCCL_PROTO" || name == "NCCL_IB_HCA" {
-			continue
-		}
+	for _, name := range envNumbers {
 		for _, v := range []string{"x", "1e9", "12abc", "0x", "08", "+-1", "1 2"} {
 			want := name + "=" + strconv.Quote(v) + ": give a whole number, such as 1 (decimal, or hex after 0x)"
 			if err := CheckEnv(map[string]string{name: v}); err == nil || err.Error() != want {

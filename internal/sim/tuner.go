@@ -764,8 +764,11 @@ func cNumber(s string) (n int64, ok bool, err error) {
 }
 
 // EnvVars are the NCCL_* variables the simulator reads (docs/model.md, "NCCL's environment").
-var EnvVars = []string{"NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_NRINGS", "NCCL_MAX_NRINGS",
-	"NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_P2P_DISABLE", "NCCL_PXN_DISABLE", "NCCL_IB_HCA", "NCCL_IB_DISABLE"}
+var EnvVars = append([]string{"NCCL_ALGO", "NCCL_PROTO", "NCCL_IB_HCA"}, envNumbers...)
+
+// envNumbers are the variables of EnvVars that hold a whole number.
+var envNumbers = []string{"NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_NRINGS", "NCCL_MAX_NRINGS",
+	"NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_P2P_DISABLE", "NCCL_PXN_DISABLE", "NCCL_IB_DISABLE"}
 
 // CheckEnv refuses NCCL_* values the simulator cannot read, naming the variable.
 func CheckEnv(env map[string]string) error {
@@ -781,10 +784,7 @@ func CheckEnv(env map[string]string) error {
 	}
 	// NCCL reads any whole number and holds it to its range (a channel count from 0 or 1 to 64);
 	// what is not one it would read as the digits it starts with, or 0, and here is refused.
-	for _, name := range EnvVars[2:] {
-		if name == "NCCL_IB_HCA" {
-			continue
-		}
+	for _, name := range envNumbers {
 		if s, ok := env[name]; ok {
 			if _, _, err := cNumber(s); err != nil {
 				return fmt.Errorf("%s=%q: give a whole number, such as 1 (decimal, or hex after 0x)", name, s)
