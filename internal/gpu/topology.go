@@ -377,7 +377,7 @@ func jsonValue(v string) string {
 	case v == "array" || v == "object":
 		return "an " + v
 	case v == "bool":
-		return "true or false"
+		return "a boolean"
 	}
 	return "a " + v
 }
