@@ -448,7 +448,7 @@ func (r *runner) row(s *Summary, cycle int, size int64, a Args) error {
 		res.Root = a.Root
 	}
 	if e, ok := r.comm.(gpu.Explainer); ok {
-		res.Algo, res.Proto, res.Channels = e.Explain(c.Name, k.Bytes, a.Op)
+		res.Algo, res.Proto, res.Channels = e.Explain(c.Name, k.Bytes, a.DType, a.Op)
 	}
 	r.in = nil // inputs are made once per row, when a placement checks
 	for _, inPlace := range []bool{false, true} {

@@ -127,10 +127,10 @@ type DataSkipper interface {
 
 // Explainer is a Comm that can say how it runs a collective of a size: the algorithm, protocol
 // and channels NCCL's tuner picks (the simulator; real NCCL does not say). coll is the engine's
-// name (allreduce, alltoall, ...), bytes the whole buffer as nccl-tests counts it, and op the
-// reduction (NCCL serves an average by fewer algorithms).
+// name (allreduce, alltoall, ...), bytes the whole buffer as nccl-tests counts it, and dt and op
+// the type and reduction (NCCL serves some, such as an average, by fewer algorithms).
 type Explainer interface {
-	Explain(coll string, bytes int64, op RedOp) (algo, proto string, channels int)
+	Explain(coll string, bytes int64, dt DType, op RedOp) (algo, proto string, channels int)
 }
 
 // TypeChecker is a Backend that supports only some types and ops (an older NCCL).

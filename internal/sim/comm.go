@@ -71,7 +71,7 @@ var collKinds = map[string]collKind{"allreduce": collAllReduce, "allgather": col
 // Explain says what the tuner runs for a collective of bytes (gpu.Explainer); all-to-all and
 // send/recv are NCCL's point-to-point operations, which its tuner does not choose: their
 // channels are those one operation to a peer is split over.
-func (c *comm) Explain(coll string, bytes int64, op gpu.RedOp) (algo, proto string, channels int) {
+func (c *comm) Explain(coll string, bytes int64, dt gpu.DType, op gpu.RedOp) (algo, proto string, channels int) {
 	kind, ok := collKinds[coll]
 	if !ok {
 		if coll == "alltoall" {
@@ -79,7 +79,7 @@ func (c *comm) Explain(coll string, bytes int64, op gpu.RedOp) (algo, proto stri
 		}
 		return "P2P", "Simple", c.m.p2pOpChannels(bytes)
 	}
-	ch := c.m.decideOp(kind, bytes, op).Chosen()
+	ch := c.m.decideOp(kind, bytes, dt, op).Chosen()
 	return ch.Algo, ch.Proto, ch.Channels
 }
 
@@ -264,18 +264,18 @@ func (c *comm) exec(us float64, dt gpu.DType, data bool, out []gpu.Buffer, move 
 // collUS is a collective's device time: the model's, except that with one rank in place NCCL
 // has nothing to move and queues no work (seen on an H200, docs/validation.md: 0.7-1 µs at 8 B
 // and at 1 GiB, against 5-500 µs out of place).
-func (c *comm) collUS(kind collKind, n int64, op gpu.RedOp, send, recv []gpu.Buffer) float64 {
+func (c *comm) collUS(kind collKind, n int64, dt gpu.DType, op gpu.RedOp, send, recv []gpu.Buffer) float64 {
 	if len(c.devs) == 1 && sameStart(send[0], recv[0]) {
 		return 0
 	}
-	k := collCall{kind, n, op}
+	k := collCall{kind, n, dt, op}
 	if us, ok := c.picked[k]; ok {
 		return us
 	}
 	if c.picked == nil {
 		c.picked = map[collCall]float64{}
 	}
-	us := c.m.decideOp(kind, n, op).Chosen().SimUS
+	us := c.m.decideOp(kind, n, dt, op).Chosen().SimUS
 	c.picked[k] = us
 	return us
 }
@@ -284,6 +284,7 @@ func (c *comm) collUS(kind collKind, n int64, op gpu.RedOp, send, recv []gpu.Buf
 type collCall struct {
 	kind collKind
 	n    int64
+	dt   gpu.DType
 	op   gpu.RedOp
 }
 
@@ -312,7 +313,7 @@ func (c *comm) AllReduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op 
 	if err := c.args("allreduce", all("send", send, n), all("recv", recv, n)); err != nil {
 		return err
 	}
-	return c.run(n, c.collUS(collAllReduce, n, op, send, recv), dt, hasData(send, recv), recv, func() {
+	return c.run(n, c.collUS(collAllReduce, n, dt, op, send, recv), dt, hasData(send, recv), recv, func() {
 		allReduceData(send, recv, n, dt, op, c.tmp)
 	})
 }
@@ -323,7 +324,7 @@ func (c *comm) AllGather(send, recv []gpu.Buffer, sendCount int64, dt gpu.DType)
 	if err := c.args("allgather", all("send", send, n), all("recv", recv, n*ranks)); err != nil {
 		return err
 	}
-	return c.run(n, c.collUS(collAllGather, n*ranks, gpu.Sum, send, recv), dt, hasData(send, recv), recv, func() {
+	return c.run(n, c.collUS(collAllGather, n*ranks, dt, gpu.Sum, send, recv), dt, hasData(send, recv), recv, func() {
 		allGatherData(send, recv, n, c.tmp)
 	})
 }
@@ -334,7 +335,7 @@ func (c *comm) ReduceScatter(send, recv []gpu.Buffer, recvCount int64, dt gpu.DT
 	if err := c.args("reducescatter", all("send", send, n*ranks), all("recv", recv, n)); err != nil {
 		return err
 	}
-	return c.run(n, c.collUS(collReduceScatter, n*ranks, op, send, recv), dt, hasData(send, recv), recv, func() {
+	return c.run(n, c.collUS(collReduceScatter, n*ranks, dt, op, send, recv), dt, hasData(send, recv), recv, func() {
 		reduceScatterData(send, recv, n, dt, op, c.tmp)
 	})
 }
@@ -347,7 +348,7 @@ func (c *comm) Broadcast(send, recv []gpu.Buffer, count int64, dt gpu.DType, roo
 	if err := c.args("broadcast", bufSet{"send", send, n, root}, all("recv", recv, n)); err != nil {
 		return err
 	}
-	return c.run(n, c.collUS(collBroadcast, n, gpu.Sum, send, recv), dt, hasData([]gpu.Buffer{send[root]}, recv), recv, func() {
+	return c.run(n, c.collUS(collBroadcast, n, dt, gpu.Sum, send, recv), dt, hasData([]gpu.Buffer{send[root]}, recv), recv, func() {
 		broadcastData(send, recv, n, root, c.tmp)
 	})
 }
@@ -360,7 +361,7 @@ func (c *comm) Reduce(send, recv []gpu.Buffer, count int64, dt gpu.DType, op gpu
 	if err := c.args("reduce", all("send", send, n), bufSet{"recv", recv, n, root}); err != nil {
 		return err
 	}
-	return c.run(n, c.collUS(collReduce, n, op, send, recv), dt, hasData(send, []gpu.Buffer{recv[root]}), recv, func() {
+	return c.run(n, c.collUS(collReduce, n, dt, op, send, recv), dt, hasData(send, []gpu.Buffer{recv[root]}), recv, func() {
 		reduceData(send, recv, n, dt, op, root, c.tmp)
 	})
 }

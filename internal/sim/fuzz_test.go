@@ -76,7 +76,7 @@ func FuzzSimulate(f *testing.F) {
 		defer cancel()
 		for name, call := range calls {
 			if e, ok := c.(gpu.Explainer); ok {
-				e.Explain(name, 4*count, gpu.Sum)
+				e.Explain(name, 4*count, gpu.Float, gpu.Sum)
 			}
 			start := b.hostUS
 			if err := call(); err != nil {

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/gpubench/gpubench/internal/gpu"
@@ -358,13 +359,46 @@ func TestTreePatternOneGPUANode(t *testing.T) {
 func TestPATNotForAverage(t *testing.T) {
 	t.Parallel()
 	m := oneGPUANode(t, 8)
-	sum, avg := m.decideOp(collReduceScatter, 1<<20, gpu.Sum).Chosen(), m.decideOp(collReduceScatter, 1<<20, gpu.Avg).Chosen()
+	sum, avg := m.decideOp(collReduceScatter, 1<<20, gpu.Float, gpu.Sum).Chosen(), m.decideOp(collReduceScatter, 1<<20, gpu.Float, gpu.Avg).Chosen()
 	if sum.Algo != "PAT" || avg.Algo == "PAT" || !(avg.SimUS > sum.SimUS) {
 		t.Errorf("sum %s %.1f µs, avg %s %.1f µs; want PAT, then another, slower", sum.Algo, sum.SimUS, avg.Algo, avg.SimUS)
 	}
 	c := &comm{m: m, devs: ranks(8)}
-	if algo, _, _ := c.Explain("reducescatter", 1<<20, gpu.Avg); algo != avg.Algo {
+	if algo, _, _ := c.Explain("reducescatter", 1<<20, gpu.Float, gpu.Avg); algo != avg.Algo {
 		t.Errorf("the row names %s; the call runs %s", algo, avg.Algo)
+	}
+}
+
+// NVLS reduces in the NVLink switches only what they can (NCCL's ncclNvlsSupported): on 8 H100
+// a 64 MiB all-reduce of a float sum runs NVLS, and a product, an average, a float max or any
+// 8-bit reduction runs another algorithm, slower, where a max of bfloat16s keeps NVLS, and an
+// all-gather of bytes its candidates; the row names what the call runs.
+func TestNVLSOnlyWhatTheSwitchesReduce(t *testing.T) {
+	t.Parallel()
+	m := newModel(topoOf(t, "dgx-h100", 1), ranks(8), nil)
+	sum := m.decideOp(collAllReduce, 64<<20, gpu.Float, gpu.Sum).Chosen()
+	if sum.Algo != "NVLS" {
+		t.Fatalf("a float sum runs %s; want NVLS", sum.Algo)
+	}
+	c := &comm{m: m, devs: ranks(8)}
+	for _, x := range []struct {
+		dt   gpu.DType
+		op   gpu.RedOp
+		nvls bool
+	}{{gpu.Float, gpu.Prod, false}, {gpu.Float, gpu.Avg, false}, {gpu.Float, gpu.Max, false}, {gpu.Int8, gpu.Sum, false},
+		{gpu.BFloat16, gpu.Max, true}, {gpu.Int32, gpu.Min, true}, {gpu.Double, gpu.Sum, true}} {
+		got := m.decideOp(collAllReduce, 64<<20, x.dt, x.op).Chosen()
+		if (got.Algo == "NVLS") != x.nvls || !x.nvls && !(got.SimUS > sum.SimUS) {
+			t.Errorf("%v %v: %s, %.1f µs (a float sum: %.1f); want NVLS %v, and slower without", x.dt, x.op, got.Algo, got.SimUS, sum.SimUS, x.nvls)
+		}
+		if algo, _, _ := c.Explain("allreduce", 64<<20, x.dt, x.op); algo != got.Algo {
+			t.Errorf("%v %v: the row names %s; the call runs %s", x.dt, x.op, algo, got.Algo)
+		}
+	}
+	// An all-gather reduces nothing: NVLS stays a candidate whatever the type.
+	ag := func(dt gpu.DType) Decision { return m.decideOp(collAllGather, 64<<20, dt, gpu.Sum) }
+	if !slices.ContainsFunc(ag(gpu.Int8).Candidates, func(c Candidate) bool { return c.Algo == "NVLS" }) || ag(gpu.Int8).Chosen() != ag(gpu.Float).Chosen() {
+		t.Errorf("an all-gather of bytes: %+v; want NVLS among its candidates, and the pick of floats", ag(gpu.Int8).Chosen())
 	}
 }
 

@@ -599,12 +599,16 @@ func (m *model) fabricUS(c collKind, a int) float64 {
 }
 
 // decide is NCCL's choice for collective c of nBytes (the whole buffer for AllGather and
-// ReduceScatter, one rank's buffer otherwise; ncclFuncMaxSendRecvCount), with every candidate.
-func (m *model) decide(c collKind, nBytes int64) Decision { return m.decideOp(c, nBytes, gpu.Sum) }
+// ReduceScatter, one rank's buffer otherwise; ncclFuncMaxSendRecvCount), with every candidate,
+// for a sum of floats (nccl-tests' default).
+func (m *model) decide(c collKind, nBytes int64) Decision {
+	return m.decideOp(c, nBytes, gpu.Float, gpu.Sum)
+}
 
-// decideOp is decide for a reduction op: NCCL runs an average as PreMulSum or SumPostDiv, which
-// its PAT reduce-scatter does not serve (enqueue.cc, updateCollCostTable).
-func (m *model) decideOp(c collKind, nBytes int64, op gpu.RedOp) Decision {
+// decideOp is decide for a type and reduction op. NCCL runs an average as PreMulSum or
+// SumPostDiv, which its PAT reduce-scatter does not serve (enqueue.cc, updateCollCostTable), and
+// reduces over NVLS only what the NVLink switches can (nvlsServes).
+func (m *model) decideOp(c collKind, nBytes int64, dt gpu.DType, op gpu.RedOp) Decision {
 	d := Decision{Coll: collNames[c], Bytes: nBytes, Ranks: m.n, Nodes: m.nodes, RingLimit: m.limit}
 	switch {
 	case nBytes == 0: // NCCL returns at once
@@ -616,7 +620,8 @@ func (m *model) decideOp(c collKind, nBytes int64, op gpu.RedOp) Decision {
 		return d
 	}
 	for a := range numAlgos {
-		if a == algoPAT && c == collReduceScatter && op == gpu.Avg {
+		if a == algoPAT && c == collReduceScatter && op == gpu.Avg ||
+			(a == algoNVLS || a == algoNVLSTree) && c != collAllGather && !nvlsServes(dt, op) {
 			continue
 		}
 		for p := range numProtos {
@@ -654,6 +659,20 @@ func (c choice) String() string { return c.algo + "/" + c.proto }
 func (m *model) collTime(c collKind, nBytes int64) choice {
 	best := m.decide(c, nBytes).Chosen()
 	return choice{algo: best.Algo, proto: best.Proto, us: best.SimUS}
+}
+
+// nvlsServes reports whether NVLS reduces op over dt in the NVLink switches: a sum of 32- and
+// 64-bit integers, halves, bfloat16s, floats and doubles, and a min or max of all of those but
+// floats and doubles; no product or average, and no 8-bit type (NCCL's ncclNvlsSupported,
+// src/include/device.h, which enqueue.cc applies to every collective but AllGather).
+func nvlsServes(dt gpu.DType, op gpu.RedOp) bool {
+	switch dt {
+	case gpu.Int32, gpu.Uint32, gpu.Int64, gpu.Uint64, gpu.Half, gpu.BFloat16:
+		return op == gpu.Sum || op == gpu.Min || op == gpu.Max
+	case gpu.Float, gpu.Double:
+		return op == gpu.Sum
+	}
+	return false
 }
 
 // tunerEnv is how NCCL_* variables steer the tuner, as they steer NCCL.

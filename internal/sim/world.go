@@ -270,8 +270,8 @@ var _ gpu.GraphComm = (*joined)(nil)
 func (j *joined) Size() int { return len(j.c.devs) }
 
 // Explain says what the tuner runs for a collective (gpu.Explainer).
-func (j *joined) Explain(coll string, bytes int64, op gpu.RedOp) (string, string, int) {
-	return j.c.Explain(coll, bytes, op)
+func (j *joined) Explain(coll string, bytes int64, dt gpu.DType, op gpu.RedOp) (string, string, int) {
+	return j.c.Explain(coll, bytes, dt, op)
 }
 
 // SkipData makes the calls from now on move no data, and send none to the exchange.
