@@ -341,12 +341,25 @@ func (m *model) domainRanks() map[int][]int {
 
 // channelCount estimates the channels NCCL's ring search finds, which the per-channel caps
 // multiply, and each one's speed where gpubench follows the search (0 elsewhere): one per ring
-// across nodes; on one NVLink node, the search's own result (nvlinkRingSearch); one channel over
-// PCIe.
+// across nodes, duplicated as below; on one NVLink node, the search's own result
+// (nvlinkRingSearch); one channel over PCIe.
 func (m *model) channelCount() (int, float64) {
 	switch {
 	case m.nodes > 1:
-		return min(m.rings, maxRingChannels), 0
+		// NCCL duplicates every graph its search finds (ncclTopoDupChannels, search.cc) whose
+		// channels run at 25 GB/s or more, unless past compute capability 8.0 they are more than
+		// four under 50 GB/s; each ring's speed is the fastest of the search's table for
+		// channels between nodes at or below what it carries.
+		nch := min(m.rings, maxRingChannels)
+		speeds := searchSpeedsInter[m.arch]
+		i := 0
+		for i < len(speeds)-1 && speeds[i] > m.ringBus/float64(nch) {
+			i++
+		}
+		if d := min(2*nch, maxRingChannels); d > nch && speeds[i] >= 25 && !(m.cc > 8 && speeds[i] < 50 && nch > 4) {
+			nch = d
+		}
+		return nch, 0
 	case m.intraHW == hwNVLink:
 		return nvlinkRingSearch(m.ringBus, m.arch, m.cc)
 	}
@@ -361,6 +374,15 @@ var searchSpeedsIntra = [4][]float64{
 	{40, 30, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3},
 	{60, 50, 40, 30, 24, 20, 15, 12, 11, 6, 3},
 	{90, 80, 70, 60, 50, 45, 40, 30, 24, 20, 19, 18},
+}
+
+// searchSpeedsInter are the speeds NCCL's search tries for a channel between nodes, fastest
+// first, per architecture (search.cc: speedArrayInter, sm90SpeedArrayInter, sm100SpeedArrayInter).
+var searchSpeedsInter = [4][]float64{
+	{48, 30, 28, 24, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3, 2.4, 1.2, 0.24, 0.12},
+	{48, 30, 28, 24, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3, 2.4, 1.2, 0.24, 0.12},
+	{48, 45, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2, 0.24, 0.12},
+	{96, 86, 80, 48, 45.1, 42, 40, 30, 24, 22, 20, 17.5, 15, 12, 6, 3, 2.4, 1.2, 0.24, 0.12},
 }
 
 // nvlinkRingSearch is NCCL's ring search (search.cc, ncclTopoCompute) where every GPU reaches

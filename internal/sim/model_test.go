@@ -452,3 +452,28 @@ func TestSwitchLatencyInCollectives(t *testing.T) {
 		}
 	}
 }
+
+// Across nodes NCCL duplicates a ring graph whose channels run at 25 GB/s or more, unless past
+// compute capability 8.0 they are more than four under 50 GB/s (ncclTopoDupChannels, search.cc):
+// with 4 H100 a node each ring leaves by its GPU's 400 Gb/s NIC at 48 GB/s of NCCL's table, and
+// its 4 channels become 8 of 24, which doubles the per-channel caps, so that with NVLS off a
+// 64 MiB all-reduce on 4 nodes runs Ring/LL128 (NCCL's own figures: 796 µs against Simple's
+// 899); 8 H100 a node keep 8 channels.
+func TestRingGraphDuplicatedAcrossNodes(t *testing.T) {
+	t.Parallel()
+	tp := topoOf(t, "dgx-h100", 4)
+	var four []int
+	for node := range 4 {
+		four = append(four, node*8, node*8+1, node*8+2, node*8+3)
+	}
+	m := newModel(tp, four, map[string]string{"NCCL_NVLS_ENABLE": "0"})
+	if g := m.graphs[algoRing]; g.nChannels != 8 || math.Abs(g.bwIntra*8-m.ringBus) > 1e-6 {
+		t.Errorf("4 GPUs a node: %d ring channels of %.1f GB/s (rings carry %.1f); want 8 sharing them", g.nChannels, g.bwIntra, m.ringBus)
+	}
+	if c := m.decide(collAllReduce, 64<<20).Chosen(); c.Algo != "Ring" || c.Proto != "LL128" || math.Abs(c.TimeUS-795.9) > 1 {
+		t.Errorf("64 MiB, NVLS off: %s/%s %.1f µs; want Ring/LL128, 795.9", c.Algo, c.Proto, c.TimeUS)
+	}
+	if g := newModel(tp, ranks(32), nil).graphs[algoRing]; g.nChannels != 8 {
+		t.Errorf("8 GPUs a node: %d ring channels; want 8, not duplicated (more than four under 50 GB/s)", g.nChannels)
+	}
+}
