@@ -23,10 +23,10 @@ func TestExplainText(t *testing.T) {
 	num := `[0-9]+\.[0-9]`
 	for _, want := range []string{
 		`^allreduce of 1 GiB \(1073741824 B\) on dgx-h100: 8 GPUs, 1 node\n`,
-		`\nchosen:     NVLS/Simple, 16 channels, ` + num + ` us by NCCL.s figures; the simulated call takes ` + num + ` us \(NVLS on one node, held to its links rather than NCCL.s channel figure\)\n`,
+		`\nchosen:     NVLS/Simple, 16 channels, ` + num + ` us\n`,
 		`\nrunner-up:  Ring/Simple, 24 channels, ` + num + ` us \(` + num + `% slower\)\n`,
 		`\nbottleneck: NVLink; rings over the links carry 370\.8 GB/s busbw\n`,
-		`\nbandwidth:  busbw ` + num + ` GB/s, algbw ` + num + ` GB/s; NCCL's estimate: busbw ` + num + ` GB/s\n`,
+		`\nbandwidth:  busbw ` + num + ` GB/s, algbw ` + num + ` GB/s\n`,
 		`\nterms:      latency 25\.0 us \+ bandwidth ` + num + ` us \(size / algbw\): bandwidth dominates \(9[0-9]% of the time\)\n`,
 		`\npipeline:   ` + num + ` us of the bandwidth term is NVLS.s scatter, reduce and gather stages draining, which NCCL.s estimate leaves out\n`,
 		`\nlaunch:     4\.9 us a GPU from the host; one thread launching it on 8 GPUs of a node \(nccl-tests -g 8\) takes 39\.2 us\n`,
@@ -40,6 +40,12 @@ func TestExplainText(t *testing.T) {
 	}
 	if lines := strings.Count(out, "\n"); lines != 11 {
 		t.Errorf("%d lines; want 11:\n%s", lines, out)
+	}
+
+	// Where the simulated call takes another time than NCCL's estimate, the chosen line gives both.
+	out, _, code = gpubench(t, "explain", "allreduce", "--topology", "hgx-h800", "--size", "768K")
+	if want := regexp.MustCompile(`\nchosen:     Ring/LL, 16 channels, ` + num + ` us by NCCL.s figures; the simulated call takes ` + num + ` us \(its channels carry what the links do, above the speed NCCL.s search gave them\)\n`); code != 0 || !want.MatchString(out) {
+		t.Errorf("hgx-h800, 768 KiB: exit %d; the chosen line lacks both figures:\n%s", code, out)
 	}
 
 	out, _, code = gpubench(t, "explain", "allreduce", "--topology", "dgx-h100", "--size", "8")

@@ -277,6 +277,18 @@ func (m *model) searchGraphs() [numAlgos]searchGraph {
 		ppn := math.Round(m.ppn)
 		n := int(math.Min(maxNVLSArity, ppn))
 		g[algoNVLS] = searchGraph{nChannels: n, bwIntra: nvl / float64(n+1)}
+		if m.nodes == 1 {
+			// On one domain NCCL's search gives the heads the fastest speed of its table that
+			// the GPU's NVLink holds heads + 1 times (search.cc, ncclTopoSearchTryNvls): its tuner
+			// prices NVLS with that, and the links carry what they carry (8 H100: 40 of 41.2;
+			// HGX H800: 15 of 18.3).
+			speeds := searchSpeedsIntra[m.arch]
+			i := 0
+			for i < len(speeds)-1 && float64(n+1)*speeds[i] > nvl*(1+1e-9) {
+				i++
+			}
+			g[algoNVLS].linksIntra, g[algoNVLS].bwIntra = g[algoNVLS].bwIntra, speeds[i]
+		}
 		if m.nodes > 1 {
 			g[algoNVLS].bwIntra, g[algoNVLS].bwInter = nvl/(ppn+1), m.netGBs/float64(n)
 			g[algoNVLS].linksInter = m.netLinks(n)

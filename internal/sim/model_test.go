@@ -90,7 +90,7 @@ func TestNVLSOneNode(t *testing.T) {
 	for _, tc := range []struct {
 		n            int
 		tuned, moved float64 // NCCL's expected busbw, the simulated one
-	}{{5, 300, 420.2}, {8, 480, 490.4}} {
+	}{{5, 300, 420.2}, {7, 408, 472.8}, {8, 476, 490.4}} {
 		m := modelOf(t, "dgx-h100", 1, tc.n)
 		var nvls Candidate
 		for _, c := range m.decide(collAllReduce, 4<<30).Candidates {
@@ -208,12 +208,13 @@ func TestNVLinkRingChannels(t *testing.T) {
 
 // NCCL's NVLS search on one NVLink domain takes min(32, GPUs) heads (NCCL_MAX_NVLS_ARITY), each
 // channel carrying the NVLink over the heads + 1: 64 GPUs of one GB200 NVL72 rack have 32
-// channels of 721.8/33 GB/s, not 721.8/65. Across racks the simulator keeps the domain's GPUs + 1.
+// channels of 721.8/33 GB/s, not 721.8/65, which NCCL's search gives 20 of its table. Across
+// racks the simulator keeps the domain's GPUs + 1.
 func TestNVLSHeadsInABigDomain(t *testing.T) {
 	t.Parallel()
 	one := modelOf(t, "gb200-nvl72", 18, 64)
-	if g := one.graphs[algoNVLS]; g.nChannels != 32 || math.Abs(g.bwIntra-721.8/33) > 0.05 {
-		t.Errorf("64 GPUs of one rack: NVLS graph %+v; want 32 channels of %.2f", g, 721.8/33)
+	if g := one.graphs[algoNVLS]; g.nChannels != 32 || math.Abs(g.linksIntra-721.8/33) > 0.05 || g.bwIntra != 20 {
+		t.Errorf("64 GPUs of one rack: NVLS graph %+v; want 32 channels of %.2f on the links, 20 by NCCL's search", g, 721.8/33)
 	}
 	two := modelOf(t, "gb200-nvl72", 36, 144)
 	if g := two.graphs[algoNVLS]; g.nChannels != 32 || math.Abs(g.bwIntra-721.8/73) > 0.05 {
@@ -475,5 +476,24 @@ func TestRingGraphDuplicatedAcrossNodes(t *testing.T) {
 	}
 	if g := newModel(tp, ranks(32), nil).graphs[algoRing]; g.nChannels != 8 {
 		t.Errorf("8 GPUs a node: %d ring channels; want 8, not duplicated (more than four under 50 GB/s)", g.nChannels)
+	}
+}
+
+// NCCL's search gives NVLS's heads the fastest speed of its table that each GPU's NVLink holds
+// heads + 1 times, and raises the graph's bwInter to the first speed at or above twice that
+// (search.cc): on an HGX H800, whose 8 NVLinks carry 164.8 GB/s, 15 and 30 of 18.3, so NCCL
+// expects 178.5 GB/s busbw of NVLS and runs a 768 KiB all-reduce on Ring/LL; the simulated NVLS
+// call still moves what the links carry.
+func TestNVLSSearchSpeedsH800(t *testing.T) {
+	t.Parallel()
+	x, err := Explain(topoOf(t, "hgx-h800", 1), ranks(8), nil, "allreduce", 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := x.Chosen; c.Algo != "NVLS" || math.Abs(c.BusGBs-178.5) > 0.1 || !(c.SimBusGBs > 200) {
+		t.Errorf("1 GiB: %s at %.1f GB/s busbw by NCCL's figures, %.1f simulated; want NVLS at 178.5, above 200 simulated", c.Algo, c.BusGBs, c.SimBusGBs)
+	}
+	if c := modelOf(t, "hgx-h800", 1, 8).decide(collAllReduce, 768<<10).Chosen(); c.Algo != "Ring" || c.Proto != "LL" {
+		t.Errorf("768 KiB: %s/%s; want Ring/LL", c.Algo, c.Proto)
 	}
 }

@@ -411,7 +411,15 @@ func (m *model) bandwidthOf(c collKind, a, p int, searchCap bool) float64 {
 				inter *= float64(m.n-1) / float64(m.n)
 			}
 		} else if searchCap {
-			inter = math.Min(2*gr.bwIntra, searchSpeedsIntra[m.arch][0]) // the search table's top speed
+			// NCCL's search raises a domain's bwInter one speed of its table at a time while it
+			// is under twice bwIntra (search.cc, pass 2), so to the first at or above that, or
+			// the table's top.
+			speeds := searchSpeedsIntra[m.arch]
+			i := len(speeds) - 1
+			for i > 0 && speeds[i] < 2*gr.bwIntra*(1-1e-9) {
+				i--
+			}
+			inter = speeds[i]
 		}
 		bw = math.Min(intra, inter)
 		if a == algoNVLSTree {
