@@ -18,6 +18,7 @@ func FuzzTestsEnv(f *testing.F) {
 	f.Add("NaN", true, "", "", "")
 	f.Add("-1", true, "", "", "")
 	f.Add("a\nb", true, "", "", "")
+	f.Add("\ufffd", true, "", "", "") // text, which %q prints as it is
 	f.Add("", true, "", "", "")
 	f.Add("1", false, "AND", "", "")
 	f.Add("1", true, "", "0x7", "")

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // The values of a topology file's "format" field. Version 2 adds node templates with a count,
@@ -253,6 +254,17 @@ var (
 // ParseTopology reads and validates a topology file.
 func ParseTopology(data []byte) (*Topology, error) {
 	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")) // the byte order mark some editors write
+	if !utf8.Valid(data) {                                // the JSON reader would make each bad byte U+FFFD, unseen
+		bad := 0
+		for bad < len(data) {
+			r, n := utf8.DecodeRune(data[bad:])
+			if r == utf8.RuneError && n == 1 {
+				break
+			}
+			bad += n
+		}
+		return nil, fmt.Errorf("not a gpubench topology file: a byte that is not UTF-8 at %s: save the file as UTF-8", lineCol(data, int64(bad)+1))
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var t Topology

@@ -111,20 +111,23 @@ func human(n int64) string {
 // Unsafe returns the first character in s that is not plain text, and whether there is one: a
 // control character (an escape, a newline, a tab...), a format character that reorders or hides
 // text (U+202E, right-to-left override; U+200B, zero width space), a line or paragraph separator,
-// or a byte that is not UTF-8 (given as U+FFFD, which the JSON reader also makes of one). Names
-// read from files are printed in tables: one that holds such a character could rewrite the
-// terminal, forge a line of the table, or show other text than it holds, so readers refuse it.
+// or a byte that is not UTF-8 (given as utf8.RuneError). Names read from files are printed in
+// tables: one that holds such a character could rewrite the terminal, forge a line of the table,
+// or show other text than it holds, so readers refuse it.
 func Unsafe(s string) (rune, bool) {
-	for _, r := range s {
-		if unsafeRune(r) {
+	for i, r := range s {
+		if unsafeAt(s, i, r) {
 			return r, true
 		}
 	}
 	return 0, false
 }
 
-func unsafeRune(r rune) bool {
-	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp) || r == utf8.RuneError
+// unsafeAt reports whether r, at byte i of s, is what Unsafe finds: a RuneError there is a byte
+// that is not UTF-8 unless s holds U+FFFD itself at i.
+func unsafeAt(s string, i int, r rune) bool {
+	return unicode.IsControl(r) || unicode.In(r, unicode.Cf, unicode.Zl, unicode.Zp) ||
+		r == utf8.RuneError && !strings.HasPrefix(s[i:], string(utf8.RuneError))
 }
 
 // Safe returns s with every character Unsafe finds written as a Go escape (\x1b, \n, \u202e, and
@@ -137,9 +140,9 @@ func Safe(s string) string {
 	var b strings.Builder
 	for i, r := range s {
 		switch {
-		case r == utf8.RuneError && !strings.HasPrefix(s[i:], string(utf8.RuneError)):
+		case r == utf8.RuneError && unsafeAt(s, i, r):
 			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case unsafeRune(r):
+		case unsafeAt(s, i, r):
 			q := strconv.QuoteRuneToASCII(r)
 			b.WriteString(q[1 : len(q)-1])
 		default:

@@ -63,7 +63,10 @@ func TestUnsafeAndSafe(t *testing.T) {
 			t.Errorf("Unsafe(%q) = %q %v; want %q", s, r, bad, want)
 		}
 	}
-	if got := Safe("a\nb\x1b[31mc\td\u202ee\xff\ufffd"); got != `a\nb\x1b[31mc\td\u202ee\xff\ufffd` {
+	if _, bad := Unsafe("U+FFFD itself, \ufffd, is text"); bad {
+		t.Error("U+FFFD taken for a byte that is not UTF-8")
+	}
+	if got := Safe("a\nb\x1b[31mc\td\u202ee\xff\ufffd"); got != "a\\nb\\x1b[31mc\\td\\u202ee\\xff\ufffd" {
 		t.Errorf("Safe = %q", got)
 	}
 }
