@@ -23,7 +23,7 @@ func TestFleetFindsEachFault(t *testing.T) {
 	drain, metrics := filepath.Join(dir, "drain.sh"), filepath.Join(dir, "fleet.prom")
 	out, errOut, code := gpubench(t, "fleet", "--backend", "sim", "--nodes", "32", "-T", "0.2", "--size", "64MiB", "--output", "json",
 		"--drain-file", drain, "--metrics-file", metrics,
-		"--sim-fault", "slow-nic=dgx-h100-27/mlx5_3,0.4", // a NIC at 40%
+		"--sim-fault", "slow-nic=dgx-h100-27/mlx5_5,0.4", // a NIC at 40%
 		"--sim-fault", "slow-node=dgx-h100-28,0.5", // every link of a node at half speed
 		"--sim-fault", "corrupt=81", // GPU 1 of node 10 corrupts its output
 		"--sim-fault", "hang=170", // GPU 2 of node 21 hangs
@@ -65,7 +65,7 @@ func TestFleetFindsEachFault(t *testing.T) {
 		"gpu dgx-h100-10 failed gpu1",
 		"gpu dgx-h100-21 failed gpu2",
 		"node dgx-h100-25 failed",
-		"nic dgx-h100-27 degraded mlx5_3 rail3",
+		"nic dgx-h100-27 degraded mlx5_5 rail3",
 		"node dgx-h100-28 degraded",
 		"gpu dgx-h100-30 degraded gpu5",
 	}
@@ -212,7 +212,7 @@ func TestFleetAcrossProcesses(t *testing.T) {
 	defer cancel()
 	ps := startRanks(t, ctx, 6, nil, "fleet", "--backend", "sim", "--nodes", "6", "--size", "16MiB", "--output", "json",
 		"--sim-fault", "corrupt=9", // GPU 1 of node 1
-		"--sim-fault", "slow-nic=dgx-h100-2/mlx5_3,0.4",
+		"--sim-fault", "slow-nic=dgx-h100-2/mlx5_5,0.4",
 		"--sim-fault", "hang=33", "-T", "100", // node 4's process is stuck for 100 s in its own round
 		"--rendezvous-timeout", "5s") // and rank 0 waits 5 s for it at each step
 	for rank, p := range ps {
@@ -261,7 +261,7 @@ func TestFleetAcrossProcesses(t *testing.T) {
 		}
 		got = append(got, what)
 	}
-	if want := []string{"gpu dgx-h100-1 failed gpu1", "nic dgx-h100-2 degraded mlx5_3 rail3", "node dgx-h100-4 failed"}; !slices.Equal(got, want) {
+	if want := []string{"gpu dgx-h100-1 failed gpu1", "nic dgx-h100-2 degraded mlx5_5 rail3", "node dgx-h100-4 failed"}; !slices.Equal(got, want) {
 		t.Errorf("suspects %q, want %q", got, want)
 	}
 	if len(rep.Rails) != 8 {
@@ -346,14 +346,14 @@ func TestFleetSmallFleets(t *testing.T) {
 		// No data (--sim-data-cap 0): a slow NIC is found by time alone, and the test runs in a
 		// tenth of the CPU.
 		out, _, code := gpubench(t, "fleet", "--backend", "sim", "--nodes", fmt.Sprint(tc.nodes), "--size", "1MiB", "--output", "json",
-			"--sim-data-cap", "0", "--sim-fault", fmt.Sprintf("slow-nic=dgx-h100-%d/mlx5_3,0.4", tc.bad))
+			"--sim-data-cap", "0", "--sim-fault", fmt.Sprintf("slow-nic=dgx-h100-%d/mlx5_5,0.4", tc.bad))
 		var rep struct{ Suspects []struct{ Host, NIC string } }
 		if err := json.Unmarshal([]byte(out), &rep); err != nil || code != exitCheck {
 			t.Fatalf("exit %d: %v", code, err)
 		}
 		var got []string
 		for _, s := range rep.Suspects {
-			if s.NIC == "mlx5_3" {
+			if s.NIC == "mlx5_5" {
 				got = append(got, s.Host)
 			}
 		}
@@ -426,7 +426,7 @@ func TestFleetRailShortNamingNoOne(t *testing.T) {
 func TestFleetTwoSlowNICsOnANode(t *testing.T) {
 	t.Parallel()
 	out, errOut, code := gpubench(t, "fleet", "--backend", "sim", "--nodes", "6", "--size", "64MiB", "--output", "json",
-		"--sim-fault", "slow-nic=dgx-h100-2/mlx5_1,0.4", "--sim-fault", "slow-nic=dgx-h100-2/mlx5_6,0.3", "--sim-fault", "corrupt=9") // GPU 1 of node 1
+		"--sim-fault", "slow-nic=dgx-h100-2/mlx5_3,0.4", "--sim-fault", "slow-nic=dgx-h100-2/mlx5_10,0.3", "--sim-fault", "corrupt=9") // GPU 1 of node 1
 	var rep fleet.Report
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != exitCheck {
 		t.Fatalf("exit %d, %v, stderr %q", code, err, errOut)
@@ -437,7 +437,7 @@ func TestFleetTwoSlowNICsOnANode(t *testing.T) {
 			nics = append(nics, s.Host+" "+s.NIC)
 		}
 	}
-	if want := []string{"dgx-h100-2 mlx5_1", "dgx-h100-2 mlx5_6"}; !slices.Equal(nics, want) {
+	if want := []string{"dgx-h100-2 mlx5_3", "dgx-h100-2 mlx5_10"}; !slices.Equal(nics, want) {
 		t.Errorf("NICs named %q, want %q", nics, want)
 	}
 	for _, r := range rep.Rails {
@@ -556,8 +556,8 @@ func TestFleetSaysWhatWasNotTested(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--gpus-per-node", "1", "--sim-fault", "corrupt=3"}, "; not tested: the GPUs' data on their own (one GPU a node: no test of a node checks it); NICs mlx5_1, mlx5_2, mlx5_3, mlx5_4, mlx5_5, mlx5_6, mlx5_7 (no GPU of the run on their rails)\n"},
-		{[]string{"--gpus-per-node", "2", "--sim-fault", "slow-nic=dgx-h100-3/mlx5_5,0.4"}, "# every node, GPU and NIC tested healthy; not tested: NICs mlx5_2, mlx5_3, mlx5_4, mlx5_5, mlx5_6, mlx5_7 (no GPU of the run on their rails)\n"},
+		{[]string{"--gpus-per-node", "1", "--sim-fault", "corrupt=3"}, "; not tested: the GPUs' data on their own (one GPU a node: no test of a node checks it); NICs mlx5_3, mlx5_4, mlx5_5, mlx5_6, mlx5_9, mlx5_10, mlx5_11 (no GPU of the run on their rails)\n"},
+		{[]string{"--gpus-per-node", "2", "--sim-fault", "slow-nic=dgx-h100-3/mlx5_5,0.4"}, "# every node, GPU and NIC tested healthy; not tested: NICs mlx5_4, mlx5_5, mlx5_6, mlx5_9, mlx5_10, mlx5_11 (no GPU of the run on their rails)\n"},
 		{nil, "# every node, GPU and NIC healthy\n"},
 	} {
 		out, errOut, code := gpubench(t, append([]string{"fleet", "--backend", "sim", "--nodes", "4"}, tc.args...)...)

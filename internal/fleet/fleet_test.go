@@ -255,8 +255,8 @@ func TestRailUntestedAfterHang(t *testing.T) {
 // of the run that failed, and says so.
 func TestFailedThenShort(t *testing.T) {
 	rep, err := Run(context.Background(), Options{Open: openSim(8, 4,
-		sim.Fault{Kind: "flaky-link", A: "dgx-h100-3/mlx5_2", B: "dgx-h100-3/pcie1", Every: 20},
-		sim.Fault{Kind: "slow-nic", A: "dgx-h100-3/mlx5_2", Factor: 0.4}), Floor: 0.75, Repeat: 3, Group: 16, Bytes: 64 << 20, Timeout: 10 * time.Second})
+		sim.Fault{Kind: "flaky-link", A: "dgx-h100-3/mlx5_4", B: "dgx-h100-3/pcie1", Every: 20},
+		sim.Fault{Kind: "slow-nic", A: "dgx-h100-3/mlx5_4", Factor: 0.4}), Floor: 0.75, Repeat: 3, Group: 16, Bytes: 64 << 20, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,12 +355,12 @@ func TestNaturalCompare(t *testing.T) {
 
 // A NIC link that drops every call fails the rail through that NIC, and names that NIC: the
 // rails' calls cross the NIC NCCL_IB_HCA leaves them, not every NIC near their GPU (on a DGX
-// H100, mlx5_2 and mlx5_3 share GPU 2's and GPU 3's PCIe switch).
+// H100, mlx5_4 and mlx5_5 share GPU 2's and GPU 3's PCIe switch).
 func TestFlakyNICLink(t *testing.T) {
 	for _, tc := range []struct {
 		nic, sw string
 		rail    int
-	}{{"mlx5_3", "pcie1", 3}, {"mlx5_7", "pcie3", 7}, {"mlx5_2", "pcie1", 2}} {
+	}{{"mlx5_5", "pcie1", 3}, {"mlx5_11", "pcie3", 7}, {"mlx5_4", "pcie1", 2}} {
 		rep, err := Run(context.Background(), Options{Open: openSim(4, 8,
 			sim.Fault{Kind: "flaky-link", A: "dgx-h100-2/" + tc.nic, B: "dgx-h100-2/" + tc.sw, Every: 1}), Floor: 0.75, Repeat: 3, Group: 16, Bytes: 1 << 20, Timeout: 10 * time.Second})
 		if err != nil {
@@ -519,7 +519,7 @@ func TestMixedNodes(t *testing.T) {
 	}
 }
 
-// Nodes of kinds whose rails' NICs are named apart (a DGX H100's GPU 4 leaves by mlx5_4, an L40S
+// Nodes of kinds whose rails' NICs are named apart (a DGX H100's GPU 4 leaves by mlx5_6, an L40S
 // box's by mlx5_2, which it shares with GPU 5) are tested on every rail, each node through its own
 // NIC of the rail, and a slow NIC is named by the node's own name for it.
 func TestMixedNodesRailNICs(t *testing.T) {
@@ -561,8 +561,8 @@ func TestMixedNodesRailNICs(t *testing.T) {
 	if want := []string{"nic l1 mlx5_2 rail 4", "nic l1 mlx5_2 rail 5"}; !slices.Equal(named, want) || len(rep.Rails) != 8 {
 		t.Errorf("suspects %q, %d rails; want %q of 8", named, len(rep.Rails), want)
 	}
-	if r := rep.Rails[4]; r.NIC != "mlx5_4,mlx5_2" || r.Status != Degraded {
-		t.Errorf("rail 4: %+v; want mlx5_4,mlx5_2 degraded", r)
+	if r := rep.Rails[4]; r.NIC != "mlx5_6,mlx5_2" || r.Status != Degraded {
+		t.Errorf("rail 4: %+v; want mlx5_6,mlx5_2 degraded", r)
 	}
 }
 

@@ -298,10 +298,10 @@ func TestFleetFaults(t *testing.T) {
 		return float64(b.Now() - start), nil
 	}
 	rail3, inNode := []int{3, 11}, []int{0, 1, 2, 3, 4, 5, 6, 7}
-	// GPU 3 reaches mlx5_2 and mlx5_3 through its PCIe switch, and NCCL spreads a rail's rings over
+	// GPU 3 reaches mlx5_4 and mlx5_5 through its PCIe switch, and NCCL spreads a rail's rings over
 	// both; GPUs 0 and 8 reach neither.
 	healthy := topoWith()
-	slowNIC := topoWith("slow-nic=dgx-h100-1/mlx5_3,0.25")
+	slowNIC := topoWith("slow-nic=dgx-h100-1/mlx5_5,0.25")
 	for _, tc := range []struct {
 		devs []int
 		slow bool
@@ -309,14 +309,14 @@ func TestFleetFaults(t *testing.T) {
 		h, _ := timeOf(healthy, tc.devs)
 		s, err := timeOf(slowNIC, tc.devs)
 		if err != nil || (s > 1.5*h) != tc.slow {
-			t.Errorf("GPUs %v over a slow mlx5_3 of node 1: %v against %v healthy (%v); slowed: want %v", tc.devs, s, h, err, tc.slow)
+			t.Errorf("GPUs %v over a slow mlx5_5 of node 1: %v against %v healthy (%v); slowed: want %v", tc.devs, s, h, err, tc.slow)
 		}
 	}
-	// NCCL_IB_HCA pins the NICs: rail 3 over mlx5_2 alone misses the slow mlx5_3, over it alone
+	// NCCL_IB_HCA pins the NICs: rail 3 over mlx5_4 alone misses the slow mlx5_5, over it alone
 	// is slowed.
-	for hca, slowed := range map[string]bool{"=mlx5_2": false, "=mlx5_3": true, "^=mlx5_3": false, "mlx5_3:1": true} {
+	for hca, slowed := range map[string]bool{"=mlx5_4": false, "=mlx5_5": true, "^=mlx5_5": false, "mlx5_5:1": true} {
 		h, _ := timeOf(faulty(t, map[string]string{"NCCL_IB_HCA": hca}), rail3)
-		s, _ := timeOf(faulty(t, map[string]string{"NCCL_IB_HCA": hca}, "slow-nic=dgx-h100-1/mlx5_3,0.25"), rail3)
+		s, _ := timeOf(faulty(t, map[string]string{"NCCL_IB_HCA": hca}, "slow-nic=dgx-h100-1/mlx5_5,0.25"), rail3)
 		if (s > 1.5*h) != slowed {
 			t.Errorf("NCCL_IB_HCA=%s: %v against %v healthy; slowed: want %v", hca, s, h, slowed)
 		}
