@@ -391,3 +391,19 @@ func FuzzParseNCCLList(f *testing.F) {
 		}
 	})
 }
+
+// Every preset loads, and its description says where its figures come from ("Sources:") and
+// what it assumes ("Assumed"), as a reader of a simulated number needs to know.
+func TestPresetsCiteSources(t *testing.T) {
+	t.Parallel()
+	for _, name := range Presets() {
+		tp, err := LoadTopology(name)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if !strings.Contains(tp.Description, "Sources:") || !strings.Contains(tp.Description, "Assumed") {
+			t.Errorf("%s: the description names no sources or no assumptions: %q", name, tp.Description)
+		}
+	}
+}
