@@ -197,19 +197,31 @@ func (t *Telemetry) Sample() telemetry.Sample {
 	return s
 }
 
-// simPowerLimit is a simulated GPU's board power limit in watts, from its name.
+// simPowerLimit is a simulated GPU's board power limit in watts, from its name: the most its
+// vendor's datasheet or specifications page gives for that board (NVIDIA's H100, A100, H200,
+// H800, B200 and L40S datasheets; the GeForce RTX 3090, 4090 and 5090 specifications), 300 for
+// a GPU it does not know.
 func simPowerLimit(name string) float64 {
 	n := strings.ToUpper(name)
+	has := func(s string) bool { return strings.Contains(n, s) }
 	switch {
-	case strings.Contains(n, "B200"):
+	case has("B200"):
 		return 1000
-	case strings.Contains(n, "H100"), strings.Contains(n, "H200"):
-		return 700
-	case strings.Contains(n, "A100"):
+	case has("H100 NVL"):
 		return 400
-	case strings.Contains(n, "4090"):
+	case (has("H100") || has("H800")) && has("PCIE"):
+		return 350
+	case has("H100"), has("H200"), has("H800"):
+		return 700
+	case has("A100") && has("PCIE"):
+		return 300
+	case has("A100"):
+		return 400
+	case has("5090"):
+		return 575
+	case has("4090"):
 		return 450
-	case strings.Contains(n, "L40"):
+	case has("3090"), has("L40"):
 		return 350
 	}
 	return 300

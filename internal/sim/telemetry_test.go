@@ -196,3 +196,18 @@ func TestTelemetryThermalTimeConstant(t *testing.T) {
 		t.Errorf("after five time constants %v °C; want about %.1f", at[1], steady)
 	}
 }
+
+// A simulated GPU's power limit is its board's, by name: a PCIe or NVL H100 or A100 is not held
+// to the SXM board's.
+func TestSimPowerLimit(t *testing.T) {
+	for name, want := range map[string]float64{
+		"NVIDIA H100 80GB HBM3": 700, "NVIDIA H100 NVL": 400, "NVIDIA H100 PCIe": 350, "NVIDIA H800": 700,
+		"NVIDIA H200": 700, "NVIDIA A100-SXM4-80GB": 400, "NVIDIA A100 80GB PCIe": 300, "NVIDIA B200": 1000,
+		"NVIDIA GeForce RTX 3090": 350, "NVIDIA GeForce RTX 4090": 450, "NVIDIA GeForce RTX 5090": 575,
+		"NVIDIA L40S": 350, "Some GPU": 300,
+	} {
+		if got := simPowerLimit(name); got != want {
+			t.Errorf("%s: %v W; want %v", name, got, want)
+		}
+	}
+}
