@@ -11,7 +11,8 @@ import (
 // knownNCCL are the NCCL_* variables gpubench knows: NCCL's docs/userguide/source/env.rst at
 // 2.30.7 (with NCCL_IB_GDR_LEVEL, the name of NCCL_NET_GDR_LEVEL before 2.4), NCCL_COMM_ID
 // (src/bootstrap.cc), NCCL_MULTI_RANK_GPU_ENABLE (src/init.cc, 2.30), and NCCL_MIN_NRINGS and
-// NCCL_MAX_NRINGS, the older names of the channel bounds, which NCCL still reads (src/graph/connect.cc);
+// NCCL_MAX_NRINGS, the older names of the channel bounds, which NCCL still reads (src/graph/connect.cc),
+// and the point-to-point channel variables the simulator reads (src/init.cc, src/graph/paths.cc);
 // NCCL_GRAPH_MIXING_SUPPORT is what gpubench's own -G sets. NCCL has more variables than these, so
 // a name missing here is flagged only when it is one typo away from a known one.
 var knownNCCL = []string{
@@ -21,6 +22,7 @@ var knownNCCL = []string{
 	"NCCL_MIN_CTAS", "NCCL_MAX_CTAS", "NCCL_BUFFSIZE", "NCCL_NVLS_ENABLE", "NCCL_CUMEM_ENABLE",
 	"NCCL_TOPO_DUMP_FILE", "NCCL_COMM_BLOCKING", "NCCL_MULTI_RANK_GPU_ENABLE", "NCCL_RAS_ENABLE",
 	"NCCL_SET_THREAD_NAME", "NCCL_COMM_ID", "NCCL_GRAPH_MIXING_SUPPORT", "NCCL_MIN_NRINGS", "NCCL_MAX_NRINGS",
+	"NCCL_NCHANNELS_PER_NET_PEER", "NCCL_MIN_P2P_NCHANNELS", "NCCL_MAX_P2P_NCHANNELS",
 }
 
 // osaDistance is the optimal string alignment distance: insertions, deletions, substitutions and

@@ -113,7 +113,9 @@ func pow2Up(n int) int {
 
 // p2pPlan works out NCCL's point-to-point plan for the model's ranks.
 func (m *model) p2pPlan() p2pPlan {
-	p := p2pPlan{channels: pow2Up(m.commChannels()), nodes: m.nodes}
+	// p2pnChannels: the communicator's channels within NCCL_MIN_P2P_NCHANNELS and
+	// NCCL_MAX_P2P_NCHANNELS, then a power of two (paths.cc, ncclTopoComputeP2pChannels).
+	p := p2pPlan{channels: min(maxChannels, pow2Up(max(min(m.commChannels(), m.env.maxP2P), m.env.minP2P))), nodes: m.nodes}
 	// Channels a peer: the least over every rank's peers (NCCL gathers each rank's). Inside a
 	// domain every pair is looked at, up to maxPairRoutes in all (past it, each domain's first
 	// rank's pairs stand for all); to another domain a rank's count is the same for every peer.
@@ -144,9 +146,9 @@ func (m *model) p2pPlan() p2pPlan {
 		perPeer = 1
 	}
 	p.perPeer = pow2Up(perPeer)
-	if m.nodes > 1 {
-		// Several NVLink domains: the network bounds; fewer channels per peer so that every
-		// peer fits in one round.
+	if m.nodes > 1 && m.env.netPeerCh == 0 {
+		// Several NVLink domains, and NCCL_NCHANNELS_PER_NET_PEER unset: the network bounds;
+		// fewer channels per peer so that every peer fits in one round.
 		for p.perPeer*((m.n+p2pPerBatch-1)/p2pPerBatch) > p.channels && p.perPeer > 1 {
 			p.perPeer /= 2
 		}
@@ -230,10 +232,13 @@ func (p p2pPlan) opChannels(bytes int64) int {
 	return n
 }
 
-// netChannels is ncclTopoGetNchannels for a peer in another domain: two when the GPU has no NIC,
-// else one per NIC NCCL counts as the GPU's, or more to carry their bandwidth (whole GB/s) at
-// p2pNetChannelGBs each.
+// netChannels is ncclTopoGetNchannels for a peer in another domain: NCCL_NCHANNELS_PER_NET_PEER
+// where set; else two when the GPU has no NIC, else one per NIC NCCL counts as the GPU's, or more
+// to carry their bandwidth (whole GB/s) at p2pNetChannelGBs each.
 func (m *model) netChannels(g int) int {
+	if m.env.netPeerCh > 0 { // NCCL_NCHANNELS_PER_NET_PEER
+		return m.env.netPeerCh
+	}
 	count, gbs := m.localNets(g)
 	if count == 0 {
 		return 2

@@ -208,3 +208,29 @@ func TestMessageCost(t *testing.T) {
 		t.Errorf("Ring/Simple at 5 µs a message: %v µs more (NCCL's estimate %v, was %v); want %v steps of 15 for NVLink's 3.4", d, slow.LatencyUS, base.LatencyUS, intraSteps)
 	}
 }
+
+// NCCL's point-to-point variables steer the plan as paths.cc reads them: NCCL_NCHANNELS_PER_NET_PEER
+// sets the channels a peer in another domain gets, and skips the halving that fits every peer in
+// one round; NCCL_MAX_P2P_NCHANNELS bounds the communicator's point-to-point channels, which the
+// halving then shares out. A send/recv of 1 GiB between two DGX H100 runs each operation on 4
+// channels, held by the NIC at 48 GB/s; on 1 channel, at NCCL's 14 GB/s a channel; on 8, the NIC
+// again; with 4 channels in the communicator, on 2 (28 GB/s).
+func TestP2PNetVariables(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		env      map[string]string
+		channels int
+		busbw    float64
+	}{
+		{nil, 4, 48},
+		{map[string]string{"NCCL_NCHANNELS_PER_NET_PEER": "1"}, 1, 14},
+		{map[string]string{"NCCL_NCHANNELS_PER_NET_PEER": "8"}, 8, 48},
+		{map[string]string{"NCCL_NCHANNELS_PER_NET_PEER": "0"}, 4, 48}, // NCCL leaves it unset
+		{map[string]string{"NCCL_MAX_P2P_NCHANNELS": "4"}, 2, 28},
+	} {
+		x := explain(t, "dgx-h100x2", 16, c.env, "sendrecv", 1<<30)
+		if x.Chosen.Channels != c.channels || math.Abs(x.Chosen.BusGBs-c.busbw) > 0.5 {
+			t.Errorf("%v: %d channels, busbw %.1f; want %d and %v", c.env, x.Chosen.Channels, x.Chosen.BusGBs, c.channels, c.busbw)
+		}
+	}
+}

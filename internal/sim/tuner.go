@@ -692,6 +692,9 @@ type tunerEnv struct {
 	p2pDisable, noPXN bool
 	ibDisable         bool                 // NCCL_IB_DISABLE: no IB verbs transport (sockets instead)
 	hca               func(id string) bool // NCCL_IB_HCA: the NICs NCCL may use; nil for all
+	// Point-to-point: NCCL_NCHANNELS_PER_NET_PEER (0 unset), NCCL_MIN_P2P_NCHANNELS and
+	// NCCL_MAX_P2P_NCHANNELS.
+	netPeerCh, minP2P, maxP2P int
 }
 
 // parseTunerEnv reads the variables the simulator honours; bad values are reported by
@@ -720,6 +723,11 @@ func parseTunerEnv(env map[string]string) tunerEnv {
 	e.p2pDisable = envNum(env, "NCCL_P2P_DISABLE", 0) == 1 // paths.cc, ncclGetLevel: "disable == 1"
 	e.noPXN = envNum(env, "NCCL_PXN_DISABLE", 0) == 1      // paths.cc: "ncclPxnDisable(comm) != 1" keeps PXN
 	e.ibDisable = envNum(env, "NCCL_IB_DISABLE", 0) != 0   // net_ib/init.cc
+	// init.cc leaves NCCL_NCHANNELS_PER_NET_PEER unset at 0 or less; paths.cc bounds the
+	// communicator's point-to-point channels by the other two.
+	e.netPeerCh = int(min(max(envNum(env, "NCCL_NCHANNELS_PER_NET_PEER", 0), 0), maxChannels))
+	e.minP2P = int(min(envNum(env, "NCCL_MIN_P2P_NCHANNELS", 1), maxChannels))
+	e.maxP2P = int(max(envNum(env, "NCCL_MAX_P2P_NCHANNELS", maxChannels), 1))
 	if v := strings.TrimSpace(env["NCCL_IB_HCA"]); v != "" {
 		e.hca = hcaFilter(v)
 	}
@@ -795,7 +803,8 @@ var EnvVars = append([]string{"NCCL_ALGO", "NCCL_PROTO", "NCCL_IB_HCA"}, envNumb
 
 // envNumbers are the variables of EnvVars that hold a whole number.
 var envNumbers = []string{"NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_NRINGS", "NCCL_MAX_NRINGS",
-	"NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_P2P_DISABLE", "NCCL_PXN_DISABLE", "NCCL_IB_DISABLE"}
+	"NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_P2P_DISABLE", "NCCL_PXN_DISABLE", "NCCL_IB_DISABLE",
+	"NCCL_NCHANNELS_PER_NET_PEER", "NCCL_MIN_P2P_NCHANNELS", "NCCL_MAX_P2P_NCHANNELS"}
 
 // CheckEnv refuses NCCL_* values the simulator cannot read, naming the variable.
 func CheckEnv(env map[string]string) error {
