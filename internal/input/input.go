@@ -140,13 +140,13 @@ func Safe(s string) string {
 	var b strings.Builder
 	for i, r := range s {
 		switch {
-		case r == utf8.RuneError && unsafeAt(s, i, r):
+		case !unsafeAt(s, i, r):
+			b.WriteRune(r)
+		case r == utf8.RuneError: // a byte that is not UTF-8
 			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case unsafeAt(s, i, r):
+		default:
 			q := strconv.QuoteRuneToASCII(r)
 			b.WriteString(q[1 : len(q)-1])
-		default:
-			b.WriteRune(r)
 		}
 	}
 	return b.String()

@@ -283,11 +283,8 @@ func (m *model) searchGraphs() [numAlgos]searchGraph {
 			// prices NVLS with that, and the links carry what they carry (8 H100: 40 of 41.2;
 			// HGX H800: 15 of 18.3).
 			speeds := searchSpeedsIntra[m.arch]
-			i := 0
-			for i < len(speeds)-1 && float64(n+1)*speeds[i] > nvl*(1+1e-9) {
-				i++
-			}
-			g[algoNVLS].linksIntra, g[algoNVLS].bwIntra = g[algoNVLS].bwIntra, speeds[i]
+			speed := speeds[speedAtOrBelow(speeds, nvl*(1+1e-9)/float64(n+1))]
+			g[algoNVLS].linksIntra, g[algoNVLS].bwIntra = g[algoNVLS].bwIntra, speed
 		}
 		if m.nodes > 1 {
 			g[algoNVLS].bwIntra, g[algoNVLS].bwInter = nvl/(ppn+1), m.netGBs/float64(n)
@@ -364,11 +361,8 @@ func (m *model) channelCount() (int, float64) {
 		// channels between nodes at or below what it carries.
 		nch := min(m.rings, maxRingChannels)
 		speeds := searchSpeedsInter[m.arch]
-		i := 0
-		for i < len(speeds)-1 && speeds[i] > m.ringBus/float64(nch) {
-			i++
-		}
-		if d := min(2*nch, maxRingChannels); d > nch && speeds[i] >= 25 && !(m.cc > 8 && speeds[i] < 50 && nch > 4) {
+		speed := speeds[speedAtOrBelow(speeds, m.ringBus/float64(nch))]
+		if d := min(2*nch, maxRingChannels); d > nch && speed >= 25 && !(m.cc > 8 && speed < 50 && nch > 4) {
 			nch = d
 		}
 		return nch, 0
@@ -386,6 +380,16 @@ var searchSpeedsIntra = [4][]float64{
 	{40, 30, 20, 18, 15, 12, 10, 9, 7, 6, 5, 4, 3},
 	{60, 50, 40, 30, 24, 20, 15, 12, 11, 6, 3},
 	{90, 80, 70, 60, 50, 45, 40, 30, 24, 20, 19, 18},
+}
+
+// speedAtOrBelow is the index of the fastest speed of a search table (fastest first) at or below
+// bw, or of its slowest.
+func speedAtOrBelow(speeds []float64, bw float64) int {
+	i := 0
+	for i < len(speeds)-1 && speeds[i] > bw {
+		i++
+	}
+	return i
 }
 
 // searchSpeedsInter are the speeds NCCL's search tries for a channel between nodes, fastest
@@ -409,12 +413,8 @@ var searchSpeedsInter = [4][]float64{
 func nvlinkRingSearch(bw float64, arch int, cc float64) (int, float64) {
 	const most = maxRingChannels
 	speeds := searchSpeedsIntra[arch]
-	i := 0
-	for i < len(speeds)-1 && speeds[i] > bw {
-		i++
-	}
 	nch, speed := 0, 0.0
-	for ; i < len(speeds); i++ {
+	for i := speedAtOrBelow(speeds, bw); i < len(speeds); i++ {
 		if nch > 0 && speeds[i]/speed <= .49 {
 			break
 		}
