@@ -206,6 +206,7 @@ func (f *burninFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 				return usageErr("%v", err)
 			}
 		}
+		unmodelledNotice(e, ncclEnv())
 	}
 	for path, ranks := range f.refRanks { // busbw depends on the ranks: another count is another machine
 		if n := len(b.Devices()); ranks != n {

@@ -295,6 +295,9 @@ func (f *collFlags) run(cmd *cobra.Command, e *env, g *globals, c *coll.Collecti
 	if sb, ok := b.(*sim.Backend); ok { // the simulated hosts launch from -t threads, as nccl-tests'
 		sb.SetLaunchThreads(f.nthreads)
 		threads = f.nthreads
+		if proc.Rank == 0 {
+			unmodelledNotice(e, ncclEnv())
+		}
 	} else if f.nthreads > 1 {
 		fmt.Fprintf(e.stderr, "gpubench: one thread drives every GPU of this process: -t %d runs %d GPUs, as -g %d does\n", f.nthreads, opt.NGPUs, opt.NGPUs)
 	}

@@ -165,5 +165,8 @@ func setExpect(cmd *cobra.Command, e *env, g *globals, x *expectFlags, b gpu.Bac
 	}
 	opt.Expect = expect
 	r.Expect = &report.Expectation{Source: source, Floor: x.floor}
+	if !simulated(b) { // a simulated run has said so already
+		unmodelledNotice(e, ncclEnv())
+	}
 	return nil
 }

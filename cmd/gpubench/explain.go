@@ -140,6 +140,7 @@ func (f *explainFlags) run(cmd *cobra.Command, e *env, g *globals, name string) 
 	if why != nil {
 		fmt.Fprintf(e.stderr, "gpubench: explain: %s --sizes %s runs %s here: %s; explaining that size\n", name, f.size, sizeText(x.Bytes), strings.Join(why, ", and "))
 	}
+	unmodelledNotice(e, env)
 	if g.output == "json" {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")

@@ -106,6 +106,24 @@ func TestExplainNCCLEnv(t *testing.T) {
 	}
 }
 
+// A set NCCL_* variable that steers NCCL and not the simulator is named on stderr, where the
+// figures are the simulator's, and changes nothing; one that only logs is not named.
+func TestUnmodelledNCCLNotice(t *testing.T) {
+	plain, _, _ := gpubench(t, "explain", "allreduce", "--size", "1G")
+	t.Setenv("NCCL_BUFFSIZE", "1048576")
+	t.Setenv("NCCL_DEBUG", "INFO")
+	const notice = "gpubench: the simulator does not model NCCL_BUFFSIZE: its figures are NCCL's without it (docs/model.md, \"Environment\")\n"
+	out, errOut, code := gpubench(t, "explain", "allreduce", "--size", "1G")
+	if code != 0 || out != plain || errOut != notice {
+		t.Errorf("explain with NCCL_BUFFSIZE and NCCL_DEBUG set: exit %d, stderr %q, stdout changed: %v", code, errOut, out != plain)
+	}
+	t.Setenv("NCCL_P2P_LL_THRESHOLD", "0")
+	out, errOut, code = gpubench(t, "sendrecv", "--backend", "sim", "-b", "8", "-e", "8", "-g", "2", "--output", "json")
+	if code != 0 || !strings.HasPrefix(out, "{") || !strings.Contains(errOut, "does not model NCCL_BUFFSIZE, NCCL_P2P_LL_THRESHOLD: its figures are NCCL's without them") {
+		t.Errorf("sendrecv: exit %d, stderr %q", code, errOut)
+	}
+}
+
 // --output json is one object with the documented fields.
 func TestExplainJSON(t *testing.T) {
 	t.Parallel()

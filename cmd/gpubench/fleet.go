@@ -132,6 +132,9 @@ func (f *fleetFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	if err != nil {
 		return err
 	}
+	if proc.Rank == 0 { // the expected figures are the simulator's, on real GPUs too
+		unmodelledNotice(e, ncclEnv())
+	}
 	opt := fleet.Options{Open: open, Floor: f.floor, Repeat: f.repeat, Group: f.group, Timeout: time.Duration(f.timeout * float64(time.Second)), Bytes: bytes}
 	if !simulated { // a simulated node has no hardware of its own to check
 		opt.Diag = func() ([]string, []string) { return quickDiag(cmd, g) }

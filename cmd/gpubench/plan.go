@@ -164,6 +164,7 @@ func (f *planFlags) run(cmd *cobra.Command, e *env, g *globals) error {
 	if err != nil {
 		return usageErr("%v", err)
 	}
+	unmodelledNotice(e, env)
 	if g.output == "json" {
 		err = plan.WriteJSON(e.stdout, r)
 	} else {

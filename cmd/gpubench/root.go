@@ -241,6 +241,23 @@ func ncclEnv() map[string]string {
 	return env
 }
 
+// unmodelledNotice says on stderr which set NCCL_* variables steer NCCL but not the simulator,
+// whose figures are then NCCL's without them.
+func unmodelledNotice(e *env, vars map[string]string) {
+	u := sim.Unmodelled(vars)
+	if len(u) == 0 {
+		return
+	}
+	for i := range u {
+		u[i] = input.Safe(u[i])
+	}
+	them := "them"
+	if len(u) == 1 {
+		them = "it"
+	}
+	fmt.Fprintf(e.stderr, "gpubench: the simulator does not model %s: its figures are NCCL's without %s (docs/model.md, \"Environment\")\n", strings.Join(u, ", "), them)
+}
+
 // noLibsForSim refuses a library flag with --backend sim, which loads none: it would do nothing.
 func (g *globals) noLibsForSim() error {
 	for _, f := range []struct{ name, value string }{{"cuda-lib", g.cudaLib}, {"nccl-lib", g.ncclLib}} {

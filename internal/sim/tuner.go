@@ -806,6 +806,40 @@ var envNumbers = []string{"NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_
 	"NCCL_NVLS_ENABLE", "NCCL_COLLNET_ENABLE", "NCCL_P2P_DISABLE", "NCCL_PXN_DISABLE", "NCCL_IB_DISABLE",
 	"NCCL_NCHANNELS_PER_NET_PEER", "NCCL_MIN_P2P_NCHANNELS", "NCCL_MAX_P2P_NCHANNELS"}
 
+// noPerfEffect are NCCL_* variables that name, log, check or identify, and leave what a call
+// moves and how fast alone (NCCL's docs/userguide/source/env.rst at 2.30.7, and NCCL_COMM_ID,
+// src/bootstrap.cc); NCCL_GRAPH_MIXING_SUPPORT is what gpubench's own -G sets. A set NCCL_*
+// variable that is neither one of these nor read by the simulator is Unmodelled.
+var noPerfEffect = []string{"NCCL_DEBUG", "NCCL_DEBUG_FILE", "NCCL_DEBUG_SUBSYS",
+	"NCCL_DEBUG_TIMESTAMP_FORMAT", "NCCL_DEBUG_TIMESTAMP_LEVELS", "NCCL_SOCKET_IFNAME",
+	"NCCL_SOCKET_FAMILY", "NCCL_SOCKET_MAGIC", "NCCL_SOCKET_RETRY_CNT", "NCCL_SOCKET_RETRY_SLEEP_MSEC",
+	"NCCL_SOCKET_POLL_TIMEOUT_MSEC", "NCCL_IB_TIMEOUT", "NCCL_IB_RETRY_CNT", "NCCL_IB_GID_INDEX",
+	"NCCL_IB_ADDR_FAMILY", "NCCL_IB_ADDR_RANGE", "NCCL_IB_ROCE_VERSION_NUM", "NCCL_IB_RETURN_ASYNC_EVENTS",
+	"NCCL_OOB_NET_ENABLE", "NCCL_OOB_NET_IFNAME", "NCCL_UID_STAGGER_THRESHOLD", "NCCL_UID_STAGGER_RATE",
+	"NCCL_PROFILER_PLUGIN", "NCCL_ENV_PLUGIN", "NCCL_CONF_FILE", "NCCL_TOPO_DUMP_FILE",
+	"NCCL_SET_THREAD_NAME", "NCCL_CHECKS_DISABLE", "NCCL_CHECK_POINTERS", "NCCL_CHECK_MODE",
+	"NCCL_IGNORE_NET_MISMATCH", "NCCL_IGNORE_COLLNET_MISMATCH", "NCCL_COMM_BLOCKING",
+	"NCCL_MULTI_RANK_GPU_ENABLE", "NCCL_MNNVL_UUID", "NCCL_MNNVL_CLIQUE_ID", "NCCL_RAS_ENABLE",
+	"NCCL_RAS_ADDR", "NCCL_RAS_TIMEOUT_FACTOR", "NCCL_LAUNCH_RACE_FATAL", "NCCL_IPC_USE_ABSTRACT_SOCKET",
+	"NCCL_SET_STACK_SIZE", "NCCL_COMM_ID", "NCCL_GRAPH_MIXING_SUPPORT"}
+
+// Unmodelled is the set NCCL_* variables of env, sorted, that steer NCCL and that the simulator
+// does not read (NCCL_BUFFSIZE, NCCL_NTHREADS, NCCL_P2P_LL_THRESHOLD, a tuner plugin, ...), so
+// that a user is told its figures are NCCL's without them. nccl-tests' own NCCL_TESTS_* variables
+// and the variables of noPerfEffect are not NCCL's tuning, and an empty value is unset, as NCCL
+// reads it.
+func Unmodelled(env map[string]string) []string {
+	var out []string
+	for k, v := range env {
+		if v != "" && strings.HasPrefix(k, "NCCL_") && !strings.HasPrefix(k, "NCCL_TESTS_") &&
+			!slices.Contains(EnvVars, k) && !slices.Contains(noPerfEffect, k) {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // CheckEnv refuses NCCL_* values the simulator cannot read, naming the variable.
 func CheckEnv(env map[string]string) error {
 	for _, v := range []struct {

@@ -159,3 +159,21 @@ func TestRingBlockBound(t *testing.T) {
 		t.Error("8 RTX 4090 over PCIe: a block bound; want none")
 	}
 }
+
+// Unmodelled names the set variables that steer NCCL and that the simulator does not read:
+// not those it reads, not logging or naming ones, not nccl-tests' own, not empty (unset) ones.
+func TestUnmodelled(t *testing.T) {
+	env := map[string]string{"NCCL_NTHREADS": "256", "NCCL_BUFFSIZE": "1048576", "NCCL_ALGO": "ring",
+		"NCCL_MAX_NCHANNELS": "4", "NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_TESTS_MIN_BW": "1",
+		"NCCL_TUNER_PLUGIN": "", "NCCL_SOME_FUTURE_KNOB": "1", "CUDA_VISIBLE_DEVICES": "0"}
+	got := Unmodelled(env)
+	want := []string{"NCCL_BUFFSIZE", "NCCL_NTHREADS", "NCCL_SOME_FUTURE_KNOB"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Unmodelled = %v, want %v", got, want)
+	}
+	for _, name := range EnvVars {
+		if u := Unmodelled(map[string]string{name: "1"}); len(u) != 0 {
+			t.Errorf("%s is read by the simulator, and Unmodelled names it", name)
+		}
+	}
+}
